@@ -1,0 +1,41 @@
+# veil — two commands on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+PIP    := $(BIN)/python -m pip install --disable-pip-version-check -q -c constraints.txt
+DEPS   := pyproject.toml constraints.txt
+
+.PHONY: demo test bench lint clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+# One stamp per install level; each is redone when the dependencies change.
+$(VENV)/.core: $(BIN)/python $(DEPS)
+	$(PIP) -e .
+	@touch $@
+
+$(VENV)/.dev: $(BIN)/python $(DEPS)
+	$(PIP) -e ".[torch,dev]"
+	@touch $@ $(VENV)/.core
+
+$(VENV)/.bench: $(VENV)/.dev
+	$(PIP) -e ".[torch,dev,bench]"
+	$(PIP) --no-deps pycanon
+	@touch $@
+
+demo: $(VENV)/.core
+	$(BIN)/veil demo
+
+test: $(VENV)/.dev
+	$(BIN)/python -m pytest -q
+
+bench: $(VENV)/.bench
+	@set -e; for script in benchmarks/bench_*.py; do \
+		echo "== $$script"; $(BIN)/python $$script; done
+
+lint: $(VENV)/.dev
+	$(BIN)/ruff check src tests benchmarks examples
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,119 @@
+"""Parameter and data checks shared by every module.
+
+Each check returns the normalised value or raises :class:`~veil.errors.ConfigError`
+(parameters) / :class:`~veil.errors.DataError` (data) with a message that names the
+parameter, the value given and what is allowed. Call them at the boundary, before any
+state changes, noise is drawn or budget is spent.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from veil.errors import ConfigError, DataError
+
+
+def _as_real(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ConfigError(f"{name}={value!r} is not allowed: expected a real number")
+    return float(value)
+
+
+def check_epsilon(value: Any, name: str = "epsilon") -> float:
+    """A privacy parameter epsilon: finite and > 0."""
+    v = _as_real(value, name)
+    if not (v > 0 and math.isfinite(v)):
+        raise ConfigError(f"{name}={value!r} is not allowed: must be finite and > 0")
+    return v
+
+
+def check_delta(value: Any, name: str = "delta") -> float:
+    """A privacy parameter delta in [0, 1)."""
+    v = _as_real(value, name)
+    if not (0.0 <= v < 1.0):
+        raise ConfigError(f"{name}={value!r} is not allowed: must be in [0, 1)")
+    return v
+
+
+def check_positive(value: Any, name: str, *, allow_zero: bool = False) -> float:
+    """A finite real > 0 (or >= 0 with ``allow_zero``)."""
+    v = _as_real(value, name)
+    ok = (v >= 0 if allow_zero else v > 0) and math.isfinite(v)
+    if not ok:
+        allowed = ">= 0" if allow_zero else "> 0"
+        raise ConfigError(f"{name}={value!r} is not allowed: must be finite and {allowed}")
+    return v
+
+
+def check_probability(value: Any, name: str, *, low_open: bool = False,
+                      high_open: bool = False) -> float:
+    """A real in [0, 1]; ``low_open``/``high_open`` exclude 0 or 1."""
+    v = _as_real(value, name)
+    lo_ok = v > 0 if low_open else v >= 0
+    hi_ok = v < 1 if high_open else v <= 1
+    if not (lo_ok and hi_ok):
+        interval = f"{'(' if low_open else '['}0, 1{')' if high_open else ']'}"
+        raise ConfigError(f"{name}={value!r} is not allowed: must be in {interval}")
+    return v
+
+
+def check_int(value: Any, name: str, *, low: int | None = None,
+              high: int | None = None) -> int:
+    """An integer in [low, high] (either end optional)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ConfigError(f"{name}={value!r} is not allowed: expected an integer")
+    v = int(value)
+    if (low is not None and v < low) or (high is not None and v > high):
+        lo = "-inf" if low is None else str(low)
+        hi = "inf" if high is None else str(high)
+        raise ConfigError(f"{name}={value!r} is not allowed: must be an integer in [{lo}, {hi}]")
+    return v
+
+
+def check_choice(value: Any, name: str, allowed: Iterable[Any]) -> Any:
+    """One of a fixed set of options."""
+    options = list(allowed)
+    if value not in options:
+        raise ConfigError(
+            f"{name}={value!r} is not allowed: choose one of {', '.join(map(repr, options))}")
+    return value
+
+
+def check_bounds(bounds: Any, name: str = "bounds") -> tuple[float, float]:
+    """Declared data bounds ``(lower, upper)``: finite with lower < upper."""
+    try:
+        lo, hi = bounds
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"{name}={bounds!r} is not allowed: expected a pair (lower, upper)") from None
+    lo = _as_real(lo, f"{name}[0]")
+    hi = _as_real(hi, f"{name}[1]")
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+        raise ConfigError(
+            f"{name}={bounds!r} is not allowed: need finite lower < upper")
+    return lo, hi
+
+
+def check_array(x: Any, name: str = "x", *, ndim: int | tuple[int, ...] | None = None,
+                dtype: Any = np.float64, allow_empty: bool = False) -> np.ndarray:
+    """Data as a finite numpy array (NaN/inf and non-numeric values are a DataError)."""
+    try:
+        arr = np.asarray(x, dtype=dtype)
+    except (TypeError, ValueError) as exc:
+        raise DataError(f"{name} is not numeric data: {exc}") from None
+    if ndim is not None:
+        allowed = (ndim,) if isinstance(ndim, int) else ndim
+        if arr.ndim not in allowed:
+            raise DataError(f"{name} has {arr.ndim} dimensions (shape {arr.shape}); "
+                            f"expected {' or '.join(map(str, allowed))}")
+    if not allow_empty and arr.size == 0:
+        raise DataError(f"{name} is empty; expected at least one value")
+    if np.issubdtype(arr.dtype, np.floating) and not np.all(np.isfinite(arr)):
+        bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
+        raise DataError(f"{name} holds {bad} NaN or infinite value(s); clean or impute them first")
+    return arr

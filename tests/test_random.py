@@ -1,0 +1,122 @@
+import numpy as np
+import pytest
+from scipy import stats
+
+from veil.errors import ConfigError
+from veil.random import Generator, check_rng, secure_rng
+
+
+def test_seeded_is_deterministic_and_secure_is_not():
+    assert np.array_equal(Generator(7).random_raw(16), Generator(7).random_raw(16))
+    assert not np.array_equal(Generator(7).random_raw(16), Generator(8).random_raw(16))
+    assert not np.array_equal(Generator().random_raw(16), Generator().random_raw(16))
+    assert Generator(7).seeded and not Generator().seeded
+
+
+def test_check_rng_resolution():
+    assert check_rng(None) is secure_rng()
+    g = Generator(1)
+    assert check_rng(g) is g
+    assert check_rng(3).seeded
+    with pytest.raises(ConfigError, match="rng="):
+        check_rng(np.random.default_rng(0))
+
+
+def test_no_numpy_global_state_touched():
+    before = np.random.get_state()[1].copy()
+    g = check_rng(None)
+    g.normal(size=100), g.laplace(size=100), g.integers(0, 10, 100), g.permutation(50)
+    g.gamma(0.5, size=10), g.poisson(20.0, size=10), g.choice(10, 3, replace=False)
+    assert np.array_equal(before, np.random.get_state()[1])
+
+
+def test_bytes_are_uniform():
+    data = np.frombuffer(Generator(11).bytes(256 * 4000), dtype=np.uint8)
+    counts = np.bincount(data, minlength=256)
+    assert stats.chisquare(counts).pvalue > 1e-4
+    bits = np.unpackbits(data)
+    # each bit position is 1 with probability 1/2: 5 sigma band
+    assert abs(bits.mean() - 0.5) < 5 * 0.5 / np.sqrt(bits.size)
+
+
+def test_integers_exactly_in_range_and_uniform():
+    g = Generator(12)
+    x = g.integers(3, 10, 70_000)
+    assert x.min() == 3 and x.max() == 9
+    assert stats.chisquare(np.bincount(x - 3)).pvalue > 1e-4
+    wide = g.integers(-(2 ** 63), 2 ** 63 - 1, 1000)
+    assert wide.dtype == np.int64
+    with pytest.raises(ConfigError):
+        g.integers(5, 5)
+
+
+def test_randbelow_and_randbits():
+    g = Generator(13)
+    n = 10 ** 40 + 7
+    values = [g.randbelow(n) for _ in range(200)]
+    assert all(0 <= v < n for v in values)
+    assert max(v.bit_length() for v in values) > 130
+    assert all(0 <= g.randbits(5) < 32 for _ in range(100))
+
+
+@pytest.mark.parametrize("name, draw, dist", [
+    ("uniform", lambda g: g.uniform(-1, 3, 50_000), stats.uniform(-1, 4)),
+    ("normal", lambda g: g.normal(2, 3, 50_000), stats.norm(2, 3)),
+    ("laplace", lambda g: g.laplace(1, 2, 50_000), stats.laplace(1, 2)),
+    ("exponential", lambda g: g.exponential(2, 50_000), stats.expon(scale=2)),
+    ("gamma<1", lambda g: g.gamma(0.3, 2.0, 50_000), stats.gamma(0.3, scale=2.0)),
+    ("gamma>1", lambda g: g.gamma(4.5, 1.5, 50_000), stats.gamma(4.5, scale=1.5)),
+])
+def test_continuous_distributions_ks(name, draw, dist):
+    sample = draw(Generator(14))
+    assert stats.kstest(sample, dist.cdf).pvalue > 1e-3, name
+
+
+@pytest.mark.parametrize("lam", [0.5, 4.0, 30.0, 1e4])
+def test_poisson_moments_and_pmf(lam):
+    x = Generator(15).poisson(lam, 60_000)
+    # mean within 5 standard errors; variance equals the mean
+    assert abs(x.mean() - lam) < 5 * np.sqrt(lam / x.size)
+    assert abs(x.var() / lam - 1) < 5 * np.sqrt(2 / x.size) + 0.01
+    if lam <= 30:
+        ks = np.arange(x.max() + 1)
+        expected = stats.poisson(lam).pmf(ks) * x.size
+        keep = expected > 5
+        observed = np.bincount(x, minlength=ks.size)[keep]
+        expected = expected[keep] * observed.sum() / expected[keep].sum()
+        assert stats.chisquare(observed, expected).pvalue > 1e-4
+
+
+def test_geometric_and_bernoulli():
+    g = Generator(16)
+    x = g.geometric(0.25, 40_000)
+    assert x.min() >= 1 and abs(x.mean() - 4) < 5 * np.sqrt(12 / x.size)
+    b = g.bernoulli(0.3, 40_000)
+    assert abs(b.mean() - 0.3) < 5 * np.sqrt(0.21 / b.size)
+
+
+def test_permutation_uniform_over_small_group():
+    g = Generator(17)
+    perms = [tuple(g.permutation(3)) for _ in range(6000)]
+    _, counts = np.unique(np.array(perms), axis=0, return_counts=True)
+    assert counts.size == 6 and stats.chisquare(counts).pvalue > 1e-4
+    x = np.arange(10)
+    g.shuffle(x)
+    assert sorted(x) == list(range(10))
+
+
+def test_choice():
+    g = Generator(18)
+    picked = g.choice(20, 20, replace=False)
+    assert sorted(picked) == list(range(20))
+    weighted = g.choice(3, 30_000, p=[0.2, 0.5, 0.3])
+    assert stats.chisquare(np.bincount(weighted), [6000, 15000, 9000]).pvalue > 1e-4
+    with pytest.raises(ConfigError):
+        g.choice(3, 5, replace=False)
+
+
+def test_spawn_children_are_independent_and_reproducible():
+    a = [c.random_raw(4) for c in Generator(19).spawn(3)]
+    b = [c.random_raw(4) for c in Generator(19).spawn(3)]
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    assert not np.array_equal(a[0], a[1])

@@ -1,0 +1,49 @@
+import math
+
+import numpy as np
+import pytest
+
+from veil._validation import (
+    check_array,
+    check_bounds,
+    check_delta,
+    check_epsilon,
+    check_int,
+    check_probability,
+)
+from veil.errors import ConfigError, DataError
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, math.inf, math.nan, "1", True])
+def test_epsilon_rejected_with_name_and_value(bad):
+    with pytest.raises(ConfigError, match=r"epsilon=.* is not allowed"):
+        check_epsilon(bad)
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.0, 2])
+def test_delta_range(bad):
+    with pytest.raises(ConfigError, match=r"\[0, 1\)"):
+        check_delta(bad)
+    assert check_delta(0) == 0.0
+
+
+def test_bounds_and_ints_and_probabilities():
+    assert check_bounds((0, 1)) == (0.0, 1.0)
+    for bad in [(1, 0), (0, math.inf), (1,), "ab"]:
+        with pytest.raises(ConfigError, match="bounds"):
+            check_bounds(bad)
+    assert check_int(3, "steps", low=1) == 3
+    with pytest.raises(ConfigError, match=r"steps=0 .*\[1, inf\]"):
+        check_int(0, "steps", low=1)
+    with pytest.raises(ConfigError, match=r"\(0, 1\]"):
+        check_probability(0.0, "q", low_open=True)
+
+
+def test_array_rejects_non_finite_and_non_numeric():
+    assert check_array([1, 2]).dtype == np.float64
+    with pytest.raises(DataError, match="1 NaN"):
+        check_array([1.0, float("nan")], "values")
+    with pytest.raises(DataError, match="not numeric"):
+        check_array(["a"], "values")
+    with pytest.raises(DataError, match="empty"):
+        check_array([], "values")
