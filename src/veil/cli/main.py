@@ -12,7 +12,7 @@ import sys
 import typer
 
 import veil
-from veil.cli import datasets
+from veil.cli import anon, budget, datasets, demo, dp
 from veil.cli._output import err_console
 from veil.errors import VeilError
 
@@ -20,6 +20,10 @@ app = typer.Typer(name="veil", no_args_is_help=True, add_completion=False,
                   pretty_exceptions_enable=False,
                   help="veil: privacy-preserving machine learning.")
 app.add_typer(datasets.app, name="datasets")
+app.add_typer(budget.app, name="budget")
+app.add_typer(anon.app, name="anonymize")
+app.add_typer(dp.app, name="dp")
+app.command("demo")(demo.demo)
 
 
 def _version(value: bool) -> None:

@@ -6,7 +6,8 @@ A mechanism is constructed with its privacy parameters and knows what one releas
 :attr:`Mechanism.epsilon` / :attr:`Mechanism.delta` the (epsilon, delta) guarantee of a
 single release. Noise is drawn only by :meth:`Mechanism._randomize`, which the ledger calls
 after it has charged the event (DESIGN.md principle 1: no noisy value leaves without a
-charge). Mechanisms are immutable.
+charge), and :meth:`Mechanism.check` validates a value before anything is charged, so bad
+data costs no budget. Mechanisms are immutable.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from veil.random import Generator
 
 
 class Mechanism(ABC):
-    """Base class: ``event``, ``epsilon``, ``delta``, and ``_randomize(value, rng)``."""
+    """Base class: ``event``, ``epsilon``, ``delta``, ``check(value)`` and
+    ``_randomize(value, rng)``."""
 
     #: the (epsilon, delta)-DP guarantee of one release
     epsilon: float
@@ -30,6 +32,10 @@ class Mechanism(ABC):
     @abstractmethod
     def event(self) -> dp_accounting.DpEvent:
         """The privacy cost of one release, for composition by an accountant."""
+
+    def check(self, value: Any) -> Any:
+        """Validate ``value`` (DataError for bad data); the Ledger calls it before charging."""
+        return value
 
     @abstractmethod
     def _randomize(self, value: Any, rng: Generator) -> Any:

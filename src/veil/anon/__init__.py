@@ -1,0 +1,30 @@
+"""Anonymization for data publishing.
+
+* :class:`Hierarchy` — generalization hierarchies (ARX CSV files, intervals, masking);
+* privacy models :class:`KAnonymity`, :class:`LDiversity` (distinct, entropy, recursive),
+  :class:`TCloseness` (equal, ordered and hierarchical EMD), and :func:`check`, which
+  reports the k, l, c and t a table achieves;
+* :func:`anonymize` — optimal full-domain generalization with suppression (ARX's optimum),
+  Mondrian, MDAV microaggregation and Anatomy behind one call;
+* :mod:`~veil.anon.metrics` (non-uniform entropy, DM*, AECS, loss/NCP, precision,
+  prosecutor risk), :mod:`~veil.anon.perturbation` (permutation, noise, swapping) and
+  :mod:`~veil.anon.rules` (Apriori and association-rule hiding).
+"""
+
+from __future__ import annotations
+
+from veil.anon import metrics, perturbation, rules
+from veil.anon.api import ALGORITHMS, AnonymizationResult, anonymize
+from veil.anon.check import CheckReport, check
+from veil.anon.hierarchy import Hierarchy
+from veil.anon.metrics import RiskReport, reidentification_risk
+from veil.anon.models import KAnonymity, LDiversity, PrivacyModel, TCloseness
+from veil.anon.perturbation import add_noise, permute_sensitive, rank_swap
+from veil.anon.rules import Rule, association_rules, hide_rules
+
+__all__ = [
+    "ALGORITHMS", "AnonymizationResult", "CheckReport", "Hierarchy", "KAnonymity",
+    "LDiversity", "PrivacyModel", "RiskReport", "Rule", "TCloseness", "add_noise",
+    "anonymize", "association_rules", "check", "hide_rules", "metrics", "permute_sensitive",
+    "perturbation", "rank_swap", "reidentification_risk", "rules",
+]

@@ -1,0 +1,206 @@
+"""Integer encoding of a table for fast search: codes per level, classes, roll-up.
+
+Each quasi-identifier is encoded once: ``codes[level]`` holds, for every row, the index of
+its label at that level among the labels present in the data. An equivalence class of a
+transformation (one level per column) is a tuple of codes; a class table groups rows (or
+the classes of a finer transformation) by the mixed-radix key ``sum_j code_j * stride_j``,
+summing counts and the histograms of the sensitive attribute.
+
+Roll-up (the optimisation of Incognito/Flash/ARX): because hierarchies are trees, the
+classes of a coarser transformation are unions of the classes of a finer one, so they are
+computed from the finer node's (small) class table by lifting its codes, not from the rows.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from veil.anon.hierarchy import Hierarchy, factorize, value_keys
+from veil.errors import DataError
+
+__all__ = ["ClassTable", "EncodedColumn", "EncodedTable", "SensitiveDomain", "classify",
+           "group"]
+
+#: largest key space grouped with a dense bincount instead of a sort
+_DENSE_LIMIT = 1 << 21
+
+
+@dataclass
+class ClassTable:
+    """Equivalence classes: ``codes`` (classes x columns), ``counts``, sensitive ``hist``."""
+
+    codes: np.ndarray
+    counts: np.ndarray
+    hist: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return self.counts.shape[0]
+
+
+def classify(codes: np.ndarray, radices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Class index of every row of ``codes`` and the codes of each class (in key order)."""
+    strides = np.ones(len(radices), dtype=np.int64)
+    for j in range(len(radices) - 2, -1, -1):
+        strides[j] = strides[j + 1] * radices[j + 1]
+    space = math.prod(int(r) for r in radices)
+    if space >= 1 << 62:                       # keys would overflow: group the tuples
+        unique, inverse = np.unique(codes, axis=0, return_inverse=True)
+        return inverse.ravel(), unique
+    key = codes @ strides
+    if space <= min(_DENSE_LIMIT, 8 * key.size + 4096):
+        occupied = np.bincount(key, minlength=space) > 0
+        present = np.flatnonzero(occupied)
+        return (np.cumsum(occupied) - 1)[key], (present[:, None] // strides) % radices
+    order = np.argsort(key, kind="stable")
+    sorted_key = key[order]
+    starts = np.flatnonzero(np.r_[True, sorted_key[1:] != sorted_key[:-1]])
+    inverse = np.empty(key.size, dtype=np.int64)
+    inverse[order] = np.repeat(np.arange(starts.size), np.diff(np.r_[starts, key.size]))
+    return inverse, codes[order[starts]]
+
+
+def group(codes: np.ndarray, radices: np.ndarray, counts: np.ndarray | None = None,
+          hist: np.ndarray | None = None, sensitive: np.ndarray | None = None,
+          n_sensitive: int = 0) -> ClassTable:
+    """Merge rows with equal code tuples.
+
+    ``counts`` (None: each row counts 1) and ``hist`` (classes x m) are summed; rows may
+    instead carry one ``sensitive`` code each (histograms with ``n_sensitive`` bins).
+    """
+    inverse, new_codes = classify(codes, radices)
+    size = new_codes.shape[0]
+    new_counts = np.bincount(inverse, weights=counts, minlength=size).astype(np.int64)
+    new_hist = None
+    if hist is not None:
+        new_hist = np.stack([np.bincount(inverse, weights=hist[:, s], minlength=size)
+                             for s in range(hist.shape[1])], axis=1).astype(np.int64)
+    elif sensitive is not None:
+        new_hist = np.bincount(inverse * n_sensitive + sensitive,
+                               minlength=size * n_sensitive).reshape(size, n_sensitive)
+    return ClassTable(new_codes, new_counts, new_hist)
+
+
+class EncodedColumn:
+    """One quasi-identifier encoded at every level of its hierarchy.
+
+    Rows carry their level-0 code (``codes0``); everything per level lives on the (small)
+    domain: ``labels[l]`` (code -> label, labels present in the data), ``sizes[l]``,
+    ``lift(a, b)`` (code at level a -> code at level b, a <= b) and ``counts[l]`` (records
+    per code).
+    """
+
+    def __init__(self, name: str, column: pd.Series, hierarchy: Hierarchy) -> None:
+        self.name = name
+        self.hierarchy = hierarchy
+        rows = hierarchy.positions(column, name)
+        present = np.flatnonzero(np.bincount(rows, minlength=len(hierarchy)))
+        present = present[np.argsort(hierarchy.labels(0)[present].astype(str), kind="stable")]
+        remap = np.empty(len(hierarchy), dtype=np.int64)
+        remap[present] = np.arange(present.size)
+        self.codes0 = remap[rows]
+        self.labels: list[np.ndarray] = []
+        self._up: list[np.ndarray] = []          # level-0 code -> level-l code
+        for level in range(hierarchy.n_levels):
+            labels, up = np.unique(hierarchy.labels(level)[present].astype(str),
+                                   return_inverse=True)
+            self.labels.append(labels.astype(object))
+            self._up.append(up.ravel().astype(np.int64))
+        self.sizes = np.array([lab.size for lab in self.labels], dtype=np.int64)
+        counts0 = np.bincount(self.codes0, minlength=present.size)
+        self.counts = [np.bincount(up, weights=counts0, minlength=size).astype(np.int64)
+                       for up, size in zip(self._up, self.sizes)]
+        self._lifts: dict[tuple[int, int], np.ndarray] = {}
+
+    @property
+    def height(self) -> int:
+        return len(self.labels) - 1
+
+    def lift(self, a: int, b: int) -> np.ndarray:
+        """Map of codes at level ``a`` to codes at level ``b``."""
+        if (a, b) not in self._lifts:
+            out = np.empty(self.sizes[a], dtype=np.int64)
+            out[self._up[a]] = self._up[b]
+            self._lifts[(a, b)] = out
+        return self._lifts[(a, b)]
+
+    def codes(self, level: int) -> np.ndarray:
+        """The code of every row at ``level``."""
+        return self._up[level][self.codes0]
+
+
+class SensitiveDomain:
+    """The sensitive attribute: codes in domain order, global distribution, kind.
+
+    Numeric attributes are ordered by value (for the ordered EMD), others by label.
+    """
+
+    def __init__(self, name: str, column: pd.Series) -> None:
+        if column.isna().any():
+            raise DataError(f"sensitive column {name!r} holds {int(column.isna().sum())} "
+                            "missing value(s); clean or impute them first")
+        self.name = name
+        rows, uniques = factorize(column)
+        numeric = pd.to_numeric(uniques, errors="coerce")
+        self.numeric = bool(numeric.notna().all())
+        if self.numeric:
+            values, inverse = np.unique(numeric.to_numpy(dtype=np.float64), return_inverse=True)
+            self.values = values
+            self.labels = value_keys(pd.Series(values))
+        else:
+            labels, inverse = np.unique(value_keys(uniques).astype(str), return_inverse=True)
+            self.values = labels.astype(object)
+            self.labels = self.values
+        self.codes = inverse.ravel().astype(np.int64)[rows]
+        self.size = int(self.values.size)
+        self.q = np.bincount(self.codes, minlength=self.size) / self.codes.size
+
+
+class EncodedTable:
+    """A table's quasi-identifiers (and sensitive attribute) encoded once for the search."""
+
+    def __init__(self, table: pd.DataFrame, hierarchies: dict[str, Hierarchy],
+                 sensitive: SensitiveDomain | None, *, histograms: bool = True) -> None:
+        self.n = len(table)
+        self.names = list(hierarchies)
+        self.columns = [EncodedColumn(c, table[c], h) for c, h in hierarchies.items()]
+        self.heights = np.array([c.height for c in self.columns], dtype=np.int64)
+        self.sensitive = sensitive
+        self.histograms = histograms and sensitive is not None
+        self._bottom: ClassTable | None = None
+
+    def bottom(self) -> ClassTable:
+        """Classes of the identity transformation (every column at level 0)."""
+        if self._bottom is None:
+            codes = np.stack([c.codes0 for c in self.columns], axis=1)
+            sens = self.sensitive if self.histograms else None
+            self._bottom = group(codes, self.radices(np.zeros(len(self.columns), np.int64)),
+                                 sensitive=None if sens is None else sens.codes,
+                                 n_sensitive=0 if sens is None else sens.size)
+        return self._bottom
+
+    def radices(self, levels: np.ndarray) -> np.ndarray:
+        return np.array([c.sizes[lv] for c, lv in zip(self.columns, levels)], dtype=np.int64)
+
+    def rollup(self, table: ClassTable, source: np.ndarray, target: np.ndarray) -> ClassTable:
+        """Classes at ``target`` levels from the classes at the finer ``source`` levels."""
+        codes = table.codes.copy()
+        for j, (a, b) in enumerate(zip(source, target)):
+            if a != b:
+                codes[:, j] = self.columns[j].lift(int(a), int(b))[codes[:, j]]
+        return group(codes, self.radices(target), table.counts, table.hist)
+
+    def row_codes(self, levels: np.ndarray) -> np.ndarray:
+        """Codes of every row at ``levels`` (rows x columns)."""
+        return np.stack([c.codes(lv) for c, lv in zip(self.columns, levels)], axis=1)
+
+    def row_classes(self, table: ClassTable, levels: np.ndarray) -> np.ndarray:
+        """Index in ``table`` (classes at ``levels``) of every row's class."""
+        ids, _ = classify(np.vstack([table.codes, self.row_codes(levels)]),
+                          self.radices(levels))
+        position = np.empty(len(table), dtype=np.int64)
+        position[ids[:len(table)]] = np.arange(len(table))
+        return position[ids[len(table):]]

@@ -1,0 +1,252 @@
+"""Optimal full-domain generalization: a bounded search over the generalization lattice.
+
+The lattice holds every transformation (one level per quasi-identifier); x <= y when every
+level of x is at most y's. The search returns the transformation that satisfies the privacy
+models within the suppression limit ("anonymous") with the least loss, ties broken by the
+lower lattice height (as ARX does). It is exact, and prunes in three ways:
+
+* **utility bound** — nodes are visited in increasing order of a lower bound of their
+  loss (for additive metrics such as non-uniform entropy the bound is the loss itself
+  when nothing is suppressed); the search stops when the bound reaches the best loss
+  found. With no suppression every metric is monotone, so a node's loss also bounds every
+  generalization of it, and a node with an anonymous direct specialization is skipped.
+* **predictive tagging** (Samarati 2001; Flash, Kohlmayer et al. 2012) — for the models
+  that are monotone under the suppression limit (:mod:`veil.anon.models`; all of them
+  without suppression), a node that satisfies them makes all its generalizations satisfy
+  them, and a node that does not makes all its specializations fail (and so non-anonymous
+  whatever the other models say). An unknown node is resolved Flash-style: a path is built
+  upwards from it through unknown nodes and binary-searched for the lowest node that
+  satisfies the monotone models, so that few nodes are ever checked; a node that passes
+  them is then checked against the non-monotone models, if any.
+* **roll-up** (Incognito, LeFevre et al. 2005) — a node's classes are computed from the
+  smallest class table of an already checked specialization, not from the rows.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from veil.anon.encoding import ClassTable, EncodedTable
+from veil.anon.metrics import Objective
+from veil.anon.models import KAnonymity, PrivacyModel
+from veil.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Evaluation", "LatticeSearch", "SearchResult", "Unsatisfiable"]
+
+#: the largest lattice searched (its node table must fit in memory)
+MAX_NODES = 2_000_000
+#: class-table rows kept as roll-up sources; beyond it the largest tables are dropped (and
+#: rebuilt from a finer one if needed again)
+CACHE_ROWS = 200_000
+
+
+@dataclass
+class Evaluation:
+    """A checked transformation: its classes, which are kept, and whether it is anonymous.
+
+    ``table`` and ``kept`` may be dropped (None) to bound memory; they are rebuilt on use.
+    """
+
+    levels: np.ndarray
+    table: ClassTable | None
+    kept: np.ndarray | None
+    suppressed: int
+    anonymous: bool
+
+
+@dataclass
+class SearchResult:
+    evaluation: Evaluation
+    loss: float
+    nodes: int
+    checked: int
+
+
+class Unsatisfiable(Exception):  # noqa: N818 - internal signal, turned into a DataError
+    """No transformation is anonymous; ``top`` is the most general one's evaluation."""
+
+    def __init__(self, top: Evaluation) -> None:
+        super().__init__("no anonymous transformation")
+        self.top = top
+
+
+class LatticeSearch:
+    """One search over the lattice of an encoded table."""
+
+    def __init__(self, enc: EncodedTable, models: Sequence[PrivacyModel], max_suppressed: int,
+                 objective: Objective) -> None:
+        self.enc = enc
+        self.models = list(models)
+        self.max_suppressed = int(max_suppressed)
+        self.objective = objective
+        shape = enc.heights + 1
+        size = math.prod(int(s) for s in shape)
+        if size > MAX_NODES:
+            raise ConfigError(f"the generalization lattice has {size:,} transformations "
+                              f"(more than {MAX_NODES:,}): use fewer quasi-identifiers, "
+                              "shorter hierarchies, or algorithm='mondrian'")
+        self.nodes = np.indices(shape).reshape(len(shape), -1).T.astype(np.int64)
+        self.strides = np.array([math.prod(int(s) for s in shape[j + 1:])
+                                 for j in range(len(shape))], dtype=np.int64)
+        self.height = self.nodes.sum(axis=1)
+        # 1 / -1 / 0: anonymous / not / unknown, for all models (status) and for the models
+        # that stay monotone under the suppression limit (monotone: always safe to tag)
+        self.status = np.zeros(size, dtype=np.int8)
+        self.monotone = np.zeros(size, dtype=np.int8)
+        self._mono_models = [m for m in self.models if self.max_suppressed == 0
+                             or m.monotone_with_suppression]
+        self.tagging = len(self._mono_models) == len(self.models)
+        bounds = objective.column_bounds
+        k = max([m.k for m in self.models if isinstance(m, KAnonymity)], default=1)
+        if bounds is None:
+            self.bound = np.full(size, objective.floor(k))
+        else:
+            self.bound = sum(b[self.nodes[:, j]] for j, b in enumerate(bounds))
+        self._evaluated: dict[int, Evaluation] = {}
+        self._cached_levels = np.empty((0, len(shape)), dtype=np.int64)
+        self._cached_ids: list[int] = []
+        self._cached_sizes: list[int] = []
+
+    # -- checking one node ----------------------------------------------------------------
+    def _classes(self, levels: np.ndarray) -> tuple[ClassTable, np.ndarray, bool]:
+        """Classes at ``levels`` (rolled up from the smallest cached specialization), which
+        classes all models keep, and whether the monotone models alone are satisfied."""
+        below = np.flatnonzero((self._cached_levels <= levels).all(axis=1))
+        if below.size:
+            source = self._evaluated[self._cached_ids[below[np.argmin(
+                np.asarray(self._cached_sizes)[below])]]]
+            table = self.enc.rollup(source.table, source.levels, levels)
+        else:
+            table = self.enc.rollup(self.enc.bottom(), np.zeros_like(levels), levels)
+        domain = self.enc.sensitive
+        kept = np.ones(len(table), dtype=bool)
+        for model in self._mono_models:
+            kept &= model.satisfied(table.counts, table.hist, domain)
+        mono_ok = int(table.counts[~kept].sum()) <= self.max_suppressed
+        for model in self.models:
+            if model not in self._mono_models:
+                kept &= model.satisfied(table.counts, table.hist, domain)
+        return table, kept, mono_ok
+
+    def _cache(self, idx: int, ev: Evaluation) -> None:
+        """Keep ``ev``'s table as a roll-up source, dropping the largest ones over budget."""
+        self._cached_levels = np.vstack([self._cached_levels, ev.levels])
+        self._cached_ids.append(idx)
+        self._cached_sizes.append(len(ev.table))
+        while sum(self._cached_sizes) > CACHE_ROWS and len(self._cached_ids) > 1:
+            drop = int(np.argmax(self._cached_sizes[:-1]))      # never the newest
+            old = self._evaluated[self._cached_ids.pop(drop)]
+            old.table = old.kept = None
+            self._cached_sizes.pop(drop)
+            self._cached_levels = np.delete(self._cached_levels, drop, axis=0)
+
+    def evaluate(self, idx: int) -> Evaluation:
+        """Check node ``idx``: its classes, suppression and anonymity; tag what follows."""
+        ev = self._evaluated.get(idx)
+        if ev is not None:
+            if ev.table is None:
+                ev.table, ev.kept, _ = self._classes(ev.levels)
+                self._cache(idx, ev)
+            return ev
+        levels = self.nodes[idx]
+        table, kept, mono_ok = self._classes(levels)
+        suppressed = int(table.counts[~kept].sum())
+        ev = Evaluation(levels, table, kept, suppressed, suppressed <= self.max_suppressed)
+        self._evaluated[idx] = ev
+        self._cache(idx, ev)
+        if mono_ok:
+            self.monotone[(self.nodes >= levels).all(axis=1)] = 1
+        else:
+            below = (self.nodes <= levels).all(axis=1)
+            self.monotone[below] = -1
+            self.status[below] = -1
+        if self.tagging:
+            self.status[:] = self.monotone
+        else:
+            self.status[idx] = 1 if ev.anonymous else -1
+        return ev
+
+    def _resolve(self, idx: int) -> None:
+        """Find out whether ``idx`` is anonymous, checking as few nodes as possible.
+
+        The monotone models are resolved Flash-style (binary search on an upward path of
+        nodes unknown to them); the others, if any, by checking the node itself.
+        """
+        if self.monotone[idx] == 0:
+            path = [idx]
+            node = idx
+            while True:
+                up = [node + self.strides[j] for j in range(len(self.strides))
+                      if self.nodes[node, j] < self.enc.heights[j]]
+                up = [u for u in up if self.monotone[u] == 0]
+                if not up:
+                    break
+                node = min(up, key=lambda u: (self.bound[u], u))
+                path.append(node)
+            lo, hi = 0, len(path) - 1
+            while lo <= hi:
+                mid = (lo + hi) // 2
+                if self.monotone[path[mid]] == 0:
+                    self.evaluate(path[mid])
+                if self.monotone[path[mid]] > 0:
+                    hi = mid - 1
+                else:
+                    lo = mid + 1
+        if self.status[idx] == 0:
+            self.evaluate(idx)
+
+    def _dominated(self, idx: int) -> bool:
+        """A direct specialization is known anonymous (so, being monotone, no worse)."""
+        return any(self.nodes[idx, j] > 0 and self.status[idx - self.strides[j]] > 0
+                   for j in range(len(self.strides)))
+
+    # -- the search -------------------------------------------------------------------------
+    def run(self) -> SearchResult:
+        top = self.evaluate(len(self.nodes) - 1)
+        if self.monotone[-1] < 0:
+            raise Unsatisfiable(top)
+        monotone = self.max_suppressed == 0
+        bound = self.bound.copy()
+        best_loss, best_height, best_idx = math.inf, 0, -1
+        order = np.lexsort((self.height, self.bound))
+        pos = 0
+        while pos < order.size:
+            # the next node in bound order that may still beat the best: not known to be
+            # non-anonymous, and neither its static nor its propagated bound reaches it
+            rest = order[pos:]
+            h = self.height[rest]
+            beaten = (self.bound[rest] > best_loss) | (
+                (self.bound[rest] == best_loss) & (h >= best_height))
+            stop = int(np.argmax(beaten)) if beaten.any() else rest.size
+            rest, h = rest[:stop], h[:stop]
+            live = (self.status[rest] >= 0) & ~((bound[rest] > best_loss) | (
+                (bound[rest] == best_loss) & (h >= best_height)))
+            if not live.any():
+                break
+            step = int(np.argmax(live))
+            idx = int(rest[step])
+            pos += step + 1
+            if self.status[idx] == 0:
+                self._resolve(idx)
+            if self.status[idx] < 0 or (monotone and self._dominated(idx)):
+                continue
+            ev = self.evaluate(idx)
+            loss = self.objective.loss(ev.levels, ev.table, ev.kept)
+            if (loss, self.height[idx]) < (best_loss, best_height):
+                best_loss, best_height, best_idx = loss, int(self.height[idx]), idx
+            if monotone:
+                above = (self.nodes >= ev.levels).all(axis=1)
+                bound[above] = np.maximum(bound[above], loss)
+        if best_idx < 0:
+            raise Unsatisfiable(self.evaluate(len(self.nodes) - 1))
+        log.info("lattice of %d nodes: %d checked, optimum %s (loss %.10g)", len(self.nodes),
+                 len(self._evaluated), self.nodes[best_idx].tolist(), best_loss)
+        return SearchResult(self.evaluate(best_idx), best_loss, len(self.nodes),
+                            len(self._evaluated))

@@ -1,0 +1,336 @@
+"""Utility and risk metrics of anonymized tables, and the objectives of the optimal search.
+
+Utility (lower is better unless said):
+
+* **non-uniform entropy** (ARX's definition; de Waal & Willenborg 1999; Gionis & Tassa
+  2009): for every quasi-identifier j,
+  ``NUE_j = sum over records of -log2( a(x) / b(g) )`` where x is the record's original
+  value, g its generalized value, a(x) the number of records with value x and b(g) the
+  number with generalized value g. For a full-domain generalization this is the
+  conditional entropy H(original | released) in bits, summed over records. Suppressed
+  records (ARX's non-monotonic variant) add ``-sum_g c(g) log2(c(g)/s)`` over the s
+  suppressed records, c(g) of which had generalized value g. Like ARX, each attribute's
+  value is truncated to 10 decimals and NUE is the sum over attributes.
+* **DM\\*** (discernibility; Bayardo & Agrawal 2005, as in ARX): ``sum over classes of
+  |E|^2`` plus ``n`` for each suppressed record.
+* **AECS** (LeFevre et al. 2006): n / number of classes, the suppressed records counted as
+  one class (they share the all-``*`` tuple).
+* **loss** (Iyengar 2002's LM, called NCP by Xu et al. 2006): the mean over cells of
+  ``(max - min) / (column max - column min)`` of the original values a released numeric
+  value stands for, or ``(v - 1) / (V - 1)`` for a categorical one that stands for v of
+  the column's V values; ``*`` costs 1. In [0, 1].
+* **precision** (Sweeney 2002): ``1 - mean over cells of level / height``, suppressed
+  cells at full height; higher is better, 1 for the original table.
+* **information loss** of microaggregation (Domingo-Ferrer & Mateo-Sanz 2002):
+  ``IL = 100 * SSE / SST``.
+
+Risk (prosecutor model, El Emam 2008): a record in a class of size f is re-identified with
+probability 1/f; the table's highest risk is 1/min f, its average ``classes / n``, and the
+records at risk are the share with 1/f above a threshold.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from veil.anon.encoding import ClassTable, EncodedTable
+from veil.anon.hierarchy import value_keys
+from veil.errors import ConfigError, DataError
+
+__all__ = [
+    "OBJECTIVES", "RiskReport", "average_class_size", "class_ids", "class_sizes", "discernibility",
+    "generalization_loss", "information_loss", "nonuniform_entropy", "reidentification_risk",
+    "risk_from_sizes",
+]
+
+_LOG2 = math.log(2.0)
+SUPPRESSED = "*"
+
+
+def _truncate(value: float) -> float:
+    """Keep 10 decimals (ARX compares and reports information loss this way)."""
+    return math.floor(value * 1e10) / 1e10
+
+
+# -- class structure of a released table ----------------------------------------------
+def class_ids(table: pd.DataFrame, columns: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Class index of every row (rows with equal values in ``columns``) and class sizes."""
+    if len(table) == 0:
+        raise DataError("the table is empty; expected at least one record")
+    missing = [c for c in columns if c not in table.columns]
+    if missing:
+        raise DataError(f"column {missing[0]!r} is not in the table (columns: "
+                        f"{list(table.columns)})")
+    key = np.zeros(len(table), dtype=np.int64)
+    for c in columns:
+        codes, uniques = pd.factorize(table[c])
+        key = key * (len(uniques) + 1) + codes + 1
+        key = pd.factorize(key)[0].astype(np.int64)
+    ids, sizes = np.unique(key, return_inverse=True, return_counts=True)[1:]
+    return ids.ravel(), sizes
+
+
+def class_sizes(table: pd.DataFrame, quasi_identifiers: Sequence[str]) -> np.ndarray:
+    """Sizes of the equivalence classes of a table."""
+    return class_ids(table, list(quasi_identifiers))[1]
+
+
+def _suppressed_rows(table: pd.DataFrame, columns: Sequence[str]) -> np.ndarray:
+    return np.logical_and.reduce([table[c].astype(str).to_numpy() == SUPPRESSED
+                                  for c in columns])
+
+
+def discernibility(table: pd.DataFrame, quasi_identifiers: Sequence[str]) -> int:
+    """DM*: sum of squared class sizes; a suppressed record (all QIs ``*``) costs n."""
+    qis = list(quasi_identifiers)
+    ids, sizes = class_ids(table, qis)
+    suppressed = _suppressed_rows(table, qis)
+    kept = np.ones(sizes.size, dtype=bool)
+    kept[np.unique(ids[suppressed])] = False
+    return int(np.sum(sizes[kept].astype(np.int64) ** 2) + suppressed.sum() * len(table))
+
+
+def average_class_size(table: pd.DataFrame, quasi_identifiers: Sequence[str]) -> float:
+    """AECS: records per equivalence class."""
+    sizes = class_sizes(table, quasi_identifiers)
+    return float(sizes.sum() / sizes.size)
+
+
+@dataclass(frozen=True)
+class RiskReport:
+    """Prosecutor re-identification risk."""
+
+    highest: float
+    average: float
+    records_at_risk: float
+    threshold: float
+
+
+def risk_from_sizes(sizes: np.ndarray, threshold: float = 0.2) -> RiskReport:
+    """Prosecutor risk from class sizes (each record's risk is 1 / its class size)."""
+    if not 0 < threshold <= 1:
+        raise ConfigError(f"threshold={threshold!r} is not allowed: must be in (0, 1]")
+    sizes = np.asarray(sizes, dtype=np.float64)
+    n = sizes.sum()
+    at_risk = sizes[1.0 / sizes > threshold].sum()
+    return RiskReport(float(1.0 / sizes.min()), float(sizes.size / n), float(at_risk / n),
+                      float(threshold))
+
+
+def reidentification_risk(table: pd.DataFrame, quasi_identifiers: Sequence[str],
+                          threshold: float = 0.2) -> RiskReport:
+    """Prosecutor risk of a released table: highest, average and share above ``threshold``."""
+    return risk_from_sizes(class_sizes(table, quasi_identifiers), threshold)
+
+
+def _numeric(values) -> np.ndarray | None:
+    """The values as floats, or None when one of them is not a number."""
+    try:
+        x = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        return None
+    return x if np.all(np.isfinite(x)) else None
+
+
+def _pair_counts(original: pd.Series, released: pd.Series):
+    x, _ = pd.factorize(pd.Series(value_keys(original)))
+    g, g_labels = pd.factorize(released.astype(str))
+    return x, g, g_labels
+
+
+def nonuniform_entropy(original: pd.DataFrame, released: pd.DataFrame,
+                       quasi_identifiers: Sequence[str]) -> float:
+    """Non-uniform entropy (bits) of releasing ``released`` for ``original``, row-aligned.
+
+    ``sum_j sum_records -log2( n(x, g) / n(g) )`` with n(x, g) the records whose original
+    value is x and released value g: ARX's non-uniform entropy for a full-domain
+    generalization without suppression (then n(x, g) = a(x)), and its natural extension
+    (conditional entropy) to local recodings such as Mondrian's.
+    """
+    if len(original) != len(released):
+        raise DataError(f"original ({len(original)} rows) and released ({len(released)} "
+                        "rows) tables must be row-aligned")
+    total = 0.0
+    for col in quasi_identifiers:
+        x, g, _ = _pair_counts(original[col], released[col])
+        pair, pair_counts = np.unique(g.astype(np.int64) * (x.max() + 1) + x,
+                                      return_counts=True)
+        g_counts = np.bincount(g)
+        ratio = pair_counts / g_counts[pair // (x.max() + 1)]
+        total += _truncate(-float(np.sum(pair_counts * np.log(ratio))) / _LOG2)
+    return total
+
+
+def _coverage_loss(x_codes: np.ndarray, g_codes: np.ndarray, n_groups: int,
+                   numeric: np.ndarray | None) -> np.ndarray:
+    """Loss of each released value g: numeric range or distinct count it stands for."""
+    if numeric is not None:
+        span = numeric.max() - numeric.min()
+        if span == 0:
+            return np.zeros(n_groups)
+        lo = np.full(n_groups, np.inf)
+        hi = np.full(n_groups, -np.inf)
+        np.minimum.at(lo, g_codes, numeric)
+        np.maximum.at(hi, g_codes, numeric)
+        return (hi - lo) / span
+    domain = int(x_codes.max()) + 1
+    if domain == 1:
+        return np.zeros(n_groups)
+    pairs = np.unique(g_codes.astype(np.int64) * domain + x_codes)
+    distinct = np.bincount(pairs // domain, minlength=n_groups)
+    return (distinct - 1) / (domain - 1)
+
+
+def generalization_loss(original: pd.DataFrame, released: pd.DataFrame,
+                        quasi_identifiers: Sequence[str]) -> float:
+    """Iyengar's loss metric (NCP) of ``released`` against the row-aligned ``original``."""
+    qis = list(quasi_identifiers)
+    if len(original) != len(released):
+        raise DataError(f"original ({len(original)} rows) and released ({len(released)} "
+                        "rows) tables must be row-aligned")
+    total = 0.0
+    for col in qis:
+        x, g, labels = _pair_counts(original[col], released[col])
+        loss = _coverage_loss(x, g, len(labels), _numeric(original[col]))
+        loss[np.asarray(labels) == SUPPRESSED] = 1.0
+        total += loss[g].sum()
+    return float(total / (len(original) * len(qis)))
+
+
+def information_loss(values: np.ndarray, groups: np.ndarray) -> float:
+    """``100 * SSE / SST`` of replacing each row by its group's centroid."""
+    x = np.asarray(values, dtype=np.float64)
+    x = x.reshape(len(x), -1)
+    sst = float(((x - x.mean(axis=0)) ** 2).sum())
+    if sst == 0:
+        return 0.0
+    counts = np.bincount(groups)
+    means = np.stack([np.bincount(groups, weights=x[:, d]) / counts
+                      for d in range(x.shape[1])], axis=1)
+    sse = float(((x - means[groups]) ** 2).sum())
+    return 100.0 * sse / sst
+
+
+# -- objectives of the optimal search --------------------------------------------------
+class Objective:
+    """A utility metric for the lattice search over an encoded table (lower is better).
+
+    ``column_bounds[j][l]`` is attribute j's additive share at level l when nothing is
+    suppressed (None when the metric is not additive over attributes); then the sum over
+    attributes is the exact loss without suppression and a lower bound with it.
+    ``floor(k)`` bounds every transformation's loss otherwise. ``loss`` is the exact value
+    of a transformation given its classes and which of them are kept. Every objective is
+    monotone under generalization when nothing is suppressed.
+    """
+
+    name = ""
+    column_bounds: list[np.ndarray] | None = None
+
+    def __init__(self, enc: EncodedTable) -> None:
+        self.enc = enc
+
+    def floor(self, k: int) -> float:
+        return 0.0
+
+    def loss(self, levels: np.ndarray, table: ClassTable, kept: np.ndarray) -> float:
+        raise NotImplementedError
+
+
+class _Entropy(Objective):
+    name = "entropy"
+
+    def __init__(self, enc):
+        super().__init__(enc)
+        self._g = []
+        for col in enc.columns:
+            a = col.counts[0].astype(np.float64)
+            self._g.append([-float(np.sum(a * np.log(a / col.counts[level][col.lift(0, level)])))
+                            / _LOG2 for level in range(col.height + 1)])
+        self.column_bounds = [np.array([_truncate(v) for v in g]) for g in self._g]
+
+    def loss(self, levels, table, kept):
+        gone = ~kept
+        s = float(table.counts[gone].sum())
+        total = 0.0
+        for j, level in enumerate(levels):
+            value = self._g[j][level]
+            if s:
+                c = np.bincount(table.codes[gone, j], weights=table.counts[gone])
+                c = c[c > 0]
+                value -= float(np.sum(c * np.log(c / s))) / _LOG2
+            total += _truncate(value)
+        return total
+
+
+class _Precision(Objective):
+    """1 - Sweeney's precision (so that lower is better)."""
+
+    name = "precision"
+
+    def __init__(self, enc):
+        super().__init__(enc)
+        q = len(enc.columns)
+        self.column_bounds = [np.arange(h + 1) / max(h, 1) / q for h in enc.heights]
+
+    def loss(self, levels, table, kept):
+        s = table.counts[~kept].sum() / self.enc.n
+        share = np.asarray(levels) / np.maximum(self.enc.heights, 1)
+        return float(np.sum((1 - s) * share + s) / len(share))
+
+
+class _Loss(Objective):
+    name = "loss"
+
+    def __init__(self, enc):
+        super().__init__(enc)
+        self._lm: list[list[np.ndarray]] = []
+        self._base: list[np.ndarray] = []
+        for col in enc.columns:
+            # coverage is computed on the (few) original values, each present in the data
+            values = np.arange(col.sizes[0])
+            numeric = _numeric(col.labels[0])
+            per_level = [_coverage_loss(values, col.lift(0, level), int(col.sizes[level]),
+                                        numeric) for level in range(col.height + 1)]
+            self._lm.append(per_level)
+            self._base.append(np.array([counts @ lm for counts, lm in zip(col.counts,
+                                                                          per_level)]))
+        scale = enc.n * len(enc.columns)
+        self.column_bounds = [b / scale for b in self._base]
+
+    def loss(self, levels, table, kept):
+        gone = ~kept
+        total = 0.0
+        for j, level in enumerate(levels):
+            lm = self._lm[j][level]
+            total += self._base[j][level] + table.counts[gone] @ (1 - lm[table.codes[gone, j]])
+        return float(total / (self.enc.n * len(self.enc.columns)))
+
+
+class _Discernibility(Objective):
+    name = "discernibility"
+
+    def floor(self, k):
+        return float(self.enc.n * k)
+
+    def loss(self, levels, table, kept):
+        c = table.counts
+        return float(np.sum(c[kept] ** 2) + c[~kept].sum() * self.enc.n)
+
+
+class _AECS(Objective):
+    name = "aecs"
+
+    def floor(self, k):
+        return 1.0
+
+    def loss(self, levels, table, kept):
+        return self.enc.n / (int(kept.sum()) + (0 if kept.all() else 1))
+
+
+#: objective name -> class
+OBJECTIVES = {cls.name: cls for cls in (_Entropy, _Discernibility, _AECS, _Loss, _Precision)}

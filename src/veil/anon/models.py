@@ -1,0 +1,210 @@
+"""Privacy models, evaluated on equivalence classes.
+
+Every model answers, for a table of classes (sizes ``counts`` and sensitive histograms
+``hist``), which classes satisfy it. Records of failing classes can be suppressed within a
+suppression limit (ARX's semantics: the remaining classes must all satisfy every model).
+
+* k-anonymity (Samarati & Sweeney 1998): every class holds at least k records.
+* l-diversity (Machanavajjhala, Kifer, Gehrke & Venkitasubramaniam, TKDD 2007), on the
+  counts ``r_1 >= r_2 >= ... >= r_m`` of the sensitive values of a class:
+  distinct: at least l distinct values; entropy: ``-sum p_i log p_i >= log l``;
+  recursive (c, l): ``r_1 < c (r_l + r_{l+1} + ... + r_m)`` with r sorted in DEcreasing
+  order (pycanon sorts increasingly, which tests a different condition).
+* t-closeness (Li, Li & Venkatasubramanian 2007): the earth mover's distance between a
+  class's distribution and the whole table's is at most t (:mod:`veil.anon.emd`).
+
+Monotonicity (what the lattice search may infer): without suppression all these models are
+monotone under generalization (a union of classes that satisfy them satisfies them:
+counts add, distinct values unite, entropy is concave, recursive (c,l) is proved monotone
+by Machanavajjhala et al., and the EMD is convex in the distribution). With suppression
+only k-anonymity and distinct l-diversity remain monotone: a failing class merged with a
+passing one passes, so the suppressed records can only shrink.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from abc import ABC, abstractmethod
+
+import numpy as np
+
+from veil._validation import check_choice, check_int, check_positive
+from veil.anon.emd import HierarchyTree, equal_distance, hierarchical_distance, ordered_distance
+from veil.anon.encoding import SensitiveDomain
+from veil.anon.hierarchy import Hierarchy
+from veil.errors import ConfigError, DataError
+
+__all__ = ["PrivacyModel", "KAnonymity", "LDiversity", "TCloseness", "entropy_l",
+           "recursive_c", "distinct_l"]
+
+#: relative slack for floating-point comparisons of entropies and distances; a uniform
+#: class over l values has entropy exactly log l, which floating point may miss by ulps.
+_TOL = 1e-12
+
+
+class PrivacyModel(ABC):
+    """A privacy model: which equivalence classes satisfy it."""
+
+    needs_sensitive = False
+    monotone_with_suppression = False
+
+    @abstractmethod
+    def satisfied(self, counts: np.ndarray, hist: np.ndarray | None,
+                  domain: SensitiveDomain | None) -> np.ndarray:
+        """A boolean per class."""
+
+    def bind(self, domain: SensitiveDomain | None) -> None:  # noqa: B027 - optional hook
+        """Check the model against the sensitive attribute before any work starts."""
+
+
+class KAnonymity(PrivacyModel):
+    """Every equivalence class holds at least ``k`` records."""
+
+    monotone_with_suppression = True
+
+    def __init__(self, k: int) -> None:
+        self.k = check_int(k, "k", low=1)
+
+    def satisfied(self, counts, hist, domain):
+        return counts >= self.k
+
+    def __repr__(self) -> str:
+        return f"KAnonymity({self.k})"
+
+    def __str__(self) -> str:
+        return f"{self.k}-anonymity"
+
+
+def distinct_l(hist: np.ndarray) -> np.ndarray:
+    """Number of distinct sensitive values per class."""
+    return (hist > 0).sum(axis=1)
+
+
+def entropy_l(hist: np.ndarray) -> np.ndarray:
+    """``exp(H)`` per class, H the entropy (nats) of its sensitive values."""
+    total = hist.sum(axis=1, keepdims=True)
+    p = hist / np.maximum(total, 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        h = -np.where(p > 0, p * np.log(p), 0.0).sum(axis=1)
+    return np.exp(h)
+
+
+def recursive_c(hist: np.ndarray, l: int) -> np.ndarray:
+    """``r_1 / (r_l + ... + r_m)`` per class (r sorted decreasingly; inf below l values).
+
+    Recursive (c, l)-diversity holds for a class iff c is larger than this ratio.
+    """
+    r = -np.sort(-hist, axis=1)
+    tail = r[:, l - 1:].sum(axis=1) if l - 1 < r.shape[1] else np.zeros(r.shape[0])
+    with np.errstate(divide="ignore"):
+        return np.where(tail > 0, r[:, 0] / np.where(tail > 0, tail, 1), np.inf)
+
+
+class LDiversity(PrivacyModel):
+    """l-diversity of the sensitive attribute: ``variant`` distinct, entropy or recursive.
+
+    ``c`` is required by (and only by) the recursive variant.
+    """
+
+    needs_sensitive = True
+
+    def __init__(self, l: int, variant: str = "distinct", c: float | None = None) -> None:
+        self.l = check_int(l, "l", low=1)
+        self.variant = check_choice(variant, "variant", ("distinct", "entropy", "recursive"))
+        if variant == "recursive":
+            if c is None:
+                raise ConfigError("c=None is not allowed for recursive (c,l)-diversity: "
+                                  "pass c > 0")
+            self.c = check_positive(c, "c")
+        elif c is not None:
+            raise ConfigError(f"c={c!r} is not allowed for {variant} l-diversity: c belongs "
+                              "to variant='recursive'")
+        else:
+            self.c = None
+        self.monotone_with_suppression = variant == "distinct"
+
+    def satisfied(self, counts, hist, domain):
+        if self.variant == "distinct":
+            return distinct_l(hist) >= self.l
+        if self.variant == "entropy":
+            return entropy_l(hist) >= self.l * (1 - _TOL)
+        return recursive_c(hist, self.l) < self.c
+
+    def __repr__(self) -> str:
+        extra = f", c={self.c}" if self.c is not None else ""
+        return f"LDiversity({self.l}, variant={self.variant!r}{extra})"
+
+    def __str__(self) -> str:
+        if self.variant == "recursive":
+            return f"recursive ({self.c:g},{self.l})-diversity"
+        return f"{self.variant} {self.l}-diversity"
+
+
+class TCloseness(PrivacyModel):
+    """t-closeness with the earth mover's distance.
+
+    ``distance``: ``"equal"``, ``"ordered"`` (numeric sensitive attribute),
+    ``"hierarchical"`` (needs ``hierarchy``, the sensitive attribute's generalization
+    tree) or ``"auto"`` (hierarchical with a hierarchy, else ordered for numbers, else
+    equal).
+    """
+
+    needs_sensitive = True
+
+    def __init__(self, t: float, distance: str = "auto",
+                 hierarchy: Hierarchy | None = None) -> None:
+        if isinstance(t, bool) or not isinstance(t, numbers.Real) or not 0 <= t <= 1:
+            raise ConfigError(f"t={t!r} is not allowed: must be a number in [0, 1]")
+        self.t = float(t)
+        self.distance = check_choice(distance, "distance",
+                                     ("auto", "equal", "ordered", "hierarchical"))
+        if distance == "hierarchical" and hierarchy is None:
+            raise ConfigError("distance='hierarchical' needs hierarchy=<the sensitive "
+                              "attribute's Hierarchy>")
+        if hierarchy is not None and not isinstance(hierarchy, Hierarchy):
+            raise ConfigError(f"hierarchy={hierarchy!r} is not allowed: pass a Hierarchy")
+        self.hierarchy = hierarchy
+        self._tree: tuple[SensitiveDomain, HierarchyTree] | None = None
+
+    def resolved_distance(self, domain: SensitiveDomain) -> str:
+        if self.distance != "auto":
+            return self.distance
+        if self.hierarchy is not None:
+            return "hierarchical"
+        return "ordered" if domain.numeric else "equal"
+
+    def bind(self, domain: SensitiveDomain | None) -> None:
+        kind = self.resolved_distance(domain)
+        if kind == "ordered" and not domain.numeric:
+            raise DataError(f"the ordered EMD needs a numeric sensitive attribute; "
+                            f"{domain.name!r} is categorical: use distance='equal' or "
+                            "'hierarchical'")
+        if kind == "hierarchical":
+            self._tree = (domain, HierarchyTree(self.hierarchy, domain.labels))
+
+    def distances(self, hist: np.ndarray, domain: SensitiveDomain) -> np.ndarray:
+        """EMD of each class's distribution to the table's."""
+        P = hist / np.maximum(hist.sum(axis=1, keepdims=True), 1)
+        kind = self.resolved_distance(domain)
+        if kind == "equal":
+            return equal_distance(P, domain.q)
+        if kind == "ordered":
+            return ordered_distance(P, domain.q)
+        if self._tree is None or self._tree[0] is not domain:
+            self.bind(domain)
+        return hierarchical_distance(P, domain.q, self._tree[1])
+
+    def satisfied(self, counts, hist, domain):
+        return self.distances(hist, domain) <= self.t + _TOL
+
+    def __repr__(self) -> str:
+        return f"TCloseness({self.t}, distance={self.distance!r})"
+
+    def __str__(self) -> str:
+        return f"{self.t:g}-closeness ({self.distance} EMD)"
+
+
+def max_suppressed(limit: float, n: int) -> int:
+    """Records that a suppression limit (a share of the table) allows to suppress."""
+    return int(math.floor(limit * n + 1e-9))

@@ -1,0 +1,211 @@
+"""``veil anonymize``: anonymize a CSV file, or check what privacy a file achieves.
+
+    veil anonymize IN.csv --qi age=HIER.csv --qi sex=HIER.csv ... --sensitive occupation \\
+        --k 5 [--l 3] [--t 0.2] [--suppress 0.04] --algorithm optimal --out OUT.csv
+    veil anonymize check IN.csv --qi age --qi sex ... --sensitive occupation [--l 3]
+
+A ``--qi`` is ``COLUMN`` (no hierarchy), ``COLUMN=FILE.csv`` (an ARX hierarchy file),
+``COLUMN=intervals:5,10,20`` (nested intervals of those widths) or ``COLUMN=mask``
+(character masking, for codes such as ZIP). Separators are detected.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import click
+import pandas as pd
+import typer
+from typer.core import TyperGroup
+
+from veil.anon import (
+    ALGORITHMS,
+    Hierarchy,
+    KAnonymity,
+    LDiversity,
+    PrivacyModel,
+    TCloseness,
+    anonymize,
+    check,
+)
+from veil.anon.hierarchy import sniff_separator
+from veil.anon.metrics import OBJECTIVES
+from veil.cli._output import console, print_json, print_mapping
+from veil.errors import ConfigError, DataError
+
+
+class _DefaultGroup(TyperGroup):
+    """Runs ``run`` when the first argument is not a sub-command (``veil anonymize IN.csv``)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+app = typer.Typer(cls=_DefaultGroup, no_args_is_help=True,
+                  help="Anonymize a table (k-anonymity, l-diversity, t-closeness), or check "
+                       "one: `veil anonymize IN.csv ...`, `veil anonymize check IN.csv ...`.")
+
+QI_HELP = ("Quasi-identifier: COLUMN, COLUMN=HIERARCHY.csv, COLUMN=intervals:W1,W2,... or "
+           "COLUMN=mask.")
+
+
+def read_table(path: Path, sep: str | None) -> tuple[pd.DataFrame, str]:
+    """A CSV file as strings (empty cells missing) and its separator."""
+    try:
+        with open(path, encoding="utf-8-sig") as handle:
+            sample = handle.read(65536)
+        sep = sep or sniff_separator(sample, default=",")
+        table = pd.read_csv(path, sep=sep, dtype=str, keep_default_na=False, na_values=[""],
+                            encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError, pd.errors.ParserError,
+            pd.errors.EmptyDataError) as exc:
+        raise DataError(f"{str(path)!r} is not a readable CSV file: {exc}") from None
+    return table, sep
+
+
+def parse_qis(specs: list[str], table: pd.DataFrame) -> dict[str, Hierarchy | None]:
+    """``--qi`` options to {column: hierarchy or None}."""
+    qis: dict[str, Hierarchy | None] = {}
+    for spec in specs:
+        column, _, source = spec.partition("=")
+        if not column:
+            raise ConfigError(f"--qi {spec!r} is not allowed: expected COLUMN[=HIERARCHY]")
+        if column in qis:
+            raise ConfigError(f"--qi {column!r} is given twice")
+        if column not in table.columns:
+            raise DataError(f"--qi {column!r}: the table has no such column (columns: "
+                            f"{list(table.columns)})")
+        values = table[column].dropna()
+        if not source:
+            qis[column] = None
+        elif source == "mask":
+            qis[column] = Hierarchy.masking(values.unique(), name=column)
+        elif source.startswith("intervals:"):
+            try:
+                widths = [float(w) for w in source.split(":", 1)[1].split(",")]
+                numbers = pd.to_numeric(pd.Series(values.unique()))
+            except ValueError:
+                raise ConfigError(f"--qi {spec!r} is not allowed: intervals need numeric "
+                                  "widths and a numeric column") from None
+            qis[column] = Hierarchy.intervals(numbers, widths, name=column)
+        else:
+            qis[column] = Hierarchy.from_csv(source, name=column)
+    if not qis:
+        raise ConfigError("give at least one --qi")
+    return qis
+
+
+def _models(k: int | None, l: int | None, l_variant: str, c: float | None, t: float | None,
+            t_distance: str, sensitive_hierarchy: Hierarchy | None) -> list[PrivacyModel]:
+    models: list[PrivacyModel] = []
+    if k is not None:
+        models.append(KAnonymity(k))
+    if l is not None:
+        models.append(LDiversity(l, variant=l_variant, c=c))
+    if t is not None:
+        models.append(TCloseness(t, distance=t_distance, hierarchy=sensitive_hierarchy))
+    if not models:
+        raise ConfigError("give at least one privacy model: --k, --l or --t")
+    return models
+
+
+def _fmt(value: object) -> object:
+    return repr(value) if isinstance(value, float) else value
+
+
+Input = Annotated[Path, typer.Argument(help="The table (CSV; separator detected).")]
+Sensitive = Annotated[str | None, typer.Option("--sensitive", help="Sensitive column.")]
+TDistance = Annotated[str, typer.Option("--t-distance",
+                                        help="EMD: auto, equal, ordered or hierarchical.")]
+SensitiveHierarchy = Annotated[Path | None, typer.Option(
+    "--sensitive-hierarchy", help="Hierarchy of the sensitive column (hierarchical EMD).")]
+Sep = Annotated[str | None, typer.Option("--sep", help="Field separator (default: detect).")]
+Json = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+@app.command("run")
+def run(
+    input: Input,
+    qi: Annotated[list[str], typer.Option("--qi", help=QI_HELP)],
+    sensitive: Sensitive = None,
+    k: Annotated[int | None, typer.Option("--k", help="k-anonymity.")] = None,
+    l: Annotated[int | None, typer.Option("--l", help="l-diversity (sensitive column).")] = None,
+    l_variant: Annotated[str, typer.Option(
+        "--l-variant", help="distinct, entropy or recursive.")] = "distinct",
+    c: Annotated[float | None, typer.Option("--c", help="c of recursive (c,l).")] = None,
+    t: Annotated[float | None, typer.Option("--t", help="t-closeness (sensitive).")] = None,
+    t_distance: TDistance = "auto",
+    sensitive_hierarchy: SensitiveHierarchy = None,
+    suppress: Annotated[float, typer.Option(
+        "--suppress", help="Share of records that may be suppressed (optimal).")] = 0.0,
+    algorithm: Annotated[str, typer.Option(
+        "--algorithm", help=f"One of {', '.join(ALGORITHMS)}.")] = "optimal",
+    metric: Annotated[str, typer.Option(
+        "--metric", help=f"Objective of optimal: {', '.join(OBJECTIVES)}.")] = "entropy",
+    strict: Annotated[bool, typer.Option("--strict", help="Strict Mondrian cuts.")] = False,
+    out: Annotated[Path | None, typer.Option(
+        "--out", help="Write the released table here (anatomy: also OUT_sensitive.csv).")
+    ] = None,
+    sep: Sep = None,
+    json_: Json = False,
+) -> None:
+    """Anonymize IN.csv and print a summary (levels, classes, metrics)."""
+    table, sep = read_table(input, sep)
+    qis = parse_qis(qi, table)
+    sens_h = None if sensitive_hierarchy is None else Hierarchy.from_csv(sensitive_hierarchy)
+    models = _models(k, l, l_variant, c, t, t_distance, sens_h)
+    result = anonymize(table, qis, sensitive, models, algorithm=algorithm,
+                       suppression_limit=suppress, metric=metric, strict=strict)
+    if out is not None:
+        try:
+            result.table.to_csv(out, sep=sep, index=False)
+            if result.sensitive_table is not None:
+                st_path = out.with_name(out.stem + "_sensitive" + out.suffix)
+                result.sensitive_table.to_csv(st_path, sep=sep, index=False)
+        except OSError as exc:
+            raise DataError(f"cannot write {str(out)!r}: {exc}") from None
+    summary: dict[str, object] = {"algorithm": algorithm,
+                                  "models": ", ".join(map(str, models)),
+                                  "records": len(table)}
+    if result.levels is not None:
+        summary["levels"] = result.levels
+    summary.update(result.metrics)
+    if result.search:
+        summary.update({f"search_{key}": value for key, value in result.search.items()})
+    if json_:
+        print_json(summary)
+        return
+    rows = dict(summary)
+    if result.levels is not None:
+        rows["levels"] = ", ".join(f"{col}={lv}" for col, lv in result.levels.items())
+    print_mapping({key: _fmt(value) for key, value in rows.items()},
+                  title=f"veil anonymize ({algorithm})")
+    if out is not None:
+        console.print(f"released table written to {out}")
+
+
+@app.command("check")
+def check_cmd(
+    input: Input,
+    qi: Annotated[list[str], typer.Option("--qi", help="Quasi-identifier column.")],
+    sensitive: Sensitive = None,
+    l: Annotated[int | None, typer.Option("--l", help="l for the c of recursive (c,l).")] = None,
+    t_distance: TDistance = "auto",
+    sensitive_hierarchy: SensitiveHierarchy = None,
+    sep: Sep = None,
+    json_: Json = False,
+) -> None:
+    """Report the k, l (distinct, entropy), c and t that IN.csv achieves."""
+    table, _ = read_table(input, sep)
+    columns = list(parse_qis(qi, table))
+    sens_h = None if sensitive_hierarchy is None else Hierarchy.from_csv(sensitive_hierarchy)
+    report = check(table, columns, sensitive, l=l, distance=t_distance,
+                   sensitive_hierarchy=sens_h)
+    if json_:
+        print_json(report.as_dict())
+    else:
+        print_mapping({key: _fmt(value) for key, value in report.as_dict().items()},
+                      title="veil anonymize check")

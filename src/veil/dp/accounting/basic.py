@@ -1,0 +1,34 @@
+"""Basic (sequential) composition: epsilons and deltas add up.
+
+k events with guarantees (eps_i, delta_i) compose to ``(sum eps_i, sum delta_i)``-DP
+(Dwork, McSherry, Nissim & Smith 2006; Dwork & Lei 2009, and for adaptively chosen
+parameters with a stopping budget, Rogers, Roth, Ullman & Vadhan 2016). Each event's
+guarantee is its pure-DP epsilon, or, for a non-pure event, the epsilon certified at the
+delta of its own guarantee (the releasing mechanism's ``.delta``).
+"""
+
+from __future__ import annotations
+
+import math
+
+from dp_accounting import dp_event as de
+
+from veil.dp.accounting.base import Accountant
+
+__all__ = ["BasicAccountant"]
+
+
+class BasicAccountant(Accountant):
+    """Sum of per-event (epsilon, delta): simple, and loose for many events."""
+
+    name = "basic"
+    _needs_guarantees = True
+
+    def _compose(self, event: de.DpEvent) -> None:
+        pass  # the base class keeps the sums
+
+    def _epsilon(self, delta: float) -> float:
+        return math.inf  # the base class reports the basic bound
+
+    def _delta(self, epsilon: float) -> float:
+        return 1.0

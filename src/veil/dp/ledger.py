@@ -1,0 +1,573 @@
+"""The Ledger: every differentially private release in veil is charged here first.
+
+``Ledger(epsilon, delta, accountant="pld", path=None)`` holds a privacy budget and the
+history of what was spent. :meth:`Ledger.release` composes the history with the new
+mechanism's event (the accountant's math, :mod:`veil.dp.accounting`), checks that the
+composed epsilon at the ledger's delta stays within the budget, records the charge, and
+only then lets the mechanism draw its noise. A release that does not fit raises
+:class:`~veil.errors.BudgetExceededError` before any noise is drawn, with nothing
+recorded. :meth:`Ledger.charge` does the same for callers that draw their own noise
+(DP-SGD steps, federated rounds).
+
+The ledger is a *privacy filter*: it admits an event only if the composition of all
+admitted events, including it, fits the budget. For basic, advanced and RDP composition
+this is a valid guarantee even when later events are chosen from earlier outputs
+(Rogers, Roth, Ullman & Vadhan 2016; Whitehouse, Ramdas, Rogers & Wu 2023; Feldman &
+Zrnic 2021). The PLD bound is the tight bound of the realised sequence of mechanisms.
+
+Persistence (``path=``): a SQLite file in WAL mode with ``synchronous=FULL``. Each charge
+is one transaction (``BEGIN IMMEDIATE``: other threads and processes wait), committed
+before the value is returned, so a crash or ``kill -9`` never loses a charge whose value
+left the process. Before each charge the ledger reads charges that other processes
+committed, so several processes can share one file. Reopening continues from the
+recorded spend; the budget stored in the file wins over a different one passed to the
+constructor (logged as a warning). A file that is not a ledger, is corrupt, or was written
+by a newer format is a :class:`~veil.errors.DataError` and is never replaced.
+
+Hierarchies: :meth:`Ledger.child` gives a sub-ledger with its own budget that draws from
+its parent: a charge must fit the child *and* every ancestor, and is recorded once, so a
+child can never spend more than its parent allows (e.g. per-sensitivity-level budgets,
+:mod:`veil.dp.budget`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from dp_accounting import dp_event as de
+
+from veil._validation import check_delta, check_epsilon
+from veil.dp.accounting import CERTIFIED, describe, make_accountant
+from veil.dp.accounting.base import Accountant
+from veil.dp.accounting.events import check_event
+from veil.dp.accounting.serialize import event_from_json, event_to_json
+from veil.dp.mechanism import Mechanism
+from veil.errors import BudgetExceededError, ConfigError, DataError
+from veil.random import check_rng
+
+__all__ = ["Ledger", "Charge", "FORMAT_VERSION"]
+
+logger = logging.getLogger(__name__)
+
+#: version of the SQLite layout written by this veil
+FORMAT_VERSION = 1
+#: relative slack on the budget check, for floating-point round-off (1/3 + 1/3 + 1/3, a
+#: sigma found by a root finder): immaterial for privacy, and never more than this
+_RTOL = 1e-9
+_KINDS = ("release", "charge")
+
+_SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE budgets (scope TEXT PRIMARY KEY, epsilon REAL NOT NULL, delta REAL NOT NULL);
+CREATE TABLE charges (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    time REAL NOT NULL,
+    scope TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    label TEXT,
+    event TEXT NOT NULL,
+    event_delta REAL,
+    epsilon REAL NOT NULL
+);
+"""
+
+
+@dataclass(frozen=True)
+class Charge:
+    """One recorded charge.
+
+    ``delta`` is the delta of the event's own guarantee (a mechanism's ``.delta``, None if
+    not given); ``epsilon`` the root ledger's spend at its delta after this charge.
+    """
+
+    index: int
+    time: float
+    scope: str
+    kind: str
+    label: str | None
+    event: de.DpEvent
+    delta: float | None
+    epsilon: float
+
+
+class _Store:
+    """The SQLite file behind a persisted ledger (all calls under the book's lock)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        if os.path.isdir(path):
+            raise DataError(f"path={path!r} is a directory; expected a ledger file")
+        try:
+            self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
+                                        timeout=30.0)
+            self._check_sqlite()
+        except sqlite3.DatabaseError as exc:
+            raise DataError(f"{path} is not a usable veil ledger (corrupt or not an SQLite "
+                            f"file: {exc}); it was left untouched") from None
+
+    def _check_sqlite(self) -> None:
+        status = self.conn.execute("PRAGMA quick_check").fetchone()[0]
+        if status != "ok":
+            raise sqlite3.DatabaseError(f"integrity check failed: {status}")
+        mode = self.conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        if mode.lower() != "wal":
+            logger.warning("%s: SQLite refused WAL mode (%s); charges are still committed "
+                           "before each release", self.path, mode)
+        self.conn.execute("PRAGMA synchronous=FULL")
+
+    def tables(self) -> set[str]:
+        rows = self.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
+        return {r[0] for r in rows} - {"sqlite_sequence"}
+
+    def create(self, accountant: str, epsilon: float, delta: float) -> None:
+        with self.transaction():
+            if self.tables():  # another process created it meanwhile
+                return
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    self.conn.execute(statement)
+            self.conn.executemany("INSERT INTO meta VALUES (?, ?)", [
+                ("format_version", str(FORMAT_VERSION)), ("accountant", accountant),
+                ("created", repr(time.time()))])
+            self.conn.execute("INSERT INTO budgets VALUES ('', ?, ?)", (epsilon, delta))
+
+    def transaction(self) -> _Transaction:
+        return _Transaction(self.conn)
+
+    def meta(self) -> dict[str, str]:
+        if not {"meta", "budgets", "charges"} <= self.tables():
+            raise DataError(f"{self.path} is not a veil ledger: it lacks the ledger tables "
+                            f"(found {sorted(self.tables())}); it was left untouched")
+        try:
+            return {k: v for k, v in self.conn.execute("SELECT key, value FROM meta")}
+        except sqlite3.DatabaseError as exc:
+            raise DataError(f"{self.path}: unreadable ledger metadata ({exc})") from None
+
+    def budgets(self) -> dict[str, tuple[float, float]]:
+        rows = self.conn.execute("SELECT scope, epsilon, delta FROM budgets").fetchall()
+        out = {}
+        for scope, eps, delta in rows:
+            try:
+                out[str(scope)] = (check_epsilon(eps, f"budget[{scope!r}].epsilon"),
+                                   check_delta(delta, f"budget[{scope!r}].delta"))
+            except ConfigError as exc:
+                raise DataError(f"{self.path}: corrupt budget record: {exc}") from None
+        return out
+
+    def charges_after(self, last_id: int) -> list[tuple]:
+        return self.conn.execute(
+            "SELECT id, time, scope, kind, label, event, event_delta, epsilon FROM charges "
+            "WHERE id > ? ORDER BY id", (last_id,)).fetchall()
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class _Transaction:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` on error)."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.conn.execute("BEGIN IMMEDIATE")
+        return self.conn
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            self.conn.execute("COMMIT")
+        else:
+            self.conn.execute("ROLLBACK")
+
+
+def _parse_row(row: tuple, path: str) -> Charge:
+    """A stored charge, validated (DataError names the row)."""
+    cid, t, scope, kind, label, event_json, event_delta, eps = row
+    where = f"{path}: charge #{cid}"
+    if kind not in _KINDS or not isinstance(scope, str) or not (
+            label is None or isinstance(label, str)):
+        raise DataError(f"{where} is corrupt (kind={kind!r}, scope={scope!r})")
+    if not isinstance(t, float) or not isinstance(eps, float) or not (
+            event_delta is None or (isinstance(event_delta, float) and 0 <= event_delta < 1)):
+        raise DataError(f"{where} is corrupt (time={t!r}, epsilon={eps!r}, "
+                        f"event_delta={event_delta!r})")
+    try:
+        event = event_from_json(event_json)
+    except DataError as exc:
+        raise DataError(f"{where}: {exc}") from None
+    return Charge(cid, t, scope, kind, label, event, event_delta, eps)
+
+
+class _Book:
+    """What all ledgers of one hierarchy share: lock, nodes, rows, and the store."""
+
+    def __init__(self, accountant: str, store: _Store | None) -> None:
+        self.lock = threading.RLock()
+        self.accountant = accountant
+        self.store = store
+        self.nodes: dict[str, Ledger] = {}
+        self.charges: list[Charge] = []
+        self.last_id = 0
+        self.closed = False
+
+    def sync(self) -> None:
+        """Apply charges committed by other processes (call under the lock)."""
+        if self.store is None or self.closed:
+            return
+        for row in self.store.charges_after(self.last_id):
+            charge = _parse_row(row, self.store.path)
+            for node in self.nodes.values():
+                if _covers(node._scope, charge.scope):
+                    node._accountant.compose(charge.event, delta=charge.delta)
+            self.charges.append(charge)
+            self.last_id = charge.index
+
+    def add_node(self, scope: str, epsilon: float, delta: float) -> Ledger:
+        """A new ledger at ``scope`` that has paid for the charges recorded under it."""
+        node = Ledger.__new__(Ledger)
+        node._attach(self, scope, epsilon, delta)
+        for charge in self.charges:
+            if _covers(scope, charge.scope):
+                node._accountant.compose(charge.event, delta=charge.delta)
+        return node
+
+
+def _covers(scope: str, charged: str) -> bool:
+    """Whether a ledger at ``scope`` pays for a charge made at ``charged``."""
+    return scope == "" or charged == scope or charged.startswith(scope + "/")
+
+
+class Ledger:
+    """A privacy budget that every release is charged against (see the module docstring).
+
+    Parameters
+    ----------
+    epsilon, delta:
+        The budget: the composition of everything charged must be (epsilon, delta)-DP.
+    accountant:
+        "pld" (tight, default), "rdp", "basic" or "advanced" composition.
+    path:
+        A SQLite file to persist to (created if absent); None keeps the ledger in memory.
+    """
+
+    def __init__(self, epsilon: float, delta: float = 0.0, accountant: str = "pld",
+                 path: str | os.PathLike | None = None) -> None:
+        epsilon = check_epsilon(epsilon)
+        delta = check_delta(delta)
+        make_accountant(accountant)  # validates the name (certified accountants only)
+        if path is None:
+            self._attach(_Book(accountant, None), "", epsilon, delta)
+            return
+        path = os.fspath(path)
+        folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(folder):
+            raise ConfigError(f"path={path!r} is not allowed: the folder {folder} does not exist")
+        store = _Store(path)
+        try:
+            if not store.tables():
+                store.create(accountant, epsilon, delta)
+        except sqlite3.DatabaseError as exc:
+            store.close()
+            raise DataError(f"{store.path} is not a usable veil ledger ({exc}); it was left "
+                            "untouched") from None
+        self._open(store, (epsilon, delta, accountant))
+
+    @classmethod
+    def open(cls, path: str | os.PathLike) -> Ledger:
+        """Reopen an existing ledger file with the budget stored in it."""
+        path = os.fspath(path)
+        if not os.path.isfile(path):
+            raise DataError(f"path={path!r} is not an existing ledger file")
+        ledger = cls.__new__(cls)
+        ledger._open(_Store(path), None)
+        return ledger
+
+    def _open(self, store: _Store, given: tuple[float, float, str] | None) -> None:
+        try:
+            meta = store.meta()
+            version = meta.get("format_version", "")
+            if not version.isdigit():
+                raise DataError(f"{store.path}: corrupt format version {version!r}")
+            if int(version) > FORMAT_VERSION:
+                raise DataError(f"{store.path} was written by a newer veil (ledger format "
+                                f"{version}, this veil reads up to {FORMAT_VERSION}); upgrade "
+                                "veil to open it")
+            accountant = meta.get("accountant")
+            if accountant not in CERTIFIED:
+                raise DataError(f"{store.path}: corrupt accountant name {accountant!r}")
+            budgets = store.budgets()
+            if "" not in budgets:
+                raise DataError(f"{store.path}: the root budget record is missing")
+            epsilon, delta = budgets[""]
+            if given is not None and given != (epsilon, delta, accountant):
+                logger.warning(
+                    "%s already holds a ledger with budget epsilon=%g, delta=%g, "
+                    "accountant=%r; the stored budget wins over the one passed "
+                    "(epsilon=%g, delta=%g, accountant=%r)", store.path, epsilon, delta,
+                    accountant, *given)
+            book = _Book(accountant, store)
+            self._attach(book, "", epsilon, delta)
+            book.sync()
+            for scope in sorted(budgets, key=lambda s: s.count("/")):
+                parent = scope.rpartition("/")[0]
+                if scope and parent not in book.nodes:
+                    raise DataError(f"{store.path}: child ledger {scope!r} has no parent")
+                if scope:
+                    book.add_node(scope, *budgets[scope])
+            orphans = {c.scope for c in book.charges} - set(book.nodes)
+            if orphans:
+                raise DataError(f"{store.path}: charges recorded for unknown ledgers "
+                                f"{sorted(orphans)}")
+        except (DataError, sqlite3.DatabaseError) as exc:
+            store.close()
+            if isinstance(exc, DataError):
+                raise
+            raise DataError(f"{store.path} is not a usable veil ledger ({exc}); it was left "
+                            "untouched") from None
+
+    def _attach(self, book: _Book, scope: str, epsilon: float, delta: float) -> None:
+        self._book = book
+        self._scope = scope
+        self._epsilon = epsilon
+        self._delta = delta
+        self._accountant: Accountant = make_accountant(book.accountant)
+        book.nodes[scope] = self
+
+    # -- the budget ----------------------------------------------------------------
+    @property
+    def epsilon(self) -> float:
+        """The epsilon budget."""
+        return self._epsilon
+
+    @property
+    def delta(self) -> float:
+        """The delta budget (epsilon is measured at this delta)."""
+        return self._delta
+
+    @property
+    def accountant(self) -> str:
+        """The accountant's name."""
+        return self._book.accountant
+
+    @property
+    def path(self) -> str | None:
+        """The SQLite file, or None for an in-memory ledger."""
+        return None if self._book.store is None else self._book.store.path
+
+    @property
+    def name(self) -> str:
+        """'' for a root ledger, 'parent/child' for a child."""
+        return self._scope
+
+    def __repr__(self) -> str:
+        where = f", path={self.path!r}" if self.path else ""
+        name = f"name={self._scope!r}, " if self._scope else ""
+        return (f"Ledger({name}epsilon={self._epsilon:g}, delta={self._delta:g}, "
+                f"accountant={self.accountant!r}{where})")
+
+    # -- charging ------------------------------------------------------------------
+    def release(self, mechanism: Mechanism, value: Any, *, label: str | None = None,
+                rng: Any = None) -> Any:
+        """Charge ``mechanism.event``, then return ``mechanism._randomize(value, rng)``.
+
+        Raises BudgetExceededError (before any noise is drawn, nothing recorded) if the
+        composition would exceed the budget of this ledger or of any ancestor.
+        """
+        if not isinstance(mechanism, Mechanism):
+            raise ConfigError(f"mechanism={mechanism!r} is not allowed: expected a "
+                              "veil.dp.mechanism.Mechanism")
+        generator = check_rng(rng)
+        mechanism.check(value)  # bad data is refused before anything is charged
+        mech_delta = getattr(mechanism, "delta", None)
+        self._charge(mechanism.event, label, mech_delta or None, "release")
+        return mechanism._randomize(value, generator)
+
+    def charge(self, event: de.DpEvent, *, label: str | None = None,
+               delta: float | None = None) -> Charge:
+        """Record ``event`` for noise drawn by the caller (after this returns).
+
+        ``delta``: the delta of the event's own (epsilon, delta) guarantee, needed by the
+        basic and advanced accountants for non-pure events. Raises BudgetExceededError if
+        the event does not fit (nothing recorded).
+        """
+        return self._charge(event, label, delta, "charge")
+
+    def _charge(self, event: de.DpEvent, label: str | None, delta: float | None,
+                kind: str) -> Charge:
+        check_event(event)
+        if label is not None and not isinstance(label, str):
+            raise ConfigError(f"label={label!r} is not allowed: expected a string or None")
+        if delta is not None:
+            delta = check_delta(delta, "delta")
+        stored_event = event_to_json(event)
+        book = self._book
+        with book.lock:
+            if book.closed:
+                raise ConfigError(f"the ledger {book.store.path} is closed: reopen it to charge")
+            now = time.time()
+            if book.store is None:
+                trials = self._trials(event, delta, kind)
+                index = book.last_id + 1
+            else:
+                with book.store.transaction() as conn:  # commits at the end of the block
+                    book.sync()
+                    trials = self._trials(event, delta, kind)  # may raise: rolled back
+                    index = int(conn.execute(
+                        "INSERT INTO charges (time, scope, kind, label, event, event_delta, "
+                        "epsilon) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (now, self._scope, kind, label, stored_event, delta,
+                         trials[0][2])).lastrowid)
+            # recorded (and committed): only now does the in-memory state move
+            charge = Charge(index, now, self._scope, kind, label, event, delta, trials[0][2])
+            book.charges.append(charge)
+            book.last_id = index
+            for node, trial, _ in trials:
+                node._accountant = trial
+            return charge
+
+    def _chain(self) -> list[Ledger]:
+        """This ledger and its ancestors, root first."""
+        parts = self._scope.split("/") if self._scope else []
+        return [self._book.nodes["/".join(parts[:i])] for i in range(len(parts) + 1)]
+
+    def _trials(self, event: de.DpEvent, delta: float | None,
+                kind: str | None) -> list[tuple[Ledger, Accountant, float]]:
+        """(ledger, accountant with ``event`` added, its spend) for this ledger and every
+        ancestor, root first; BudgetExceededError (``kind`` given) or [] if one overflows."""
+        trials = []
+        for node in self._chain():
+            trial = node._accountant.copy()
+            trial.compose(event, delta=delta)
+            spent = trial.get_epsilon(node._delta)
+            if not spent <= node._epsilon * (1.0 + _RTOL):
+                if kind is None:
+                    return []
+                who = f"ledger {node._scope!r}" if node._scope else "the ledger"
+                raise BudgetExceededError(
+                    f"{kind} of {describe(event)} would bring {who} to epsilon={spent:.6g} "
+                    f"at delta={node._delta:g}, over its budget epsilon={node._epsilon:g}; "
+                    "nothing was charged and no noise was drawn")
+            trials.append((node, trial, spent))
+        return trials
+
+    # -- reading -------------------------------------------------------------------
+    def _fresh(self) -> Accountant:
+        with self._book.lock:
+            self._book.sync()
+            return self._accountant
+
+    def spent(self, delta: float | None = None) -> tuple[float, float]:
+        """(epsilon, delta) spent so far: the certified epsilon at ``delta`` (default: the
+        ledger's delta)."""
+        delta = self._delta if delta is None else check_delta(delta)
+        return self._fresh().get_epsilon(delta), delta
+
+    def remaining(self) -> tuple[float, float]:
+        """(epsilon left, delta): the budget minus the spend at the ledger's delta, for this
+        ledger and every ancestor (the smallest). Composition is not additive: whether a
+        given event fits is answered by :meth:`fits`."""
+        with self._book.lock:
+            self._book.sync()
+            left = min(node._epsilon - node._accountant.get_epsilon(node._delta)
+                       for node in self._chain())
+        return max(0.0, left), self._delta
+
+    def would_spend(self, event: de.DpEvent, *, delta: float | None = None) -> float:
+        """This ledger's epsilon (at its delta) if ``event`` were charged now."""
+        check_event(event)
+        trial = self._fresh().copy()
+        trial.compose(event, delta=delta)
+        return trial.get_epsilon(self._delta)
+
+    def fits(self, event: de.DpEvent, *, delta: float | None = None) -> bool:
+        """Whether ``event`` could be charged now (this ledger and all ancestors)."""
+        check_event(event)
+        with self._book.lock:
+            self._book.sync()
+            return bool(self._trials(event, delta, None))
+
+    def history(self) -> tuple[Charge, ...]:
+        """The charges this ledger paid for (its own and its children's), oldest first."""
+        with self._book.lock:
+            self._book.sync()
+            return tuple(c for c in self._book.charges if _covers(self._scope, c.scope))
+
+    # -- hierarchy -----------------------------------------------------------------
+    def child(self, name: str, epsilon: float, delta: float | None = None) -> Ledger:
+        """A sub-ledger with budget (epsilon, delta) that draws from this one.
+
+        Its charges must fit its own budget and every ancestor's. The child's budget may
+        not exceed this ledger's. Asking again for the same name returns the same child
+        (from a file: the stored budget wins, with a warning if it differs).
+        """
+        if not isinstance(name, str) or not name or "/" in name:
+            raise ConfigError(f"name={name!r} is not allowed: expected a non-empty string "
+                              "without '/'")
+        epsilon = check_epsilon(epsilon)
+        delta = self._delta if delta is None else check_delta(delta)
+        if epsilon > self._epsilon or delta > self._delta:
+            raise ConfigError(f"child budget (epsilon={epsilon:g}, delta={delta:g}) is not "
+                              f"allowed: it exceeds its parent's (epsilon={self._epsilon:g}, "
+                              f"delta={self._delta:g})")
+        scope = f"{self._scope}/{name}" if self._scope else name
+        book = self._book
+        with book.lock:
+            existing = book.nodes.get(scope)
+            if existing is not None:
+                self._warn_if_different(existing, epsilon, delta)
+                return existing
+            if book.closed:
+                raise ConfigError(f"the ledger {book.store.path} is closed: reopen it")
+            if book.store is not None:
+                with book.store.transaction() as conn:
+                    stored = conn.execute("SELECT epsilon, delta FROM budgets WHERE scope = ?",
+                                          (scope,)).fetchone()
+                    if stored is None:
+                        conn.execute("INSERT INTO budgets VALUES (?, ?, ?)",
+                                     (scope, epsilon, delta))
+                if stored is not None:
+                    given = (epsilon, delta)
+                    epsilon, delta = (check_epsilon(stored[0]), check_delta(stored[1]))
+                    if given != (epsilon, delta):
+                        logger.warning("%s: child ledger %r already has budget epsilon=%g, "
+                                       "delta=%g; the stored budget wins over the one passed "
+                                       "(epsilon=%g, delta=%g)", book.store.path, scope,
+                                       epsilon, delta, *given)
+            book.sync()
+            return book.add_node(scope, epsilon, delta)
+
+    @staticmethod
+    def _warn_if_different(node: Ledger, epsilon: float, delta: float) -> None:
+        if (node._epsilon, node._delta) != (epsilon, delta):
+            logger.warning("child ledger %r already has budget epsilon=%g, delta=%g; keeping "
+                           "it over the one passed (epsilon=%g, delta=%g)", node._scope,
+                           node._epsilon, node._delta, epsilon, delta)
+
+    def children(self) -> dict[str, Ledger]:
+        """The direct children (created here or stored in the ledger's file), by name."""
+        prefix = f"{self._scope}/" if self._scope else ""
+        return {s[len(prefix):]: n for s, n in self._book.nodes.items()
+                if s.startswith(prefix) and s != self._scope and "/" not in s[len(prefix):]}
+
+    # -- lifetime ------------------------------------------------------------------
+    def close(self) -> None:
+        """Close the file of a persisted ledger (and its children): reading still works,
+        charging raises ConfigError."""
+        with self._book.lock:
+            if self._book.store is not None and not self._book.closed:
+                self._book.sync()
+                self._book.store.close()
+                self._book.closed = True
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
