@@ -12,7 +12,7 @@ import sys
 import typer
 
 import veil
-from veil.cli import anon, budget, datasets, demo, dp
+from veil.cli import anon, budget, datasets, demo, dp, fl
 from veil.cli._output import err_console
 from veil.errors import VeilError
 
@@ -22,6 +22,7 @@ app = typer.Typer(name="veil", no_args_is_help=True, add_completion=False,
 app.add_typer(datasets.app, name="datasets")
 app.add_typer(budget.app, name="budget")
 app.add_typer(anon.app, name="anonymize")
+app.add_typer(fl.app, name="fl")
 app.add_typer(dp.app, name="dp")
 app.command("demo")(demo.demo)
 

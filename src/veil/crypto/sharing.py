@@ -1,0 +1,314 @@
+"""Secret sharing: additive over the ring Z_2^64 and Shamir t-of-n over GF(2^61 - 1).
+
+Additive sharing (the arithmetic of :mod:`veil.mpc`)
+----------------------------------------------------
+A secret ``s`` in Z_2^64 is split among ``n`` parties as ``s = s_1 + ... + s_n (mod 2^64)``:
+``s_1 .. s_{n-1}`` are uniform 64-bit words and ``s_n = s - sum(s_1 .. s_{n-1})``. Any
+``n - 1`` shares are uniform and independent of ``s`` (perfect privacy); all ``n`` are needed.
+numpy's ``uint64`` arithmetic wraps modulo 2^64, so sharing and reconstruction are plain
+vectorised additions. Signed integers are read in two's complement.
+
+Shamir sharing (Shamir, "How to share a secret", CACM 1979)
+-----------------------------------------------------------
+For a threshold ``t`` the dealer draws a polynomial ``f(X) = s + a_1 X + ... + a_{t-1} X^{t-1}``
+with uniform coefficients in GF(p) and gives party ``i`` the point ``(i, f(i))``. Any ``t``
+points determine ``f`` and ``s = f(0) = sum_j lambda_j f(x_j)`` with the Lagrange coefficients
+``lambda_j = prod_{m != j} x_m / (x_m - x_j)``; any ``t - 1`` points are uniform and independent
+of ``s``. With more than ``t`` points the extra ones must lie on the polynomial through the
+first ``t``; :func:`shamir_reconstruct` checks that and raises :class:`CryptoError` when a share
+disagrees (a corrupted share, or shares of different secrets). With exactly ``t`` shares no
+check is possible (any ``t`` points fit some polynomial), so every dealing also carries a
+random 16-byte tag that reconstruction compares: mixing shares of different dealings by
+mistake is caught even then (a forger can copy a tag: the tag is no authentication).
+
+The field is GF(p) with the Mersenne prime ``p = 2^61 - 1``: elements fit in ``uint64`` and
+``2^61 = 1 (mod p)`` makes the reduction a shift and an add, so the 122-bit products are
+computed exactly with 32-bit limbs in numpy, with no 128-bit integers (:func:`_mul`).
+Byte strings are cut into 7-byte limbs (56 bits < 61), each shared as a field element
+(:func:`split_bytes` / :func:`combine_bytes`); a 32-byte seed or X25519 key is 5 limbs.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from veil._validation import check_int
+from veil.errors import CryptoError, DataError
+from veil.random import check_rng
+
+__all__ = [
+    "PRIME",
+    "additive_share",
+    "additive_reconstruct",
+    "ShamirShare",
+    "shamir_share",
+    "shamir_reconstruct",
+    "split_bytes",
+    "combine_bytes",
+]
+
+PRIME = 2**61 - 1
+_P = np.uint64(PRIME)
+_M29 = np.uint64((1 << 29) - 1)
+_M32 = np.uint64((1 << 32) - 1)
+_LIMB_BYTES = 7
+_TAG_BYTES = 16
+_MAGIC = b"VSS1"
+_HEADER = struct.Struct("<4sIIB16sQB")  # magic, x, threshold, kind, tag, length, ndim
+
+
+# --- additive sharing over Z_2^64 ---------------------------------------------------------
+def _as_ring(secret: Any, name: str = "secret") -> np.ndarray:
+    arr = np.asarray(secret)
+    if arr.dtype == np.uint64:
+        return arr
+    if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
+        raise DataError(f"{name} has dtype {arr.dtype}; expected integers (ring elements of "
+                        "Z_2^64); encode real numbers first (veil.mpc.fixedpoint.encode)")
+    if np.issubdtype(arr.dtype, np.signedinteger):
+        return arr.astype(np.int64).view(np.uint64)
+    return arr.astype(np.uint64)
+
+
+def additive_share(secret: Any, parties: int, *, rng=None) -> list[np.ndarray]:
+    """Split integers (read modulo 2^64) into ``parties`` additive shares (uint64 arrays)."""
+    parties = check_int(parties, "parties", low=2)
+    s = _as_ring(secret)
+    rng = check_rng(rng)
+    shares = [np.asarray(rng.random_raw(s.shape), dtype=np.uint64) for _ in range(parties - 1)]
+    last = s.copy()
+    for r in shares:
+        last -= r
+    shares.append(last)
+    return shares
+
+
+def additive_reconstruct(shares: Sequence[Any], *, signed: bool = False) -> np.ndarray:
+    """The sum of the shares modulo 2^64 (``signed=True``: read as int64)."""
+    if len(shares) < 2:
+        raise CryptoError(f"got {len(shares)} additive share(s); all shares (at least 2) "
+                          "are needed to reconstruct")
+    arrays = [_as_ring(s, f"shares[{i}]") for i, s in enumerate(shares)]
+    shape = arrays[0].shape
+    for i, a in enumerate(arrays):
+        if a.shape != shape:
+            raise DataError(f"shares[{i}] has shape {a.shape}, shares[0] has {shape}; "
+                            "shares of one secret have one shape")
+    total = arrays[0].copy()
+    for a in arrays[1:]:
+        total += a
+    return total.view(np.int64) if signed else total
+
+
+# --- arithmetic in GF(2^61 - 1) ------------------------------------------------------------
+def _reduce(s: np.ndarray) -> np.ndarray:
+    """s mod p for 0 <= s < 2^63 (2^61 = 1 mod p)."""
+    s = (s & _P) + (s >> np.uint64(61))
+    return _sub_p(s)
+
+
+def _sub_p(s: np.ndarray) -> np.ndarray:
+    """s mod p for 0 <= s < 2p (without wrapping below zero)."""
+    return np.asarray(s - np.where(s >= _P, _P, np.uint64(0)), dtype=np.uint64)
+
+
+def _mul(a: np.ndarray, b: Any) -> np.ndarray:
+    """a * b mod p for field elements, exactly, with 32-bit limbs.
+
+    With ``a = a1 2^32 + a0`` (a1 < 2^29) and ``b`` alike,
+    ``ab = a1 b1 2^64 + (a1 b0 + a0 b1) 2^32 + a0 b0`` and, modulo p, ``2^64 = 8`` and
+    ``m 2^32 = (m >> 29) + (m mod 2^29) 2^32``; every partial term is below 2^62.
+    """
+    a = np.asarray(a, dtype=np.uint64)
+    b = np.asarray(b, dtype=np.uint64)
+    a1, a0 = a >> np.uint64(32), a & _M32
+    b1, b0 = b >> np.uint64(32), b & _M32
+    low = a0 * b0
+    mid = a1 * b0 + a0 * b1
+    s = ((a1 * b1) << np.uint64(3)) + (mid >> np.uint64(29)) + ((mid & _M29) << np.uint64(32))
+    s = s + (low & _P) + (low >> np.uint64(61))
+    return _reduce(s)
+
+
+def _add(a: np.ndarray, b: Any) -> np.ndarray:
+    return _sub_p(np.asarray(a, dtype=np.uint64) + np.asarray(b, dtype=np.uint64))
+
+
+def _interpolate(xs: Sequence[int], ys: Sequence[np.ndarray], at: int) -> np.ndarray:
+    """f(at) for the polynomial of degree < len(xs) through the points (xs, ys)."""
+    total = np.zeros_like(ys[0])
+    for j, xj in enumerate(xs):
+        num, den = 1, 1
+        for m, xm in enumerate(xs):
+            if m != j:
+                num = num * (at - xm) % PRIME
+                den = den * (xj - xm) % PRIME
+        total = _add(total, _mul(ys[j], num * pow(den, -1, PRIME) % PRIME))
+    return total
+
+
+# --- Shamir shares -------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False)
+class ShamirShare:
+    """One party's Shamir share: the point ``(x, f(x))`` for every secret element.
+
+    ``values`` holds field elements (uint64 < 2^61 - 1) with the secret's shape; ``length``
+    is the secret's size in bytes for shares made by :func:`split_bytes` (None otherwise);
+    ``tag`` identifies the dealing.
+    """
+
+    x: int
+    threshold: int
+    values: np.ndarray
+    tag: bytes
+    length: int | None = None
+
+    def to_bytes(self) -> bytes:
+        """A self-describing little-endian encoding (for messages; see :meth:`from_bytes`)."""
+        kind = 0 if self.length is None else 1
+        head = _HEADER.pack(_MAGIC, self.x, self.threshold, kind, self.tag,
+                            self.length or 0, self.values.ndim)
+        dims = struct.pack(f"<{self.values.ndim}Q", *self.values.shape)
+        return head + dims + self.values.astype("<u8").tobytes()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> ShamirShare:
+        """Decode and validate a share; a malformed one raises :class:`CryptoError`."""
+        data = bytes(data)
+        if len(data) < _HEADER.size:
+            raise CryptoError(f"malformed Shamir share: {len(data)} bytes, shorter than the "
+                              f"{_HEADER.size}-byte header")
+        magic, x, threshold, kind, tag, length, ndim = _HEADER.unpack_from(data)
+        if magic != _MAGIC or kind not in (0, 1):
+            raise CryptoError("malformed Shamir share: bad magic or kind")
+        offset = _HEADER.size + 8 * ndim
+        if len(data) < offset:
+            raise CryptoError("malformed Shamir share: truncated shape")
+        shape = struct.unpack_from(f"<{ndim}Q", data, _HEADER.size)
+        count = int(np.prod(shape, dtype=np.int64)) if ndim else 1
+        if len(data) != offset + 8 * count:
+            raise CryptoError(f"malformed Shamir share: {len(data) - offset} value bytes for "
+                              f"shape {shape} (expected {8 * count})")
+        values = np.frombuffer(data, dtype="<u8", offset=offset).astype(np.uint64)
+        values = values.reshape(shape)
+        if kind == 1 and (ndim != 1 or shape[0] != _limbs(length)):
+            raise CryptoError(f"malformed Shamir share: {shape} limbs for a {length}-byte secret")
+        share = cls(x, threshold, values, tag, length if kind == 1 else None)
+        _check_share(share, "share")
+        return share
+
+
+def _limbs(length: int) -> int:
+    return -(-length // _LIMB_BYTES)
+
+
+def _check_share(share: Any, name: str) -> None:
+    if not isinstance(share, ShamirShare):
+        raise DataError(f"{name} is a {type(share).__name__}; expected a ShamirShare")
+    if not 1 <= share.x < PRIME:
+        raise CryptoError(f"{name}.x={share.x} is not allowed: must be in [1, 2^61 - 1)")
+    if share.threshold < 1:
+        raise CryptoError(f"{name}.threshold={share.threshold} is not allowed: must be >= 1")
+    if share.values.dtype != np.uint64 or np.any(share.values >= _P):
+        raise CryptoError(f"{name} holds values outside GF(2^61 - 1)")
+
+
+def _field(secret: Any) -> np.ndarray:
+    arr = np.asarray(secret)
+    if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
+        raise DataError(f"secret has dtype {arr.dtype}; expected integers in [0, 2^61 - 1)")
+    if arr.size and (np.any(arr < 0) or np.any(arr.astype(np.uint64) >= _P)):
+        raise DataError("secret holds values outside [0, 2^61 - 1), the field GF(2^61 - 1)")
+    return arr.astype(np.uint64)
+
+
+def _deal(secret: np.ndarray, parties: int, threshold: int, rng, length: int | None):
+    """Evaluate a random polynomial with constant term ``secret`` at x = 1..parties."""
+    coeffs = rng.integers(0, PRIME, size=(threshold - 1, *secret.shape)).astype(np.uint64)
+    xs = np.arange(1, parties + 1, dtype=np.uint64).reshape((parties,) + (1,) * secret.ndim)
+    acc = np.zeros((parties, *secret.shape), dtype=np.uint64)
+    for c in coeffs[::-1]:  # Horner from the highest coefficient down to a_1
+        acc = _mul(_add(acc, c), xs)
+    acc = _add(acc, secret)
+    tag = rng.bytes(_TAG_BYTES)
+    return [ShamirShare(i + 1, threshold, np.array(acc[i]), tag, length) for i in range(parties)]
+
+
+def _check_counts(parties: int, threshold: int) -> tuple[int, int]:
+    parties = check_int(parties, "parties", low=1, high=2**31)
+    threshold = check_int(threshold, "threshold", low=1, high=parties)
+    return parties, threshold
+
+
+def shamir_share(secret: Any, parties: int, threshold: int, *, rng=None) -> list[ShamirShare]:
+    """Share field elements (integers in [0, 2^61 - 1)) so that any ``threshold`` of the
+    ``parties`` shares reconstruct them and fewer reveal nothing."""
+    parties, threshold = _check_counts(parties, threshold)
+    return _deal(_field(secret), parties, threshold, check_rng(rng), None)
+
+
+def shamir_reconstruct(shares: Sequence[ShamirShare]) -> np.ndarray:
+    """The secret from at least ``threshold`` shares (uint64 array of field elements).
+
+    Raises :class:`CryptoError` for too few shares, shares of different dealings, or, with
+    more than ``threshold`` shares, any share that is not on the polynomial of the others.
+    """
+    shares = list(shares)
+    if not shares:
+        raise CryptoError("no shares given: need at least the threshold")
+    for i, s in enumerate(shares):
+        _check_share(s, f"shares[{i}]")
+    first = shares[0]
+    for i, s in enumerate(shares[1:], start=1):
+        if (s.threshold, s.tag, s.length, s.values.shape) != (
+                first.threshold, first.tag, first.length, first.values.shape):
+            raise CryptoError(f"shares[{i}] comes from a different dealing than shares[0] "
+                              "(threshold, tag, length or shape differ)")
+    xs = [s.x for s in shares]
+    if len(set(xs)) != len(xs):
+        raise CryptoError(f"duplicate share points x={sorted(xs)}: each party's share counts once")
+    t = first.threshold
+    if len(shares) < t:
+        raise CryptoError(f"got {len(shares)} share(s); threshold {t} are needed")
+    base = shares[:t]
+    base_x = [s.x for s in base]
+    base_y = [s.values for s in base]
+    for extra in shares[t:]:
+        if not np.array_equal(_interpolate(base_x, base_y, extra.x), extra.values):
+            raise CryptoError(f"inconsistent shares: the share at x={extra.x} is not on the "
+                              f"polynomial through x={base_x} (a corrupted share or shares of "
+                              "different secrets)")
+    return _interpolate(base_x, base_y, 0)
+
+
+def split_bytes(secret: bytes, parties: int, threshold: int, *, rng=None) -> list[ShamirShare]:
+    """Shamir-share a byte string (a seed, a private key) t-of-n."""
+    if not isinstance(secret, (bytes, bytearray, memoryview)):
+        raise DataError(f"secret is a {type(secret).__name__}; expected bytes")
+    parties, threshold = _check_counts(parties, threshold)
+    data = bytes(secret)
+    n = _limbs(len(data))
+    padded = data + bytes(n * _LIMB_BYTES - len(data))
+    limbs = np.array([int.from_bytes(padded[i * _LIMB_BYTES:(i + 1) * _LIMB_BYTES], "little")
+                      for i in range(n)], dtype=np.uint64)
+    return _deal(limbs, parties, threshold, check_rng(rng), len(data))
+
+
+def combine_bytes(shares: Sequence[ShamirShare]) -> bytes:
+    """The byte string from at least ``threshold`` shares made by :func:`split_bytes`."""
+    shares = list(shares)
+    if shares and any(getattr(s, "length", None) is None for s in shares):
+        raise CryptoError("these shares were not made by split_bytes (no byte length)")
+    limbs = shamir_reconstruct(shares)
+    length = shares[0].length
+    if np.any(limbs >= np.uint64(1 << (8 * _LIMB_BYTES))):
+        raise CryptoError("reconstructed limbs exceed 7 bytes: the shares are not valid")
+    data = b"".join(int(v).to_bytes(_LIMB_BYTES, "little") for v in limbs)
+    if any(data[length:]):
+        raise CryptoError("reconstructed padding is not zero: the shares are not valid")
+    return data[:length]

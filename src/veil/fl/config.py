@@ -1,0 +1,200 @@
+"""Federated runs described in a TOML file (``veil fl run CONFIG.toml``).
+
+Sections and keys (every key optional unless marked; unknown sections or keys are a
+:class:`~veil.errors.ConfigError` naming them)::
+
+    [data]      dataset* (adult | nursery | digits | breast_cancer | wine),
+                partition (iid | dirichlet | quantity), clients, alpha, min_size,
+                test_fraction (bundled sets; Adult uses UCI's own test split), path
+    [model]     type (logistic_regression | softmax_regression | linear_svm), alpha
+    [training]  rounds, strategy (fedavg | fedprox), local_epochs, batch_size (0: full batch),
+                learning_rate, server_learning_rate, fraction, min_clients, weighted, mu
+    [privacy]   epsilon*, delta, noise (central | local | distributed), clip_norm, adaptive,
+                target_quantile, clip_learning_rate, accountant (rdp | pld)
+    [secagg]    bits, clip_range, neighbours, threshold, min_survivors, prg
+    [faults]    dropout, dropout_stage, dropout_exact, crash, straggler, latency, slowdown,
+                deadline, duplicate, reorder, replay (see veil.fl.runtime.Faults)
+    [run]       seed, out, workers
+
+A ``[privacy]`` section makes the run differentially private: the noise multiplier is
+calibrated (:func:`veil.dp.accounting.calibrate_noise`) so that all rounds together are
+(epsilon, delta)-DP at the client level, and every round is charged to a ledger persisted
+in the output directory. A ``[secagg]`` section turns on secure aggregation.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from veil._validation import check_choice
+from veil.errors import ConfigError, DataError
+from veil.random import Generator
+
+__all__ = ["FLConfig", "load_config", "SCHEMA"]
+
+_NUM = (int, float)
+#: section -> key -> (allowed types, default)
+SCHEMA: dict[str, dict[str, tuple[Any, Any]]] = {
+    "data": {"dataset": (str, None), "partition": (str, "iid"), "clients": (int, 10),
+             "alpha": (_NUM, 0.5), "min_size": (int, 1), "test_fraction": (_NUM, 0.2),
+             "path": (str, None)},
+    "model": {"type": (str, "logistic_regression"), "alpha": (_NUM, 1e-4)},
+    "training": {"rounds": (int, 10), "strategy": (str, "fedavg"), "local_epochs": (int, 1),
+                 "batch_size": (int, 32), "learning_rate": (_NUM, 0.1),
+                 "server_learning_rate": (_NUM, 1.0), "fraction": (_NUM, 1.0),
+                 "min_clients": (int, 1), "weighted": (bool, True), "mu": (_NUM, 0.01)},
+    "privacy": {"epsilon": (_NUM, None), "delta": (_NUM, 1e-5), "noise": (str, "central"),
+                "clip_norm": (_NUM, 1.0), "adaptive": (bool, False),
+                "target_quantile": (_NUM, 0.5), "clip_learning_rate": (_NUM, 0.2),
+                "accountant": (str, "rdp")},
+    "secagg": {"bits": (int, 32), "clip_range": (_NUM, 1.0), "neighbours": (int, None),
+               "threshold": (_NUM, 0.5), "min_survivors": (_NUM, None), "prg": (str, "aes-ctr")},
+    "faults": {"dropout": (_NUM, 0.0), "dropout_stage": (str, None),
+               "dropout_exact": (bool, False), "crash": (_NUM, 0.0),
+               "straggler": (_NUM, 0.0), "latency": (_NUM, 0.01), "slowdown": (_NUM, 1000.0),
+               "deadline": (_NUM, 1.0), "duplicate": (_NUM, 0.0), "reorder": (bool, True),
+               "replay": (_NUM, 0.0)},
+    "run": {"seed": (int, None), "out": (str, None), "workers": (int, 1)},
+}
+_REQUIRED = {("data", "dataset"), ("privacy", "epsilon")}
+_MODELS = ("logistic_regression", "softmax_regression", "linear_svm")
+
+
+@dataclass(frozen=True)
+class FLConfig:
+    """A parsed configuration: ``sections[name][key]`` with defaults filled in; a section
+    absent from the file is absent here (``privacy``, ``secagg``, ``faults`` are optional)."""
+
+    path: str
+    sections: dict[str, dict[str, Any]]
+
+    def __getitem__(self, section: str) -> dict[str, Any]:
+        return self.sections[section]
+
+    def has(self, section: str) -> bool:
+        return section in self.sections
+
+    # -- building the run -------------------------------------------------------------------
+    def data(self, seed: int) -> tuple[list[tuple[np.ndarray, np.ndarray]],
+                                       tuple[np.ndarray, np.ndarray]]:
+        """The clients' (X, y) and the test set, partitioned with ``seed``."""
+        from veil.datasets import load_xy, partition
+
+        d = self["data"]
+        name = check_choice(d["dataset"], "data.dataset",
+                            ("adult", "nursery", "digits", "breast_cancer", "wine"))
+        if name == "adult":
+            train = load_xy("adult", split="train", path=d["path"])
+            test = load_xy("adult", split="test", path=d["path"])
+            X, y, X_test, y_test = train.X, train.y, test.X, test.y
+        else:
+            full = load_xy(name, path=d["path"])
+            X, y = full.X, full.y
+            if name == "digits":
+                X = X / 16.0  # pixel intensities are public-range 0..16
+            order = Generator(seed).permutation(len(y))
+            cut = int(round(len(y) * (1.0 - float(d["test_fraction"]))))
+            X_test, y_test = X[order[cut:]], y[order[cut:]]
+            X, y = X[order[:cut]], y[order[:cut]]
+        kind = check_choice(d["partition"], "data.partition", ("iid", "dirichlet", "quantity"))
+        rng = seed + 1
+        if kind == "iid":
+            parts = partition.iid(len(y), d["clients"], rng=rng)
+        elif kind == "dirichlet":
+            parts = partition.dirichlet(y, d["clients"], alpha=d["alpha"],
+                                        min_size=d["min_size"], rng=rng)
+        else:
+            parts = partition.quantity_skew(len(y), d["clients"], alpha=d["alpha"],
+                                            min_size=d["min_size"], rng=rng)
+        return [(X[p], y[p]) for p in parts], (X_test, y_test)
+
+    def model(self) -> Any:
+        from veil.learn import LinearSVM, LogisticRegression, SoftmaxRegression
+
+        m = self["model"]
+        kind = check_choice(m["type"], "model.type", _MODELS)
+        cls = {"logistic_regression": LogisticRegression, "softmax_regression":
+               SoftmaxRegression, "linear_svm": LinearSVM}[kind]
+        return cls(alpha=m["alpha"])
+
+    def strategy(self, clients: list[tuple[np.ndarray, np.ndarray]]) -> Any:
+        from veil.fl.strategies import DPFedAvg, FedAvg, FedProx, SecAgg
+
+        t = self["training"]
+        kind = check_choice(t["strategy"], "training.strategy", ("fedavg", "fedprox"))
+        weighted = t["weighted"] and not self.has("privacy")
+        max_weight = max(len(y) for _, y in clients) if self.has("secagg") and weighted \
+            else None
+        common = dict(fraction=t["fraction"], min_clients=t["min_clients"],
+                      local_epochs=t["local_epochs"], learning_rate=t["learning_rate"],
+                      batch_size=t["batch_size"] or None,
+                      server_learning_rate=t["server_learning_rate"], weighted=weighted,
+                      max_weight=max_weight)
+        strategy = FedProx(mu=t["mu"], **common) if kind == "fedprox" else FedAvg(**common)
+        if self.has("privacy"):
+            p = self["privacy"]
+            noise = check_choice(p["noise"], "privacy.noise", ("central", "local",
+                                                               "distributed"))
+            if noise == "distributed" and not self.has("secagg"):
+                raise ConfigError(f"{self.path}: privacy.noise='distributed' needs a [secagg] "
+                                  "section (the noise shares only protect a secure sum)")
+            strategy = DPFedAvg.from_budget(
+                strategy, epsilon=p["epsilon"], delta=p["delta"], rounds=t["rounds"],
+                accountant=p["accountant"], clip_norm=p["clip_norm"], noise=noise,
+                sample_rate=float(t["fraction"]), adaptive=p["adaptive"],
+                target_quantile=p["target_quantile"],
+                clip_learning_rate=p["clip_learning_rate"],
+                server_learning_rate=t["server_learning_rate"])
+        if self.has("secagg"):
+            s = self["secagg"]
+            strategy = SecAgg(strategy, bits=s["bits"], clip_range=s["clip_range"],
+                              neighbours=s["neighbours"], threshold=s["threshold"],
+                              min_survivors=s["min_survivors"], prg=s["prg"])
+        return strategy
+
+    def faults(self) -> Any:
+        from veil.fl.runtime import Faults
+
+        return Faults(**self.sections.get("faults", {}))
+
+
+def load_config(path: str | os.PathLike) -> FLConfig:
+    """Read and check a TOML run description (see the module docstring)."""
+    path = os.fspath(path)
+    try:
+        with open(path, "rb") as fh:
+            raw = tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path!r} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise DataError(f"{path} is not valid TOML: {exc}") from None
+    sections: dict[str, dict[str, Any]] = {}
+    for name, table in raw.items():
+        if name not in SCHEMA:
+            raise ConfigError(f"{path}: unknown section [{name}]; allowed: "
+                              f"{', '.join(f'[{s}]' for s in SCHEMA)}")
+        if not isinstance(table, dict):
+            raise ConfigError(f"{path}: {name} must be a [{name}] table")
+        schema = SCHEMA[name]
+        for key, value in table.items():
+            if key not in schema:
+                raise ConfigError(f"{path}: unknown key {key!r} in [{name}]; allowed: "
+                                  f"{', '.join(schema)}")
+            kinds = schema[key][0]
+            kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+            if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+                expected = " or ".join(k.__name__ for k in kinds)
+                raise ConfigError(f"{path}: [{name}] {key}={value!r} is not allowed: "
+                                  f"expected {expected}")
+        sections[name] = {key: table.get(key, default) for key, (_, default) in schema.items()}
+    for name in ("data", "model", "training", "run"):
+        sections.setdefault(name, {k: default for k, (_, default) in SCHEMA[name].items()})
+    for section, key in _REQUIRED:
+        if section in sections and sections[section][key] is None:
+            raise ConfigError(f"{path}: [{section}] needs {key} = ...")
+    return FLConfig(path, sections)

@@ -1,0 +1,249 @@
+"""``Federation(clients, model, strategy, rounds).run()``: a whole federated training run.
+
+Each round ``t``:
+
+1. the strategy samples clients (the server does not know which are alive);
+2. the round's privacy cost (``strategy.round_event``) is charged to the ledger *before*
+   any client trains or any noise is drawn (BudgetExceededError stops the run there);
+3. the runtime runs the strategy's protocol for the round, with its faults;
+4. if the round completed, the new global parameters replace the old ones (only if they are
+   finite and of the right shape: the global model is never corrupted); if it aborted they
+   stay as they were, and the charge stands (the protocol may have released something);
+5. the global model is evaluated on the test data, the metrics are recorded, and a
+   checkpoint (parameters, next round, strategy and runtime state, history) is written.
+
+``run(resume=True)`` continues from the checkpoint: no round is applied twice, and the
+ledger (persisted by ``Ledger(path=...)``) keeps every charge, so the budget is never reset;
+a round interrupted after its charge is charged again when it is re-run (a re-run is a new
+release). With an integer ``rng`` the randomness of round t is derived from (seed, t), so a
+resumed run ends with exactly the model of an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import logging
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from veil._validation import check_array, check_int
+from veil.errors import ConfigError, DataError
+from veil.fl.checkpoint import Checkpoint
+from veil.fl.history import History
+from veil.fl.runtime import LocalRuntime, RoundReport
+from veil.fl.strategies.base import Strategy
+from veil.fl.trainer import LocalTrainer
+from veil.learn.base import GradientClassifier
+from veil.random import Generator, check_rng
+
+__all__ = ["Federation"]
+
+log = logging.getLogger(__name__)
+
+
+class Federation:
+    """A federated training run (see the module docstring).
+
+    Parameters
+    ----------
+    clients:
+        One ``(X, y)`` pair per client; client ids are their positions.
+    model:
+        A veil.learn model (LogisticRegression, ..., TorchModel): copied, initialized for
+        the data's feature count and classes, and trained federatedly.
+    strategy:
+        FedAvg, FedProx, DPFedAvg(...), SecAgg(...), ...
+    rounds:
+        Number of rounds.
+    test:
+        ``(X_test, y_test)`` to evaluate the global model on after every round.
+    ledger:
+        A :class:`veil.dp.Ledger`; required when the strategy is differentially private.
+    runtime:
+        The runtime (default: a fault-free :class:`~veil.fl.runtime.LocalRuntime`).
+    checkpoint:
+        A file path: the run's state is saved there after every round.
+    rng:
+        None (secure randomness), an int seed (reproducible; tests and simulations) or a
+        veil.random.Generator.
+    classes:
+        The label set (default: every label seen in the clients' and test data).
+    on_round:
+        Called with each round's metrics (a dict) after the round is recorded.
+    """
+
+    def __init__(self, clients: Sequence[tuple[Any, Any]], model: GradientClassifier,
+                 strategy: Strategy, rounds: int, *, test: tuple[Any, Any] | None = None,
+                 ledger: Any = None, runtime: LocalRuntime | None = None,
+                 checkpoint: str | os.PathLike | None = None, rng: Any = None,
+                 classes: Sequence[Any] | None = None,
+                 on_round: Callable[[dict[str, Any]], None] | None = None) -> None:
+        if not isinstance(strategy, Strategy):
+            raise ConfigError(f"strategy={strategy!r} is not allowed: expected a veil.fl "
+                              "strategy (FedAvg, FedProx, DPFedAvg, SecAgg, ...)")
+        if not isinstance(model, GradientClassifier):
+            raise ConfigError(f"model={type(model).__name__} is not allowed: expected a "
+                              "veil.learn model")
+        if strategy.requires_secure_aggregation and not strategy.secure:
+            raise ConfigError("this strategy adds distributed noise, which protects only "
+                              "the aggregate: wrap it in SecAgg(...) so that the server never "
+                              "sees a single update")
+        self.rounds = check_int(rounds, "rounds", low=1)
+        if not clients:
+            raise DataError("clients is empty; expected one (X, y) pair per client")
+        data = [_pair(c, f"clients[{i}]") for i, c in enumerate(clients)]
+        widths = {X.shape[1] for X, _ in data}
+        if len(widths) != 1:
+            raise DataError(f"the clients' X have different feature counts {sorted(widths)}")
+        self.test = None if test is None else _pair(test, "test")
+        if classes is None:
+            labels = [y for _, y in data] + ([self.test[1]] if self.test else [])
+            classes = np.unique(np.concatenate(labels))
+        self.model = copy.deepcopy(model).initialize(widths.pop(), classes)
+        self.initial_params = self.model.get_params_vector()
+        self.strategy = strategy
+        self.clients = {i: strategy.client(i, LocalTrainer(self.model, X, y))
+                        for i, (X, y) in enumerate(data)}
+        self.ledger = ledger
+        self.runtime = runtime if runtime is not None else LocalRuntime()
+        self.checkpoint = None if checkpoint is None else Checkpoint(checkpoint)
+        self.on_round = on_round
+        self._seed = rng if isinstance(rng, int) and not isinstance(rng, bool) else None
+        self._rng = None if self._seed is not None else check_rng(rng)
+        self.fingerprint = _fingerprint(data, self.initial_params.size, strategy)
+        self.params = self.initial_params.copy()
+        self.history = History()
+        self._next_round = 0
+
+    # -- the run ----------------------------------------------------------------------------
+    def run(self, *, resume: bool = False) -> History:
+        """Train for the remaining rounds; returns the history (with the final params)."""
+        if resume:
+            self._resume()
+        ids = sorted(self.clients)
+        for t in range(self._next_round, self.rounds):
+            rng = self._round_rng(t)
+            sampled = self.strategy.sample(t, ids, rng)
+            event = self.strategy.round_event(t, self.params, sampled, len(ids))
+            if event is not None:
+                if self.ledger is None:
+                    raise ConfigError("this strategy is differentially private: pass "
+                                      "ledger=veil.dp.Ledger(epsilon, delta, ...) to charge "
+                                      "its rounds to")
+                self.ledger.charge(event, label=f"fl round {t}")
+            server = self.strategy.server_round(t, self.params, sampled, rng)
+            report = self.runtime.run_round(server, self.clients, rng)
+            self._apply(report)
+            record = self._record(t, sampled, report)
+            self.history.rounds.append(record)
+            self._next_round = t + 1
+            self.history.params = self.params.copy()
+            if self.checkpoint is not None:
+                self.checkpoint.save(self._state())
+            if self.on_round is not None:
+                self.on_round(record)
+        self.history.params = self.params.copy()
+        return self.history
+
+    def _round_rng(self, t: int) -> Generator:
+        if self._seed is not None:
+            material = self._seed.to_bytes(16, "big", signed=True) + t.to_bytes(8, "big")
+            return Generator(b"veil.fl round " + material)
+        return self._rng.spawn(1)[0]
+
+    def _apply(self, report: RoundReport) -> None:
+        if report.result is None:
+            return
+        new = np.asarray(report.result.params, dtype=np.float64)
+        if new.shape != self.params.shape or not np.all(np.isfinite(new)):
+            report.error = (f"round {report.round}: the aggregate is not a finite vector of "
+                            f"{self.params.size} parameters; the global model is kept")
+            report.result = None
+            log.warning(report.error)
+            return
+        self.params = new
+
+    def _record(self, t: int, sampled: list[int], report: RoundReport) -> dict[str, Any]:
+        aggregated = len(report.result.clients) if report.result else 0
+        cpu = [report.client_cpu[c] for c in sampled if c in report.client_cpu]
+        record: dict[str, Any] = {
+            "round": t,
+            "status": "ok" if report.result else "aborted",
+            "sampled": len(sampled),
+            "aggregated": aggregated,
+            "dropped": len(report.dropped),
+            "rejected": len(report.rejected),
+            "bytes_up": report.bytes_up,
+            "bytes_down": report.bytes_down,
+            "time": report.wall_time,
+            "server_cpu": report.server_cpu,
+            "client_cpu": float(np.mean(cpu)) if cpu else 0.0,
+        }
+        if report.error:
+            record["error"] = report.error
+        if report.result:
+            record.update({k: float(v) for k, v in report.result.metrics.items()})
+        if self.test is not None:
+            self.model.set_params_vector(self.params)
+            record["accuracy"] = float(self.model.score(*self.test))
+            record["loss"] = float(self.model.objective(*self.test))
+        if self.ledger is not None:
+            record["epsilon"], record["delta"] = (float(v) for v in self.ledger.spent())
+        return record
+
+    # -- checkpoints ----------------------------------------------------------------------
+    def _state(self) -> dict[str, Any]:
+        return {"fingerprint": self.fingerprint, "next_round": self._next_round,
+                "params": self.params, "strategy": self.strategy.state_dict(),
+                "runtime": self.runtime.state_dict(), "history": self.history.rounds}
+
+    def _resume(self) -> None:
+        if self.checkpoint is None:
+            raise ConfigError("resume=True needs checkpoint=<path>")
+        state = self.checkpoint.load()
+        if state is None:
+            log.info("no checkpoint at %s yet: starting from round 0", self.checkpoint.path)
+            return
+        if state.get("fingerprint") != self.fingerprint:
+            raise ConfigError(f"the checkpoint {self.checkpoint.path} belongs to a different "
+                              "federation (clients, model size or strategy differ); remove it "
+                              "to start over")
+        params = state["params"]
+        if not (isinstance(params, np.ndarray) and params.shape == self.params.shape):
+            raise DataError(f"{self.checkpoint.path}: the saved parameters do not fit the model")
+        self.params = params.astype(np.float64)
+        self._next_round = int(state["next_round"])
+        self.strategy.load_state_dict(state["strategy"])
+        self.runtime.load_state_dict(state["runtime"])
+        self.history = History(rounds=list(state["history"]), params=self.params.copy())
+        log.info("resuming after round %d from %s", self._next_round - 1, self.checkpoint.path)
+
+
+def _pair(pair: Any, name: str) -> tuple[np.ndarray, np.ndarray]:
+    try:
+        X, y = pair
+    except (TypeError, ValueError):
+        raise DataError(f"{name} is not an (X, y) pair") from None
+    X = check_array(X, f"{name}[0]", ndim=2)
+    y = np.asarray(y)
+    if y.shape != (X.shape[0],):
+        raise DataError(f"{name}[1] has shape {y.shape}; expected ({X.shape[0]},)")
+    return X, y
+
+
+def _fingerprint(data: list[tuple[np.ndarray, np.ndarray]], n_params: int,
+                 strategy: Strategy) -> str:
+    h = hashlib.sha256()
+    h.update(f"{len(data)}:{n_params}:".encode())
+    for X, _ in data:
+        h.update(f"{X.shape}".encode())
+    chain, s = [], strategy
+    while s is not None:
+        chain.append(type(s).__name__)
+        s = getattr(s, "inner", None)
+    h.update("/".join(chain).encode())
+    return h.hexdigest()[:32]

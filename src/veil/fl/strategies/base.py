@@ -1,0 +1,259 @@
+"""The strategy interface, wrappers, and the plain (unprotected) transport of updates.
+
+A :class:`Strategy` decides (as in Flower) which clients take part in a round
+(:meth:`~Strategy.sample`), what they are told (:meth:`~Strategy.client_config`), what each
+computes (:meth:`~Strategy.client_update`, run on the client), how the server turns the sums
+of the updates into the next global model (:meth:`~Strategy.aggregate`) and what a round
+costs in privacy (:meth:`~Strategy.round_event`). It also builds the protocol objects that
+carry the updates: :meth:`~Strategy.server_round` and :meth:`~Strategy.client`. The default
+is the plain transport below, where each client sends its update in the clear; secure
+aggregation (:class:`~veil.fl.strategies.SecAgg`) and the hybrid approach replace it.
+
+A :class:`StrategyWrapper` delegates everything to an inner strategy and overrides what it
+changes (DP-FedAvg clips and adds noise around any aggregation rule, secure aggregation
+changes the transport), so protections compose with every strategy. Protocol objects are
+always built with the outermost strategy, so every callback goes through every wrapper.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import dp_accounting
+import numpy as np
+
+from veil.errors import ConfigError, ProtocolError
+from veil.fl.messages import Message
+from veil.fl.protocol import Aggregate, ClientProtocol, ClientUpdate, RoundResult, ServerRound
+from veil.fl.trainer import LocalTrainer
+from veil.random import Generator
+
+__all__ = ["Strategy", "StrategyWrapper", "PlainServer", "PlainClient", "config_value",
+           "sum_updates"]
+
+
+def config_value(config: Mapping[str, Any], name: str, kind: type | tuple[type, ...], *,
+                 low: float = -math.inf, high: float = math.inf) -> Any:
+    """A value of a round's configuration as read by a client (ProtocolError if bad)."""
+    if name not in config:
+        raise ProtocolError(f"round configuration lacks {name!r}")
+    value = config[name]
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+        raise ProtocolError(f"round configuration {name}={value!r} has the wrong type")
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and \
+            not (math.isfinite(value) and low <= value <= high):
+        raise ProtocolError(f"round configuration {name}={value!r} is outside [{low}, {high}]")
+    return value
+
+
+def sum_updates(updates: Mapping[int, ClientUpdate], dim: int,
+                extras: Sequence[str]) -> Aggregate:
+    """The sums of plain updates (what secure aggregation computes without seeing them)."""
+    total = np.zeros(dim)
+    for u in updates.values():
+        total += u.weight * u.delta
+    return Aggregate(total=total, weight=float(sum(u.weight for u in updates.values())),
+                     extras={k: float(sum(u.extras[k] for u in updates.values()))
+                             for k in extras},
+                     clients=tuple(sorted(updates)))
+
+
+class Strategy:
+    """Base class of federated strategies (see the module docstring).
+
+    Subclasses implement :meth:`sample`, :meth:`client_config`, :meth:`client_update` and
+    :meth:`aggregate`; the rest has defaults.
+    """
+
+    #: fewest client updates the server needs to complete a round
+    min_clients: int = 1
+
+    def sample(self, round: int, clients: Sequence[int], rng: Generator) -> list[int]:
+        """The clients asked to take part in ``round`` (sorted ids)."""
+        raise NotImplementedError
+
+    def client_config(self, round: int) -> dict[str, Any]:
+        """What the clients are told for ``round`` (plain numbers and text)."""
+        raise NotImplementedError
+
+    def client_update(self, trainer: LocalTrainer, params: np.ndarray,
+                      config: Mapping[str, Any], rng: Generator) -> ClientUpdate:
+        """Run on the client: local training from ``params``; the update to aggregate."""
+        raise NotImplementedError
+
+    def aggregate(self, round: int, params: np.ndarray, total: Aggregate,
+                  rng: Generator) -> np.ndarray:
+        """Run on the server: the next global parameters from the sums of the updates."""
+        raise NotImplementedError
+
+    def extras_bounds(self) -> dict[str, tuple[float, float]]:
+        """The named scalars each client adds to its update, and their ranges."""
+        return {}
+
+    def weight_bound(self) -> float:
+        """Largest aggregation weight a client may claim (inf: unbounded)."""
+        return math.inf
+
+    def update_norm_bound(self, round: int) -> float | None:
+        """An L2 bound every client's delta respects in ``round`` (None: no bound)."""
+        return None
+
+    def round_event(self, round: int, params: np.ndarray,
+                    sampled: Sequence[int], population: int) -> dp_accounting.DpEvent | None:
+        """The privacy cost of one round (None: no differential privacy)."""
+        return None
+
+    @property
+    def private(self) -> bool:
+        """True when the strategy's output is differentially private."""
+        return False
+
+    def distributed_noise(self, round: int) -> Any:
+        """The noise secure aggregation must add for ``round`` (None: none); see DPFedAvg."""
+        return None
+
+    @property
+    def requires_secure_aggregation(self) -> bool:
+        """True when the strategy is only private if no one sees single updates."""
+        return False
+
+    @property
+    def secure(self) -> bool:
+        """True when the transport hides single updates from the server."""
+        return False
+
+    def state_dict(self) -> dict[str, Any]:
+        """Server-side state that changes across rounds (for checkpoints)."""
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+
+    # -- protocol objects ----------------------------------------------------------------
+    def server_round(self, round: int, params: np.ndarray, sampled: Sequence[int],
+                     rng: Generator) -> ServerRound:
+        """The server's side of ``round`` (default: plain transport)."""
+        return PlainServer(self, round, params, sampled, rng)
+
+    def client(self, client_id: int, trainer: LocalTrainer) -> ClientProtocol:
+        """A client of this strategy's protocol (default: plain transport)."""
+        return PlainClient(client_id, trainer, self)
+
+
+class StrategyWrapper(Strategy):
+    """A strategy that delegates to ``inner`` everything it does not override."""
+
+    def __init__(self, inner: Strategy) -> None:
+        if not isinstance(inner, Strategy):
+            raise ConfigError(f"inner={inner!r} is not allowed: expected a veil.fl Strategy")
+        if inner.secure:
+            raise ConfigError(f"{type(self).__name__}({type(inner).__name__}(...)) is not "
+                              "allowed: secure aggregation carries the updates and must be "
+                              f"the outermost wrapper, e.g. {type(inner).__name__}("
+                              f"{type(self).__name__}(...))")
+        self.inner = inner
+
+    @property
+    def min_clients(self) -> int:  # type: ignore[override]
+        return self.inner.min_clients
+
+    def sample(self, round, clients, rng):
+        return self.inner.sample(round, clients, rng)
+
+    def client_config(self, round):
+        return self.inner.client_config(round)
+
+    def client_update(self, trainer, params, config, rng):
+        return self.inner.client_update(trainer, params, config, rng)
+
+    def aggregate(self, round, params, total, rng):
+        return self.inner.aggregate(round, params, total, rng)
+
+    def extras_bounds(self):
+        return self.inner.extras_bounds()
+
+    def weight_bound(self):
+        return self.inner.weight_bound()
+
+    def update_norm_bound(self, round):
+        return self.inner.update_norm_bound(round)
+
+    def round_event(self, round, params, sampled, population):
+        return self.inner.round_event(round, params, sampled, population)
+
+    @property
+    def private(self) -> bool:
+        return self.inner.private
+
+    def distributed_noise(self, round):
+        return self.inner.distributed_noise(round)
+
+    @property
+    def requires_secure_aggregation(self) -> bool:
+        return self.inner.requires_secure_aggregation
+
+    @property
+    def secure(self) -> bool:
+        return self.inner.secure
+
+    def state_dict(self):
+        return {"inner": self.inner.state_dict()}
+
+    def load_state_dict(self, state):
+        self.inner.load_state_dict(state.get("inner", {}))
+
+
+class PlainServer(ServerRound):
+    """Plain transport, one stage ``fit``: the server sends the global parameters and the
+    round's configuration; each client answers with its update in the clear."""
+
+    protocol = "plain"
+    stages = ("fit",)
+
+    def __init__(self, strategy: Strategy, round: int, params: np.ndarray,
+                 sampled: Sequence[int], rng: Generator) -> None:
+        super().__init__(round, sampled)
+        self.strategy = strategy
+        self.params = params
+        self.config = strategy.client_config(round)
+        self.rng = rng
+
+    def _begin(self) -> list[Message]:
+        return [self.request(c, params=self.params, config=self.config) for c in self.clients]
+
+    def _check(self, msg: Message) -> ClientUpdate:
+        delta = msg.array("delta", dtype=np.float64, shape=self.params.shape, finite=True)
+        weight = msg.number("weight", low=0.0, high=self.strategy.weight_bound())
+        extras = msg.numbers("extras", self.strategy.extras_bounds())
+        return ClientUpdate(delta, weight, extras)
+
+    def _advance(self, stage: str, answers: dict[int, ClientUpdate]) -> list[Message]:
+        if len(answers) < max(1, self.strategy.min_clients):
+            raise ProtocolError(f"round {self.round} aborted: {len(answers)} client update(s) "
+                                f"arrived; at least {max(1, self.strategy.min_clients)} needed")
+        total = sum_updates(answers, self.params.size, list(self.strategy.extras_bounds()))
+        params = self.strategy.aggregate(self.round, self.params, total, self.rng)
+        self.result = RoundResult(params, total.clients)
+        return []
+
+
+class PlainClient(ClientProtocol):
+    """Client of the plain transport: trains and sends its update in the clear."""
+
+    protocol = "plain"
+    stages = ("fit",)
+
+    def __init__(self, client_id: int, trainer: LocalTrainer, strategy: Strategy) -> None:
+        super().__init__(client_id)
+        self.trainer = trainer
+        self.strategy = strategy
+
+    def _on_fit(self, msg: Message, rng: Generator) -> list[Message]:
+        params = msg.array("params", dtype=np.float64, shape=(self.trainer.model.n_params_,),
+                           finite=True)
+        update = self.strategy.client_update(self.trainer, params, msg.get("config", dict), rng)
+        return [self.reply(msg, delta=update.delta, weight=update.weight,
+                           extras=dict(update.extras))]

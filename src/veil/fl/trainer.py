@@ -1,0 +1,46 @@
+"""A client's local data and model: what local training runs on."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from veil._validation import check_array
+from veil.errors import DataError
+from veil.learn.base import GradientClassifier, sgd
+
+__all__ = ["LocalTrainer"]
+
+
+class LocalTrainer:
+    """One client's examples ``(X, y)`` and its own copy of the (initialized) model.
+
+    :meth:`train` loads the global parameters, runs local SGD and returns the new
+    parameters; the data never leaves the object.
+    """
+
+    def __init__(self, model: GradientClassifier, X: Any, y: Any) -> None:
+        if not isinstance(model, GradientClassifier):
+            raise DataError(f"model is a {type(model).__name__}; expected a veil.learn model")
+        self.model = copy.deepcopy(model)
+        self.X = check_array(X, "X", ndim=2)
+        self.y = np.asarray(y)
+        if self.y.shape != (self.X.shape[0],):
+            raise DataError(f"y has shape {self.y.shape}; expected ({self.X.shape[0]},)")
+        self.model._codes(self.y, self.X.shape[0])  # labels must be among the model's classes
+
+    @property
+    def n_examples(self) -> int:
+        return int(self.X.shape[0])
+
+    def train(self, params: np.ndarray, *, epochs: int, learning_rate: float,
+              batch_size: int | None, rng: Any,
+              penalty: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
+        """Local SGD from ``params``; returns the parameters after training."""
+        self.model.set_params_vector(params)
+        sgd(self.model, self.X, self.y, epochs=epochs, learning_rate=learning_rate,
+            batch_size=batch_size, rng=rng, penalty=penalty)
+        return self.model.get_params_vector()

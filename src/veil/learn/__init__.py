@@ -1,0 +1,28 @@
+"""Models trained in the clear or through queries, with one interface for all of them.
+
+Every model is a scikit-learn classifier (``fit / predict / score``) with a flat parameter
+vector (``get_params_vector / set_params_vector``) and closed-form or autograd per-example
+gradients (``per_example_gradients(X, y)``); see :mod:`veil.learn.base`.
+
+* numpy: :class:`LogisticRegression`, :class:`SoftmaxRegression`, :class:`LinearSVM`;
+* torch (optional extra): :class:`TorchModel` wraps any ``nn.Module`` (imported lazily).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from veil.learn.base import GradientClassifier, sgd
+from veil.learn.linear import LinearSVM, LogisticRegression, SoftmaxRegression
+
+
+def __getattr__(name: str) -> Any:
+    if name == "TorchModel":  # keeps `import veil.learn` free of torch
+        from veil.learn.torch_model import TorchModel
+
+        return TorchModel
+    raise AttributeError(f"module 'veil.learn' has no attribute {name!r}")
+
+
+__all__ = ["GradientClassifier", "LinearSVM", "LogisticRegression", "SoftmaxRegression",
+           "TorchModel", "sgd"]

@@ -1,0 +1,144 @@
+"""Additive and Shamir secret sharing: round trips, privacy shape, consistency checks."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from veil.crypto import sharing
+from veil.crypto.sharing import PRIME, ShamirShare
+from veil.errors import ConfigError, CryptoError, DataError
+
+int64s = st.integers(-(2**63), 2**63 - 1)
+field = st.integers(0, PRIME - 1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(int64s, min_size=1, max_size=20), st.integers(2, 7), st.integers(0, 2**32))
+def test_additive_round_trip(values, parties, seed):
+    shares = sharing.additive_share(np.array(values, dtype=np.int64), parties, rng=seed)
+    assert len(shares) == parties
+    assert all(s.dtype == np.uint64 and s.shape == (len(values),) for s in shares)
+    assert sharing.additive_reconstruct(shares, signed=True).tolist() == values
+
+
+def test_additive_shares_look_uniform():
+    # Any n-1 shares are uniform: the mean of uniform 64-bit words is 2^63 with standard
+    # deviation 2^64 / sqrt(12 n); 6 sigma for n = 20000 is 0.0122 * 2^64.
+    shares = sharing.additive_share(np.zeros(20000, dtype=np.int64), 3, rng=1)
+    for s in shares[:2]:
+        assert abs(s.astype(np.float64).mean() / 2**64 - 0.5) < 0.0122
+    assert not np.array_equal(shares[0], shares[1])
+
+
+def test_additive_bad_input():
+    with pytest.raises(DataError, match="dtype float64"):
+        sharing.additive_share(np.array([0.5]), 2)
+    with pytest.raises(ConfigError, match="parties=1"):
+        sharing.additive_share(np.array([1]), 1)
+    with pytest.raises(DataError, match="shape"):
+        sharing.additive_reconstruct([np.zeros(2, np.uint64), np.zeros(3, np.uint64)])
+    with pytest.raises(CryptoError, match="at least 2"):
+        sharing.additive_reconstruct([np.zeros(2, np.uint64)])
+
+
+def test_field_multiplication_is_exact():
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, PRIME, 3000, dtype=np.uint64)
+    b = rng.integers(0, PRIME, 3000, dtype=np.uint64)
+    edge = np.array([0, 1, 2, 2**32 - 1, 2**32, 2**60, PRIME - 2, PRIME - 1], dtype=np.uint64)
+    a = np.concatenate([a, np.repeat(edge, edge.size)])
+    b = np.concatenate([b, np.tile(edge, edge.size)])
+    expected = [int(x) * int(y) % PRIME for x, y in zip(a, b)]
+    assert sharing._mul(a, b).tolist() == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(field, min_size=1, max_size=8), st.integers(1, 9), st.data())
+def test_shamir_any_t_shares_reconstruct(values, parties, data):
+    threshold = data.draw(st.integers(1, parties))
+    seed = data.draw(st.integers(0, 2**32))
+    shares = sharing.shamir_share(np.array(values, dtype=np.uint64), parties, threshold, rng=seed)
+    subset = data.draw(st.lists(st.sampled_from(shares), min_size=threshold, max_size=parties,
+                                unique_by=lambda s: s.x))
+    assert sharing.shamir_reconstruct(subset).tolist() == values
+
+
+def test_shamir_fewer_than_t_shares_reveal_nothing():
+    # t - 1 = 2 shares of the secrets 0 and PRIME - 1 have the same distribution: each share
+    # value is uniform on GF(p); compare the mean of their top bits (binomial, 6 sigma).
+    n = 20000
+    for secret in (0, PRIME - 1):
+        shares = sharing.shamir_share(np.full(n, secret, dtype=np.uint64), 5, 3, rng=secret % 97)
+        for s in shares[:2]:
+            top = (s.values >> np.uint64(60)).astype(np.float64)
+            assert abs(top.mean() - 0.5) < 6 * 0.5 / np.sqrt(n)
+    with pytest.raises(CryptoError, match="threshold 3"):
+        sharing.shamir_reconstruct(shares[:2])
+
+
+def test_shamir_detects_inconsistent_share():
+    shares = sharing.shamir_share(np.arange(6, dtype=np.uint64), 5, 3, rng=2)
+    bad_values = shares[4].values.copy()
+    bad_values[3] = (bad_values[3] + np.uint64(1)) % np.uint64(PRIME)
+    forged = ShamirShare(5, 3, bad_values, shares[4].tag)
+    for subset in itertools.combinations(shares[:4], 3):
+        with pytest.raises(CryptoError, match="x=5 is not on the polynomial"):
+            sharing.shamir_reconstruct([*subset, forged])
+    # Exactly t shares cannot be checked: a forged share gives a wrong secret silently.
+    assert sharing.shamir_reconstruct([shares[0], shares[1], forged]).tolist() != list(range(6))
+
+
+def test_shamir_rejects_mixed_dealings_and_duplicates():
+    a = sharing.shamir_share(np.array([1, 2]), 4, 2, rng=3)
+    b = sharing.shamir_share(np.array([1, 2]), 4, 2, rng=4)
+    with pytest.raises(CryptoError, match="different dealing"):
+        sharing.shamir_reconstruct([a[0], b[1]])
+    with pytest.raises(CryptoError, match="duplicate"):
+        sharing.shamir_reconstruct([a[0], a[0]])
+    with pytest.raises(DataError, match="outside"):
+        sharing.shamir_share(np.array([PRIME]), 3, 2)
+    with pytest.raises(DataError, match="outside"):
+        sharing.shamir_share(np.array([-1]), 3, 2)
+    with pytest.raises(ConfigError, match="threshold=4"):
+        sharing.shamir_share(np.array([1]), 3, 4)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.binary(min_size=0, max_size=70), st.integers(1, 12), st.data())
+def test_bytes_round_trip_through_messages(secret, parties, data):
+    threshold = data.draw(st.integers(1, parties))
+    shares = sharing.split_bytes(secret, parties, threshold, rng=data.draw(st.integers(0, 99)))
+    wire = [ShamirShare.from_bytes(s.to_bytes()) for s in shares]
+    subset = data.draw(st.permutations(wire))[: data.draw(st.integers(threshold, parties))]
+    assert sharing.combine_bytes(subset) == secret
+
+
+def test_bytes_seed_t_of_n_any_subset():
+    # The secure-aggregation use: a 32-byte seed shared 3-of-5; every 3-subset works.
+    seed = bytes(range(100, 132))
+    shares = sharing.split_bytes(seed, 5, 3, rng=5)
+    for subset in itertools.combinations(shares, 3):
+        assert sharing.combine_bytes(subset) == seed
+    assert [len(s.values) for s in shares] == [5] * 5
+
+
+def test_bytes_errors():
+    shares = sharing.split_bytes(b"secret key", 4, 2, rng=6)
+    with pytest.raises(CryptoError, match="not made by split_bytes"):
+        sharing.combine_bytes(sharing.shamir_share(np.array([1, 2]), 3, 2, rng=0))
+    with pytest.raises(DataError, match="expected bytes"):
+        sharing.split_bytes("text", 3, 2)
+    raw = shares[0].to_bytes()
+    with pytest.raises(CryptoError, match="malformed"):
+        ShamirShare.from_bytes(raw[:-3])
+    with pytest.raises(CryptoError, match="malformed"):
+        ShamirShare.from_bytes(b"XXXX" + raw[4:])
+    too_big = bytearray(raw)
+    too_big[-8:] = (2**64 - 1).to_bytes(8, "little")
+    with pytest.raises(CryptoError, match="outside GF"):
+        ShamirShare.from_bytes(bytes(too_big))

@@ -1,0 +1,128 @@
+"""DP-FedAvg: clipping, noise of the stated size, charges to the ledger, adaptive clipping."""
+
+from __future__ import annotations
+
+import math
+
+import dp_accounting
+import numpy as np
+import pytest
+
+from veil.dp import Ledger
+from veil.dp.accounting import epsilon_for
+from veil.errors import BudgetExceededError, ConfigError
+from veil.fl import Federation
+from veil.fl.protocol import Aggregate
+from veil.fl.strategies import DPFedAvg, FedAvg
+from veil.learn import LogisticRegression
+from veil.random import Generator
+
+
+def test_client_updates_are_clipped_and_weights_are_one(clients, known_updates):
+    data = clients(3)
+    inner = known_updates(scale=10.0)
+    dp = DPFedAvg(inner, noise_multiplier=1.0, clip_norm=0.5)
+    model = LogisticRegression().initialize(6, [0, 1])
+    from veil.fl.trainer import LocalTrainer
+
+    for X, y in data:
+        update = dp.client_update(LocalTrainer(model, X, y), np.zeros(7), dp.client_config(0),
+                                  Generator(0))
+        raw = inner.delta(X, y)
+        assert np.linalg.norm(update.delta) == pytest.approx(0.5)
+        np.testing.assert_allclose(update.delta, raw * 0.5 / np.linalg.norm(raw))
+        assert update.weight == 1.0
+
+
+def test_central_noise_has_the_stated_scale():
+    # with zero updates the new parameters are pure noise: N(0, (z C / (qN))^2) per entry
+    dp = DPFedAvg(FedAvg(), noise_multiplier=1.3, clip_norm=2.0)
+    dp.sample(0, list(range(20)), Generator(0))
+    total = Aggregate(np.zeros(20000), 20.0, {}, tuple(range(20)))
+    out = dp.aggregate(0, np.zeros(20000), total, Generator(1))
+    # sample std of 20000 normals: relative error ~ 1/sqrt(2 * 20000) = 0.5%; allow 3%
+    assert np.std(out) == pytest.approx(1.3 * 2.0 / 20, rel=0.03)
+    assert abs(np.mean(out)) < 4 * 0.13 / math.sqrt(20000)
+
+
+def test_local_noise_is_added_by_each_client(clients, known_updates):
+    data = clients(1, d=5000, rows=10)
+    dp = DPFedAvg(known_updates(scale=0.0), noise_multiplier=2.0, clip_norm=0.1, noise="local")
+    config = dp.client_config(0)
+    assert config["noise_std"] == pytest.approx(0.2)
+    model = LogisticRegression().initialize(5000, [0, 1])
+    from veil.fl.trainer import LocalTrainer
+
+    update = dp.client_update(LocalTrainer(model, *data[0]), np.zeros(5001), config,
+                              Generator(3))
+    assert np.std(update.delta) == pytest.approx(0.2, rel=0.05)
+
+
+def test_rounds_are_charged_before_they_run(clients, known_updates):
+    data = clients(10)
+    z, q, rounds = 1.1, 0.5, 4
+    ledger = Ledger(50.0, 1e-5, accountant="rdp")
+    strategy = DPFedAvg(known_updates(fraction=q), noise_multiplier=z, clip_norm=1.0)
+    history = Federation(data, LogisticRegression(), strategy, rounds, rng=0,
+                         ledger=ledger).run()
+    events = [c.event for c in ledger.history()]
+    assert events == [dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z))] \
+        * rounds
+    assert [c.label for c in ledger.history()] == [f"fl round {t}" for t in range(rounds)]
+    expected = epsilon_for(z, 1e-5, sample_rate=q, steps=rounds, accountant="rdp")
+    assert history.rounds[-1]["epsilon"] == pytest.approx(expected, rel=1e-9)
+    # Poisson sampling: the number of clients varies from round to round
+    assert len({r["sampled"] for r in history.rounds}) > 1
+
+
+def test_budget_exhaustion_stops_before_any_client_works(clients, known_updates):
+    data = clients(4)
+    budget = epsilon_for(1.0, 1e-5, steps=2, accountant="rdp") * 1.001
+    ledger = Ledger(budget, 1e-5, accountant="rdp")
+    strategy = DPFedAvg(known_updates(), noise_multiplier=1.0)
+    fed = Federation(data, LogisticRegression(), strategy, 3, rng=0, ledger=ledger)
+    with pytest.raises(BudgetExceededError, match="nothing was charged"):
+        fed.run()
+    assert len(fed.history.rounds) == 2 and len(ledger.history()) == 2
+    assert ledger.spent()[0] <= budget
+    with pytest.raises(ConfigError, match="ledger="):
+        Federation(data, LogisticRegression(), strategy, 1, rng=0).run()
+
+
+def test_adaptive_clipping_tracks_the_quantile(clients, known_updates):
+    # Andrew et al. 2021: C moves geometrically towards the target quantile of the norms
+    data = clients(40)
+    inner = known_updates(scale=1.0)
+    norms = sorted(np.linalg.norm(inner.delta(X, y)) for X, y in data)
+    strategy = DPFedAvg(inner, noise_multiplier=0.5, clip_norm=0.05, adaptive=True,
+                        target_quantile=0.5, clip_learning_rate=0.5,
+                        clipped_count_stddev=0.5)
+    fed = Federation(data, LogisticRegression(), strategy, 30, rng=0,
+                     ledger=Ledger(1e6, 1e-5, accountant="rdp"))
+    fed.run()
+    median = np.median(norms)
+    assert 0.7 * median < strategy.clip_norm_ < 1.4 * median
+    # z_Delta from their Theorem 1, and a too small sigma_b is refused
+    assert strategy._delta_multiplier() == pytest.approx((0.5 ** -2 - 1.0 ** -2) ** -0.5)
+    bad = DPFedAvg(inner, noise_multiplier=1.1, adaptive=True)  # sigma_b = qN/20 = 0.5
+    with pytest.raises(ConfigError, match="clipped_count_stddev"):
+        bad.sample(0, list(range(10)), Generator(0))
+    with pytest.raises(ConfigError, match="noise='local'"):
+        DPFedAvg(inner, noise_multiplier=1.0, adaptive=True, noise="local")
+
+
+def test_distributed_noise_needs_secure_aggregation(clients):
+    with pytest.raises(ConfigError, match="SecAgg"):
+        Federation(clients(2), LogisticRegression(),
+                   DPFedAvg(FedAvg(), noise_multiplier=1.0, noise="distributed"), 1)
+
+
+def test_dp_training_still_learns(clients):
+    data = clients(20, rows=80)
+    X_test = np.vstack([X for X, _ in data])
+    y_test = np.concatenate([y for _, y in data])
+    strategy = DPFedAvg(FedAvg(local_epochs=2, learning_rate=0.5, batch_size=16),
+                        noise_multiplier=0.5, clip_norm=1.0)
+    history = Federation(data, LogisticRegression(), strategy, 5, rng=0,
+                         test=(X_test, y_test), ledger=Ledger(100.0, 1e-5)).run()
+    assert history.rounds[-1]["accuracy"] > 0.8  # the label is x_0 > 0 plus noise

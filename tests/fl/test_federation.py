@@ -1,0 +1,130 @@
+"""Whole runs: checkpoints, resume after a crash, the guarded global model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from veil.dp import Ledger
+from veil.errors import ConfigError, DataError
+from veil.fl import Faults, Federation, LocalRuntime
+from veil.fl.checkpoint import Checkpoint
+from veil.fl.protocol import RoundResult
+from veil.fl.strategies import DPFedAvg, FedAvg, SecAgg
+from veil.learn import LogisticRegression
+
+
+class Crash(Exception):
+    """Stands for the process dying after a round was checkpointed."""
+
+
+def _strategy():
+    inner = FedAvg(local_epochs=1, learning_rate=0.3, batch_size=8, fraction=0.8)
+    return SecAgg(DPFedAvg(inner, noise_multiplier=1.0, clip_norm=0.5, adaptive=True,
+                           clipped_count_stddev=2.0), bits=32)
+
+
+def _federation(data, tmp_path, **kwargs):
+    return Federation(data, LogisticRegression(), _strategy(), 6, rng=4,
+                      checkpoint=tmp_path / "ck.veil",
+                      ledger=Ledger(50.0, 1e-5, accountant="rdp", path=tmp_path / "l.sqlite"),
+                      runtime=LocalRuntime(Faults(dropout=0.1, crash=0.05, straggler=0.05,
+                                                  replay=0.3)), **kwargs)
+
+
+def test_kill_and_resume_gives_the_uninterrupted_model(clients, tmp_path):
+    data = clients(8, rows=40)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    full = _federation(data, tmp_path / "a").run()
+
+    def die_after_round_3(record):
+        if record["round"] == 2:
+            raise Crash
+
+    with pytest.raises(Crash):
+        _federation(data, tmp_path / "b", on_round=die_after_round_3).run()
+    assert Checkpoint(tmp_path / "b" / "ck.veil").load()["next_round"] == 3
+    # a fresh process: new objects, same files
+    resumed_fed = _federation(data, tmp_path / "b")
+    resumed = resumed_fed.run(resume=True)
+    np.testing.assert_array_equal(resumed.params, full.params)
+    assert [r["round"] for r in resumed.rounds] == list(range(6))
+    assert resumed.metric("accuracy") == full.metric("accuracy")
+    # the budget was not reset: the same six charges, as in the uninterrupted run
+    assert len(resumed_fed.ledger.history()) == 6
+    assert resumed.rounds[-1]["epsilon"] == pytest.approx(full.rounds[-1]["epsilon"])
+    # the adaptive clip norm was restored, not restarted
+    assert resumed_fed.strategy.inner.clip_norm_ != 0.5
+
+
+def test_a_round_interrupted_after_its_charge_is_charged_again(clients, tmp_path):
+    data = clients(4)
+    ledger = Ledger(50.0, 1e-5, accountant="rdp", path=tmp_path / "l.sqlite")
+    strategy = DPFedAvg(FedAvg(), noise_multiplier=1.0)
+
+    class Dies(LocalRuntime):
+        def run_round(self, server, clients, rng=None):
+            if server.round == 1:
+                raise Crash
+            return super().run_round(server, clients, rng)
+
+    fed = Federation(data, LogisticRegression(), strategy, 3, rng=0, ledger=ledger,
+                     checkpoint=tmp_path / "ck.veil", runtime=Dies())
+    with pytest.raises(Crash):
+        fed.run()
+    assert len(ledger.history()) == 2  # round 1 was charged, then the process died
+    again = Federation(data, LogisticRegression(), strategy, 3, rng=0,
+                       ledger=Ledger(50.0, 1e-5, accountant="rdp", path=tmp_path / "l.sqlite"),
+                       checkpoint=tmp_path / "ck.veil")
+    again.run(resume=True)
+    # rounds 1 and 2 run once more each; the lost round 1 stays charged (never under-count)
+    assert [c.label for c in again.ledger.history()] == [
+        "fl round 0", "fl round 1", "fl round 1", "fl round 2"]
+
+
+def test_resume_checks_the_checkpoint_belongs_to_this_run(clients, tmp_path):
+    data = clients(4)
+    Federation(data, LogisticRegression(), FedAvg(), 1, rng=0,
+               checkpoint=tmp_path / "ck.veil").run()
+    other = Federation(clients(5), LogisticRegression(), FedAvg(), 2, rng=0,
+                       checkpoint=tmp_path / "ck.veil")
+    with pytest.raises(ConfigError, match="different federation"):
+        other.run(resume=True)
+    (tmp_path / "bad.veil").write_bytes(b"not a checkpoint")
+    with pytest.raises(DataError, match="not a readable veil checkpoint"):
+        Federation(data, LogisticRegression(), FedAvg(), 1,
+                   checkpoint=tmp_path / "bad.veil").run(resume=True)
+    # no checkpoint yet: resume starts from round 0
+    fresh = Federation(data, LogisticRegression(), FedAvg(), 2, rng=0,
+                       checkpoint=tmp_path / "new.veil").run(resume=True)
+    assert len(fresh.rounds) == 2
+
+
+def test_the_global_model_is_never_corrupted(clients, known_updates):
+    data = clients(3)
+    fed = Federation(data, LogisticRegression(), known_updates(), 2, rng=0)
+
+    class Poisoned(LocalRuntime):
+        def run_round(self, server, clients, rng=None):
+            report = super().run_round(server, clients, rng)
+            params = report.result.params.copy()
+            params[0] = np.inf
+            report.result = RoundResult(params, report.result.clients)
+            return report
+
+    fed.runtime = Poisoned()
+    history = fed.run()
+    np.testing.assert_array_equal(history.params, fed.initial_params)
+    assert all(r["status"] == "aborted" and "finite" in r["error"] for r in history.rounds)
+
+
+def test_bad_client_data_is_a_data_error(clients):
+    data = clients(2)
+    with pytest.raises(DataError, match="feature counts"):
+        Federation([data[0], (data[1][0][:, :3], data[1][1])], LogisticRegression(), FedAvg(),
+                   1)
+    with pytest.raises(DataError, match=r"clients\[1\]\[0\] holds 1 NaN"):
+        X = data[1][0].copy()
+        X[0, 0] = np.nan
+        Federation([data[0], (X, data[1][1])], LogisticRegression(), FedAvg(), 1)

@@ -1,0 +1,209 @@
+"""SecAgg / SecAgg+: exact sums under dropouts, clean failure, nothing unmasked on the wire."""
+
+from __future__ import annotations
+
+import dp_accounting
+import numpy as np
+import pytest
+
+from veil.dp import Ledger
+from veil.errors import ConfigError, ProtocolError
+from veil.fl import Faults, Federation, LocalRuntime, Message
+from veil.fl.messages import SERVER, decode
+from veil.fl.strategies import DPFedAvg, FedAvg, SecAgg
+from veil.fl.strategies.secagg import SecAggClient
+from veil.learn import LogisticRegression
+
+
+def _round(data, strategy, faults=None, seed=0, record=False):
+    faults = faults or Faults()
+    fed = Federation(data, LogisticRegression(), strategy, 1, rng=seed)
+    rng = fed._round_rng(0)
+    server = strategy.server_round(0, fed.params, strategy.sample(0, sorted(fed.clients), rng),
+                                   rng)
+    report = LocalRuntime(faults, record=record).run_round(server, fed.clients, seed)
+    return fed, server, report
+
+
+@pytest.mark.parametrize("n, dropout, neighbours", [
+    (10, 0.0, None), (10, 0.1, None), (10, 0.3, None),   # SecAgg: complete graph
+    (30, 0.0, 16), (30, 0.1, 16), (30, 0.3, 16),         # SecAgg+: 16 neighbours
+])
+def test_sum_is_exact_within_quantization_under_dropouts(clients, known_updates, n, dropout,
+                                                         neighbours):
+    data = clients(n)
+    inner = known_updates(scale=0.8, max_weight=100.0)
+    # t = floor(threshold * degree) + 1 shares: 5 of 9 (complete graph), 6 of 16 (SecAgg+)
+    threshold = 0.5 if neighbours is None else 0.34
+    strategy = SecAgg(inner, bits=32, clip_range=1.0, neighbours=neighbours,
+                      threshold=threshold, min_survivors=0.5)
+    # exactly that share of the clients drops, at a random stage or after sharing secrets
+    for seed, stage in enumerate([None, "masked_input", "unmask"]):
+        faults = Faults(dropout=dropout, dropout_exact=True, dropout_stage=stage)
+        fed, server, report = _round(data, strategy, faults, seed)
+        assert report.completed, report.error
+        survivors = report.result.clients
+        # who drops at unmask has sent its masked input: it is in the sum
+        assert n - round(dropout * n) <= len(survivors) <= n
+        if stage == "masked_input":
+            assert len(survivors) == n - round(dropout * n)
+        w = np.array([min(len(data[i][1]), 100) / 100 for i in survivors])
+        deltas = np.array([np.clip(w_i * inner.delta(*data[i]), -1, 1)
+                           for w_i, i in zip(w, survivors)])
+        exact = fed.initial_params + deltas.sum(axis=0) / w.sum()
+        # rounding: each survivor's entries move by <= 1/(2 scale); the weights likewise
+        bound = len(survivors) / (2 * server.plan.scale)
+        w_err = len(survivors) / (2 * server.plan.extras_scale)
+        tol = (bound + np.abs(deltas.sum(axis=0)) * w_err / (w.sum() - w_err)) / w.sum()
+        assert np.all(np.abs(report.result.params - exact) <= tol + 1e-12)
+        assert report.result.metrics["quantization_error"] == pytest.approx(bound)
+
+
+def test_fails_cleanly_past_the_threshold(clients, known_updates):
+    data = clients(10)
+    strategy = SecAgg(known_updates(weighted=False), min_survivors=0.7)
+    _, _, report = _round(data, strategy, Faults(dropout=0.6, dropout_exact=True,
+                                                 dropout_stage="masked_input"))
+    assert report.result is None
+    assert "min_survivors=7 (too many dropouts)" in report.error
+    # through a federation: the global model is untouched and the run goes on
+    runtime = LocalRuntime(Faults(dropout=0.6, dropout_exact=True, dropout_stage="unmask"))
+    fed = Federation(data, LogisticRegression(), SecAgg(known_updates(weighted=False)), 2,
+                     rng=1, runtime=runtime)
+    history = fed.run()
+    assert [r["status"] for r in history.rounds] == ["aborted", "aborted"]
+    assert "cannot be recovered" in history.rounds[0]["error"]
+    np.testing.assert_array_equal(history.params, fed.initial_params)
+
+
+def test_no_server_side_message_holds_an_unmasked_update(clients, known_updates):
+    data = clients(8)
+    inner = known_updates(scale=0.9, weighted=False)
+    fed, server, report = _round(data, SecAgg(inner, bits=32), Faults(dropout=0.2), record=True,
+                                 seed=3)
+    assert report.completed
+    plan = server.plan
+    secrets = []
+    for X, y in data:
+        delta = inner.delta(X, y)
+        q = np.rint(np.clip(delta, -1, 1) * plan.scale).astype(np.int64)
+        secrets += [delta, q, q.astype(np.uint64) & np.uint64(2 ** 32 - 1)]
+    arrays = []
+
+    def walk(value):
+        if isinstance(value, np.ndarray):
+            arrays.append(value)
+        elif isinstance(value, dict):
+            for v in value.values():
+                walk(v)
+        elif isinstance(value, list):
+            for v in value:
+                walk(v)
+
+    for data_bytes in report.server_inbox:
+        msg = Message.from_bytes(data_bytes)
+        assert msg.recipient == SERVER
+        walk(msg.body)
+        for blob in [v for v in msg.body.values() if isinstance(v, dict)]:
+            for ct in blob.values():  # share ciphertexts do not decode as plaintext
+                if isinstance(ct, bytes):
+                    with pytest.raises(ProtocolError):
+                        decode(ct)
+    masked = [a for a in arrays if a.dtype == np.uint32]
+    assert len(masked) == len(report.result.clients)
+    for a in arrays:
+        for s in secrets:
+            body = a[:s.size].astype(np.float64)
+            assert not np.allclose(body, s.astype(np.float64), atol=1e-6)
+            # masked entries are uniform in Z_2^32: no correlation with any update
+            if a.dtype == np.uint32 and np.std(s) > 0:
+                assert abs(np.corrcoef(body, s.astype(np.float64))[0, 1]) < 0.99
+        if a.dtype == np.uint32:
+            assert a.mean() == pytest.approx(2 ** 31, rel=0.5)
+
+
+def test_malformed_masked_input_is_treated_as_a_dropout(clients, known_updates):
+    data = clients(6)
+    inner = known_updates(weighted=False)
+    strategy = SecAgg(inner, bits=16)
+
+    class Corrupt(SecAggClient):
+        def _on_masked_input(self, msg, rng):
+            (reply,) = super()._on_masked_input(msg, rng)
+            body = {**reply.body, "masked": reply.body["masked"].astype(np.uint32)}
+            return [Message(reply.protocol, reply.round, reply.stage, reply.sender, SERVER,
+                            body)]
+
+    fed = Federation(data, LogisticRegression(), strategy, 1, rng=0)
+    fed.clients[4] = Corrupt(4, fed.clients[4].trainer, strategy)
+    history = fed.run()
+    assert history.rounds[0]["status"] == "ok"
+    assert history.rounds[0]["aggregated"] == 5
+    survivors = [0, 1, 2, 3, 5]
+    exact = fed.initial_params + np.mean([inner.delta(*data[i]) for i in survivors], axis=0)
+    np.testing.assert_allclose(history.params, exact, atol=0.01)  # 16-bit grid
+
+
+def test_clients_refuse_to_reveal_both_secrets_of_a_neighbour(clients, known_updates):
+    data = clients(4)
+    strategy = SecAgg(known_updates(weighted=False))
+    fed, server, report = _round(data, strategy)
+    client = fed.clients[0]
+    request = Message("secagg", 0, "unmask", SERVER, 0, {"survivors": [1], "dropped": [1]})
+    client._stage = 2
+    with pytest.raises(ProtocolError, match="both secrets"):
+        client.handle(request, fed._round_rng(0))
+
+
+def test_sixteen_bit_ring_halves_float32_traffic(clients, known_updates):
+    data = clients(10, d=2000)
+    inner = known_updates(scale=0.01, weighted=False)
+    _, _, plain = _round(data, inner)
+    _, _, secure = _round(data, SecAgg(inner, bits=16, neighbours=4))
+    masked = secure.stage_bytes()["masked_input"][0]
+    # 2001 + 2 entries of 2 bytes per client, against 8-byte float64 in the clear
+    assert masked < 10 * (2 * 2003 + 200)
+    assert secure.bytes_up < 0.4 * plain.bytes_up
+
+
+def test_configuration_errors(known_updates):
+    with pytest.raises(ConfigError, match="max_weight"):
+        SecAgg(FedAvg())
+    with pytest.raises(ConfigError, match="outermost"):
+        DPFedAvg(SecAgg(FedAvg(weighted=False)), noise_multiplier=1.0)
+    with pytest.raises(ConfigError, match="bits"):
+        SecAgg(FedAvg(weighted=False), bits=80)
+    strategy = SecAgg(FedAvg(weighted=False), bits=8, clip_range=1.0)
+    with pytest.raises(ConfigError, match="too small"):
+        strategy.plan(0, np.zeros(10), list(range(200)))
+
+
+def test_distributed_noise_has_the_stated_variance_and_cost(clients, known_updates):
+    data = clients(10, d=3000, rows=12)
+    z = 0.8
+    inner = DPFedAvg(known_updates(scale=0.0), noise_multiplier=z, clip_norm=0.5,
+                     noise="distributed")
+    strategy = SecAgg(inner, bits=48, min_survivors=0.8)  # 48 bits: tiny rounding
+    fed, server, report = _round(data, strategy, seed=5)
+    assert report.completed
+    plan = server.plan
+    # the decoded sum of zero updates is pure noise: survivors x sigma_c^2 on the grid
+    noise = (report.result.params - fed.initial_params) * inner.sample_rate * 10
+    expected = np.sqrt(len(report.result.clients)) * plan.noise_std / plan.scale
+    # the sample std of 3001 Gaussian entries is within 5% of the truth w.p. > 0.99
+    assert np.std(noise) == pytest.approx(expected, rel=0.05)
+    # distributed noise meant for t = 8 survivors has multiplier z on the rounded updates
+    assert np.sqrt(8) * plan.noise_std == pytest.approx(
+        z * (plan.scale * 0.5 + np.sqrt(3001) / 2), rel=1e-12)
+    # its zCDP cost is that of the Gaussian with multiplier z (tau is negligible here)
+    assert plan.rho == pytest.approx(1 / (2 * z * z), rel=1e-9)
+    ledger = Ledger(10.0, 1e-5, accountant="rdp")
+    Federation(data, LogisticRegression(), strategy, 2, rng=0, ledger=ledger).run()
+    central = Ledger(10.0, 1e-5, accountant="rdp")
+    for _ in range(2):
+        central.charge(dp_accounting.GaussianDpEvent(z))
+    assert ledger.spent()[0] == pytest.approx(central.spent()[0], rel=1e-9)
+    # a PLD ledger accounts the zCDP event through its (sound) RDP bound: the same epsilon
+    pld = Ledger(10.0, 1e-5, accountant="pld")
+    Federation(data, LogisticRegression(), strategy, 2, rng=0, ledger=pld).run()
+    assert pld.spent()[0] == pytest.approx(ledger.spent()[0], rel=1e-6)
