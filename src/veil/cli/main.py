@@ -12,7 +12,7 @@ import sys
 import typer
 
 import veil
-from veil.cli import anon, budget, datasets, demo, dp, fl
+from veil.cli import anon, audit, budget, datasets, demo, dp, fl
 from veil.cli._output import err_console
 from veil.errors import VeilError
 
@@ -21,6 +21,7 @@ app = typer.Typer(name="veil", no_args_is_help=True, add_completion=False,
                   help="veil: privacy-preserving machine learning.")
 app.add_typer(datasets.app, name="datasets")
 app.add_typer(budget.app, name="budget")
+app.command("audit")(audit.audit)
 app.add_typer(anon.app, name="anonymize")
 app.add_typer(fl.app, name="fl")
 app.add_typer(dp.app, name="dp")

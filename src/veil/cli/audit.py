@@ -1,0 +1,127 @@
+"""``veil audit``: the privacy report of a training run, or of a saved model.
+
+``veil audit RUN_DIR`` reads a run directory (format in :mod:`veil.audit.rundir`) and writes
+``report.json`` and ``report.html`` (into ``RUN_DIR/audit`` unless ``--out`` says otherwise).
+
+``veil audit --model MODEL.pkl --members TRAIN.npz --nonmembers HOLDOUT.npz`` attacks a
+pickled fitted classifier (anything with ``predict_proba``) on records it was / was not
+trained on (``.npz`` files holding arrays ``X`` and ``y``) and reports the same way.
+"""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+from typing import Annotated
+
+import numpy as np
+import typer
+
+from veil.cli._output import console, print_json, print_table
+from veil.errors import ConfigError, DataError
+
+ATTACK_HELP = "loss | confidence | shadow | lira | lira-offline"
+
+
+def _load_xy(path: Path, option: str) -> tuple[np.ndarray, np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            if not {"X", "y"} <= set(data.files):
+                raise DataError(f"{option} {path}: expected arrays 'X' and 'y' in the .npz, "
+                                f"found {sorted(data.files)}")
+            return data["X"], data["y"]
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{option} {path}: cannot read it as an .npz file ({exc})") from None
+
+
+def _load_model(path: Path):
+    try:
+        with open(path, "rb") as fh:
+            return pickle.load(fh)  # noqa: S301 - documented: only load models you trust
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError) as exc:
+        raise DataError(f"--model {path}: cannot unpickle a model ({exc})") from None
+
+
+def _model_run(model_path, members, nonmembers, population, attack, n_shadow, ledger,
+               epsilon, delta, seed):
+    from veil.audit import membership_inference
+    from veil.audit.rundir import Run, RunRecord
+
+    if members is None or nonmembers is None:
+        raise ConfigError("--model needs --members and --nonmembers (.npz files with X and y)")
+    model = _load_model(model_path)
+    Xi, yi = _load_xy(members, "--members")
+    Xo, yo = _load_xy(nonmembers, "--nonmembers")
+    pop = _load_xy(population, "--population") if population is not None else None
+    result = membership_inference(model, (Xi, yi), (Xo, yo), attack=attack, population=pop,
+                                  n_shadow=n_shadow, rng=seed)
+    accuracy = None
+    if hasattr(model, "predict"):
+        accuracy = float(np.mean(np.asarray(model.predict(Xo)) == yo))
+    record = RunRecord(label=f"{model_path.stem} ({attack})", epsilon=epsilon, delta=delta,
+                       ledger=str(ledger.resolve()) if ledger else None, accuracy=accuracy,
+                       arrays={"member_scores": result.member_scores,
+                               "nonmember_scores": result.nonmember_scores})
+    return Run(name=str(model_path.name), kind="other", records=[record])
+
+
+def audit(
+    run_dir: Annotated[Path | None, typer.Argument(help="A run directory holding run.json.")]
+    = None,
+    model: Annotated[Path | None, typer.Option(
+        "--model", help="A pickled fitted classifier with predict_proba. Unpickling runs "
+        "code: only load files you trust.")] = None,
+    members: Annotated[Path | None, typer.Option(
+        "--members", help=".npz (X, y): the training records.")] = None,
+    nonmembers: Annotated[Path | None, typer.Option(
+        "--nonmembers", help=".npz (X, y): records not trained on.")] = None,
+    population: Annotated[Path | None, typer.Option(
+        "--population", help=".npz (X, y): more records from the same distribution, for "
+        "shadow models.")] = None,
+    attack: Annotated[str, typer.Option("--attack", help=ATTACK_HELP)] = "loss",
+    n_shadow: Annotated[int, typer.Option("--n-shadow", help="Shadow models (shadow, LiRA).")]
+    = 16,
+    ledger: Annotated[Path | None, typer.Option(
+        "--ledger", help="The ledger file of the model's training.")] = None,
+    epsilon: Annotated[float | None, typer.Option(
+        "--epsilon", help="Declared epsilon (when there is no ledger).")] = None,
+    delta: Annotated[float | None, typer.Option("--delta", help="Declared delta.")] = None,
+    out: Annotated[Path | None, typer.Option(
+        "--out", help="Folder for report.json and report.html.")] = None,
+    confidence: Annotated[float, typer.Option(
+        "--confidence", help="Confidence of each empirical bound.")] = 0.95,
+    seed: Annotated[int | None, typer.Option(
+        "--seed", help="Seed for reproducible splits and bootstraps (default: secure "
+        "randomness).")] = None,
+    json_: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Audit a training run (RUN_DIR) or a saved model (--model): certified epsilon, empirical
+    lower bounds, membership attack, mutual information; writes report.json + report.html."""
+    from veil.audit import privacy_report
+
+    if (run_dir is None) == (model is None):
+        raise ConfigError("give either RUN_DIR or --model (not both, not neither)")
+    if model is not None:
+        run = _model_run(model, members, nonmembers, population, attack, n_shadow, ledger,
+                         epsilon, delta, seed)
+        target = out or Path("audit-report")
+    else:
+        run = run_dir
+        target = out or Path(run_dir) / "audit"
+    report = privacy_report(run, confidence=confidence, rng=seed)
+    json_path, html_path = report.write(target)
+    if json_:
+        print_json(report.data)
+        return
+    rows = []
+    for e in report.data["runs"]:
+        cert, best = e.get("certified"), e.get("empirical_epsilon_best")
+        sm = e["mi"].get("sample_model", {})
+        rows.append((e["label"], f"{cert['epsilon']:.3g} ({cert['source']})" if cert else "none",
+                     f"{best['epsilon']:.3g}" if best else "-",
+                     f"{e['attack']['auc']:.3f}" if "attack" in e else "-",
+                     f"{sm['value_nats']:.3g}" if "value_nats" in sm else "-",
+                     "-" if e.get("accuracy") is None else f"{e['accuracy']:.3f}"))
+    print_table(rows, ["run", "certified eps", f"empirical eps >= ({confidence:g})", "AUC",
+                       "sample-model MI (nats)", "accuracy"], title="veil privacy audit")
+    console.print(f"report: {html_path}  ({json_path.name} beside it)")

@@ -1,0 +1,382 @@
+"""Per-example gradient norms and clipped gradient sums for a torch model.
+
+:class:`PerExampleGradients` attaches to a model: every layer owning trainable parameters
+runs with those parameters detached (autograd then computes input gradients only) and its
+output passes through a "tap" that records the gradient ``g`` reaching it in the backward
+pass, next to the layer's input ``a``. From ``(a, g)`` the rules of
+:mod:`veil.learn.dpsgd.layers` give, after ``loss.backward()``:
+
+1. the per-example gradient norms ``n_i = sqrt(sum_layers ||G_i||^2)`` (ghost norms where the
+   layer allows, materialized per-example gradients where that is cheaper);
+2. the clip factors ``c_i = min(1, C / n_i)`` (Abadi et al., CCS 2016);
+3. the clipped sum ``sum_i c_i G_i`` of every parameter, as one weighted contraction per layer
+   (book-keeping, Bu et al. ICML 2023) — no per-example gradient of a Linear layer is ever
+   built, and autograd never computes the (unclipped) parameter gradients at all.
+
+A parameter used by several layers (tied weights) or a layer called several times in one
+forward pass gets its per-example gradients materialized and summed before the norm, so the
+norm is that of the example's whole gradient.
+
+Non-finite gradients: an example whose gradient norm is NaN or infinite is dropped from the
+sum (``nonfinite="skip"``, counted in ``n_skipped``) — its contribution is then 0, within
+the clipping bound, so the privacy guarantee is unchanged — or raises :class:`DataError`
+(``nonfinite="raise"``, for debugging: the error itself reveals something about one example,
+so do not surface it in a private release). The counts of clipped and skipped examples are
+diagnostics computed without noise: they are not differentially private.
+
+:func:`clipped_grad_sum` is the one-call form (model, loss, batch, C) -> flattened clipped
+sum, without noise, that other learners (hybrid federated learning) build on.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, NamedTuple
+
+from veil._validation import check_choice, check_positive
+from veil.errors import ConfigError, DataError
+from veil.learn.dpsgd._torch import nn, torch
+from veil.learn.dpsgd.layers import (
+    OPAQUE,
+    FunctionalRule,
+    Record,
+    Rule,
+    _tensor_leaves,
+    check_layer,
+    rule_for,
+)
+
+log = logging.getLogger(__name__)
+Tensor = torch.Tensor
+
+__all__ = ["PerExampleGradients", "ClippedSums", "ClippedGradSum", "clipped_grad_sum"]
+
+_ATTACHED = "_veil_dpsgd_engine"
+
+
+class ClippedSums(NamedTuple):
+    """The clipped per-example gradients of one batch, summed (one tensor per parameter)."""
+
+    sums: list[Tensor]
+    n_examples: int
+    n_clipped: int
+    n_skipped: int
+
+
+class ClippedGradSum(NamedTuple):
+    """:func:`clipped_grad_sum`'s result: the flattened sum and the diagnostic counts."""
+
+    grad: Tensor
+    n_clipped: int
+    n_skipped: int
+
+
+class _Tap(torch.autograd.Function):
+    """Identity on a layer's outputs whose backward hands ``g`` to the layer's record."""
+
+    @staticmethod
+    def forward(ctx: Any, rec: Record, anchor: Tensor, *outputs: Tensor) -> Any:
+        ctx.rec = rec
+        if len(outputs) == 1:
+            return outputs[0].view_as(outputs[0])
+        return tuple(t.view_as(t) for t in outputs)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Tensor) -> tuple:
+        ctx.rec.add_grads(grads)
+        return (None, None, *grads)
+
+
+class _Layer:
+    """A hooked layer: its rule, the names of its trainable parameters, its records."""
+
+    __slots__ = ("module", "rule", "names", "params", "records", "original", "had_own",
+                 "bypass", "exclusive")
+
+    def __init__(self, module: nn.Module, rule: Rule, names: list[str]) -> None:
+        self.module = module
+        self.rule = rule
+        self.names = names
+        self.params = [module.get_parameter(n) for n in names]
+        self.records: list[Record] = []
+        self.had_own = "forward" in module.__dict__
+        self.original = module.forward
+        self.bypass = False
+        self.exclusive = True
+
+
+class PerExampleGradients:
+    """Record per-example gradient information of ``model`` and clip it.
+
+    Parameters
+    ----------
+    model:
+        The torch module (batch dimension first in every layer's input).
+    params:
+        The parameters to differentiate (default: every parameter with ``requires_grad``).
+        Only these get per-example gradients; the others are treated as constants.
+    loss_reduction:
+        ``"mean"`` if the loss that is back-propagated is the mean of the per-example losses
+        over the batch (then ``g`` is rescaled by the batch size), ``"sum"`` if it is their sum.
+
+    Use as a context manager, or call :meth:`detach` to restore the model.
+    """
+
+    def __init__(self, model: nn.Module, params: Iterable[Tensor] | None = None, *,
+                 loss_reduction: str = "mean") -> None:
+        check_choice(loss_reduction, "loss_reduction", ("mean", "sum"))
+        if not isinstance(model, nn.Module):
+            raise ConfigError(f"model={type(model).__name__} is not allowed: expected a "
+                              "torch.nn.Module")
+        if getattr(model, _ATTACHED, None) is not None:
+            raise ConfigError("model is already attached to a DP-SGD engine (make_private was "
+                              "called on it); call unwrap() on the private model first")
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        self.params = list(trainable if params is None else params)
+        if not self.params:
+            raise ConfigError("the model has no trainable parameter to train privately")
+        known = {id(p) for p in trainable}
+        for i, p in enumerate(self.params):
+            if id(p) not in known:
+                raise ConfigError(f"parameter #{i} of the optimizer (shape {tuple(p.shape)}) is "
+                                  "not a trainable parameter of the model")
+        self.model = model
+        self.loss_reduction = loss_reduction
+        self.layers = self._plan(model, {id(p) for p in self.params})
+        self._anchor = torch.zeros((), requires_grad=True)
+        self._recording = True
+        for layer in self.layers:
+            self._install(layer)
+        setattr(model, _ATTACHED, self)
+
+    # -- attaching -------------------------------------------------------------------------
+    @staticmethod
+    def _plan(model: nn.Module, selected: set[int]) -> list[_Layer]:
+        """The layers to hook; raises before anything is modified."""
+        for path, module in model.named_modules():
+            check_layer(path, module)
+        layers: list[_Layer] = []
+        inside_opaque: set[int] = set()
+        for _, module in model.named_modules():
+            if id(module) in inside_opaque:
+                continue
+            if isinstance(module, OPAQUE):
+                inside_opaque.update(id(m) for m in module.modules())
+                names = [n for n, p in module.named_parameters() if id(p) in selected]
+            else:
+                names = [n for n, p in module.named_parameters(recurse=False)
+                         if id(p) in selected]
+            if names:
+                layers.append(_Layer(module, rule_for(module, names), names))
+        owners: dict[int, int] = {}
+        for layer in layers:
+            for p in layer.params:
+                owners[id(p)] = owners.get(id(p), 0) + 1
+        for layer in layers:
+            layer.exclusive = all(owners[id(p)] == 1 for p in layer.params)
+        return layers
+
+    def _install(self, layer: _Layer) -> None:
+        engine = self
+
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            if layer.bypass or not engine._recording or not torch.is_grad_enabled():
+                return layer.original(*args, **kwargs)
+            return engine._record(layer, args, kwargs)
+
+        layer.module.forward = forward
+
+    def detach(self) -> None:
+        """Restore the model's layers and forget every record."""
+        for layer in self.layers:
+            if layer.had_own:
+                layer.module.forward = layer.original
+            else:
+                del layer.module.forward
+            layer.records.clear()
+        if getattr(self.model, _ATTACHED, None) is self:
+            delattr(self.model, _ATTACHED)
+
+    def __enter__(self) -> PerExampleGradients:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.detach()
+
+    # -- recording -------------------------------------------------------------------------
+    def _record(self, layer: _Layer, args: tuple, kwargs: dict) -> Any:
+        if not args or not isinstance(args[0], Tensor):
+            raise ConfigError(f"layer {type(layer.module).__name__} was called without a "
+                              "tensor as first positional argument (the batch)")
+        rule = layer.rule
+        if isinstance(rule, FunctionalRule):
+            layer.bypass = True
+            try:
+                out = rule.forward(layer.module, args, kwargs)
+            finally:
+                layer.bypass = False
+        else:
+            out = rule.forward(layer.module, args, kwargs)
+        stored = tuple(a.detach() if isinstance(a, Tensor) else a for a in args)
+        rec = Record(layer.module, rule, stored, kwargs)
+        layer.records.append(rec)
+        if isinstance(out, Tensor):
+            return _Tap.apply(rec, self._anchor, out)
+        tapped = _Tap.apply(rec, self._anchor, *_tensor_leaves(out))
+        tapped = [tapped] if isinstance(tapped, Tensor) else list(tapped)
+        items = list(out)
+        for i, item in enumerate(items):
+            if isinstance(item, Tensor) and item.is_floating_point():
+                items[i] = tapped.pop(0)
+        return type(out)(items)
+
+    def discard_gradients(self) -> None:
+        """Forget the records a backward pass has reached (``optimizer.zero_grad``)."""
+        for layer in self.layers:
+            layer.records = [r for r in layer.records if r.grads is None]
+
+    def reset(self) -> None:
+        """Forget every record."""
+        for layer in self.layers:
+            layer.records.clear()
+
+    # -- norms and clipping ----------------------------------------------------------------
+    def _backed(self) -> tuple[list[tuple[_Layer, list[Record]]], int | None]:
+        used, size = [], None
+        for layer in self.layers:
+            recs = [r for r in layer.records if r.grads is not None]
+            if not recs:
+                continue
+            for r in recs:
+                if size is None:
+                    size = r.batch_size
+                elif r.batch_size != size:
+                    raise DataError(
+                        f"layer {type(layer.module).__name__} saw a batch of {r.batch_size} "
+                        f"examples where another layer saw {size}: the batch must be in "
+                        "dimension 0 of every layer's input")
+            used.append((layer, recs))
+        return used, size
+
+    def _squared_norms(self, used: list, size: int, ref: Tensor) -> tuple[Tensor, dict]:
+        """``sum_p ||G_i^p||^2`` and the materialized per-example gradients it needed."""
+        terms: list[Tensor] = []
+        shared: dict[int, Tensor] = {}
+        for layer, recs in used:
+            if layer.exclusive and len(recs) == 1:
+                terms.extend(layer.rule.sq_norms(recs[0], layer.names))
+                continue
+            for name, p in zip(layer.names, layer.params):
+                for r in recs:
+                    pe = layer.rule.per_example(r, name)
+                    shared[id(p)] = pe if id(p) not in shared else shared[id(p)] + pe
+        terms.extend(pe.flatten(1).square().sum(1) for pe in shared.values())
+        if not terms:
+            return ref.new_zeros(size), shared
+        return torch.stack(terms).sum(0), shared
+
+    def norms(self) -> Tensor:
+        """The per-example gradient norms of the last backward pass, shape ``(B,)``."""
+        used, size = self._backed()
+        if size is None:
+            raise ConfigError("no gradient recorded: run the forward pass and "
+                              "loss.backward() first")
+        self._recording = False
+        try:
+            sq, _ = self._squared_norms(used, size, self.params[0])
+        finally:
+            self._recording = True
+        scale = size if self.loss_reduction == "mean" else 1
+        return sq.sqrt() * scale
+
+    def clip(self, max_grad_norm: float, *, nonfinite: str = "skip",
+             expected_batch_size: int | None = None, scale: float = 1.0) -> ClippedSums:
+        """Clip each example's gradient to ``max_grad_norm``, sum, multiply by ``scale``;
+        forget the records.
+
+        ``expected_batch_size``, when given, must equal the batch the layers saw (the private
+        loader passes the size of the batch it sampled).
+        """
+        check_choice(nonfinite, "nonfinite", ("skip", "raise"))
+        self._recording = False
+        try:
+            return self._clip(float(max_grad_norm), nonfinite, expected_batch_size, scale)
+        finally:
+            self._recording = True
+            self.reset()
+
+    def _clip(self, max_norm: float, nonfinite: str, expected: int | None,
+              scale: float) -> ClippedSums:
+        used, size = self._backed()
+        if size is None:
+            if expected:
+                raise ConfigError(f"step() on a batch of {expected} examples without gradients: "
+                                  "call loss.backward() before optimizer.step()")
+            return ClippedSums([torch.zeros_like(p) for p in self.params], 0, 0, 0)
+        if expected is not None and size != expected:
+            raise DataError(f"the model saw a batch of {size} examples but the private loader "
+                            f"sampled {expected}: train on the loader's batches unchanged")
+        if size == 0:
+            return ClippedSums([torch.zeros_like(p) for p in self.params], 0, 0, 0)
+        sq, shared = self._squared_norms(used, size, self.params[0])
+        reduction = size if self.loss_reduction == "mean" else 1
+        norms = sq.sqrt_().mul_(reduction)
+        n_skipped = 0
+        if not math.isfinite(float(norms.sum())):  # NaN and inf propagate into the sum
+            finite = torch.isfinite(norms)
+            n_skipped = int((~finite).sum())
+            if nonfinite == "raise":
+                raise DataError(f"{n_skipped} of {size} examples have a NaN or infinite "
+                                "gradient (nonfinite='raise')")
+            log.warning("DP-SGD: dropped %d of %d examples with a non-finite gradient",
+                        n_skipped, size)
+            for _, recs in used:
+                for r in recs:
+                    r.keep_rows(finite)
+            shared = {k: torch.where(finite.view(-1, *([1] * (v.dim() - 1))), v, 0)
+                      for k, v in shared.items()}
+            norms = torch.where(finite, norms, math.inf)  # clip factor 0
+        # c_i = min(1, C / n_i); the 1e-6 keeps c_i n_i <= C where n_i rounds low
+        coef = (max_norm / (norms + 1e-6)).clamp_(max=1.0)
+        n_clipped = int((norms > max_norm).sum()) - n_skipped
+        if reduction * scale != 1:
+            coef.mul_(reduction * scale)
+        sums: dict[int, Tensor] = {k: torch.tensordot(coef, v, dims=1) for k, v in shared.items()}
+        for layer, recs in used:
+            for name, p in zip(layer.names, layer.params):
+                if id(p) in shared:
+                    continue
+                s = layer.rule.weighted_sum(recs[0], name, coef)
+                sums[id(p)] = s if id(p) not in sums else sums[id(p)] + s
+        out = [sums[id(p)] if id(p) in sums else torch.zeros_like(p) for p in self.params]
+        return ClippedSums(out, size, n_clipped, n_skipped)
+
+
+def clipped_grad_sum(model: nn.Module, loss_fn: Callable[[Any, Any], Tensor],
+                     inputs: Tensor | Sequence[Tensor], targets: Any, max_grad_norm: float, *,
+                     nonfinite: str = "skip") -> ClippedGradSum:
+    """Sum over a batch of the per-example gradients, each clipped to L2 norm ``max_grad_norm``.
+
+    ``sum_i min(1, C / ||g_i||) g_i`` with ``g_i`` the gradient of example i's loss with
+    respect to every trainable parameter of ``model`` (in ``model.parameters()`` order,
+    flattened and concatenated). No noise is added: the caller adds it (DP-SGD, DP federated
+    learning). ``loss_fn(model(*inputs), targets)`` must return the per-example losses, shape
+    ``(B,)`` (e.g. ``nn.CrossEntropyLoss(reduction="none")``). The model's ``.grad`` fields
+    are left untouched.
+    """
+    max_grad_norm = check_positive(max_grad_norm, "max_grad_norm")
+    check_choice(nonfinite, "nonfinite", ("skip", "raise"))
+    args = (inputs,) if isinstance(inputs, Tensor) else tuple(inputs)
+    with PerExampleGradients(model, loss_reduction="sum") as engine:
+        losses = loss_fn(model(*args), targets)
+        batch = args[0].shape[0]
+        if not isinstance(losses, Tensor) or tuple(losses.shape) != (batch,):
+            shape = tuple(losses.shape) if isinstance(losses, Tensor) else type(losses).__name__
+            raise ConfigError(f"loss_fn returned {shape}; expected the per-example losses, "
+                              f"shape ({batch},): use reduction='none'")
+        losses.sum().backward()
+        result = engine.clip(max_grad_norm, nonfinite=nonfinite)
+    grad = torch.cat([s.reshape(-1) for s in result.sums])
+    return ClippedGradSum(grad, result.n_clipped, result.n_skipped)

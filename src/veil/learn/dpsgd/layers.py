@@ -1,0 +1,463 @@
+"""Per-example gradients of one layer from its input ``a`` and output gradient ``g``.
+
+For a layer used once in a forward pass, example i's gradient is a function of that
+example's input ``a_i`` and of the gradient ``g_i = dL_i/dy_i`` that reaches the layer's
+output. Each rule below knows, for its layer type, three things:
+
+* ``sq_norms``: ``||G_i||^2`` for every example, without building ``G_i`` when the layer
+  allows it ("ghost" norms, Goodfellow 2015; Li, Tramer, Liang & Hashimoto 2022);
+* ``per_example``: the gradients ``G_i`` themselves, shape ``(B, *param.shape)``;
+* ``weighted_sum``: ``sum_i c_i G_i`` for clip factors ``c``, as one contraction, which is
+  the "book-keeping" step of Bu, Wang, Zha & Karypis (ICML 2023): the clipped sum costs one
+  ordinary weight-gradient product, with no second backward pass.
+
+Formulas (``B`` examples, ``T`` positions per example, bias gradient = ``sum_t g_it``):
+
+* Linear, ``y_t = W a_t + b``: ``G_i = sum_t g_it a_it^T``. With ``T = 1``,
+  ``||G_i||^2 = ||g_i||^2 ||a_i||^2``; otherwise ``||G_i||^2 = <a_i a_i^T, g_i g_i^T>_F``
+  (cost ``T^2 (d_in + d_out)``) or the materialized ``G_i`` (cost ``T d_in d_out``),
+  whichever is cheaper.
+* Conv1d/2d/3d: the same as Linear on the unfolded input (im2col): positions are the
+  ``L`` output locations, ``d_in = C_in/groups * prod(kernel)``, per group; materialized
+  ``G_i`` come from one grouped convolution backward (see :class:`ConvRule`).
+* Embedding: ``G_i = sum_t e_{x_it} g_it^T`` and
+  ``||G_i||^2 = sum_{t,s} [x_it = x_is] <g_it, g_is>``; rows of ``padding_idx`` get none.
+* LayerNorm, GroupNorm, RMSNorm (``y = x_hat * w + b``): ``G_i^w = sum g_i * x_hat_i`` over
+  the positions the weight is broadcast over, materialized (it is small).
+* Any other layer (:class:`FunctionalRule`): ``G_i`` by ``torch.func.vmap`` over a
+  vector-Jacobian product of the layer run on example i alone.
+
+Layers mixing the examples of a batch (batch normalization) have no per-example gradient;
+:func:`rule_for` rejects them with the replacement to use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from veil.errors import ConfigError
+from veil.learn.dpsgd._torch import F, nn, torch
+
+Tensor = torch.Tensor
+
+
+def _detached(p: Tensor | None) -> Tensor | None:
+    return None if p is None else p.detach()
+
+
+class Record:
+    """One call of a layer in a forward pass: its inputs and, after backward, ``g``."""
+
+    __slots__ = ("module", "rule", "inputs", "kwargs", "grads", "cache")
+
+    def __init__(self, module: nn.Module, rule: Rule, inputs: tuple, kwargs: dict) -> None:
+        self.module = module
+        self.rule = rule
+        self.inputs = inputs
+        self.kwargs = kwargs
+        self.grads: tuple[Tensor, ...] | None = None
+        self.cache: dict[str, Any] = {}
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.inputs[0].shape[0])
+
+    def add_grads(self, grads: Sequence[Tensor]) -> None:
+        """Gradients reaching the outputs (summed over repeated backward passes)."""
+        grads = tuple(g.detach() for g in grads)
+        if self.grads is None:
+            self.grads = grads
+        else:
+            self.grads = tuple(a + b for a, b in zip(self.grads, grads))
+        self.cache.clear()
+
+    def keep_rows(self, keep: Tensor) -> None:
+        """Zero the inputs and gradients of the examples not in ``keep`` (non-finite ones)."""
+        def mask(t: Any) -> Any:
+            if isinstance(t, Tensor) and t.is_floating_point() and t.dim() >= 1 \
+                    and t.shape[0] == keep.shape[0]:
+                return torch.where(keep.view(-1, *([1] * (t.dim() - 1))), t, 0)
+            return t
+        self.inputs = tuple(mask(t) for t in self.inputs)
+        self.grads = tuple(mask(g) for g in self.grads)
+        self.cache.clear()
+
+
+class Rule:
+    """How one layer type runs with detached parameters and yields per-example gradients.
+
+    ``forward`` computes the layer with its parameters detached, so autograd computes the
+    gradient for the layer's input only; parameter gradients come from this rule.
+    """
+
+    def forward(self, module: nn.Module, args: tuple, kwargs: dict) -> Any:
+        raise NotImplementedError
+
+    def per_example(self, rec: Record, name: str) -> Tensor:
+        raise NotImplementedError
+
+    def sq_norms(self, rec: Record, names: Sequence[str]) -> list[Tensor]:
+        """``(B,)`` tensors whose sum is ``||G_i||^2`` over the named parameters."""
+        return [self.per_example(rec, n).flatten(1).square().sum(1) for n in names]
+
+    def weighted_sum(self, rec: Record, name: str, coef: Tensor) -> Tensor:
+        """``sum_i coef_i G_i``."""
+        return torch.tensordot(coef, self.per_example(rec, name), dims=1)
+
+
+def _single_input(module: nn.Module, args: tuple, kwargs: dict) -> Tensor:
+    if len(args) != 1 or kwargs or not isinstance(args[0], Tensor):
+        raise ConfigError(f"{type(module).__name__} called with {len(args)} positional and "
+                          f"{len(kwargs)} keyword arguments; DP-SGD supports the single tensor "
+                          "input of its forward")
+    return args[0]
+
+
+def _ghost_cheaper(positions: int, d_in: int, d_out: int) -> bool:
+    """Ghost norm cost ``T^2 (d_in + d_out)`` against materializing ``T d_in d_out``."""
+    return positions * (d_in + d_out) < d_in * d_out
+
+
+def _ghost_sq_norms(a: Tensor, g: Tensor) -> Tensor:
+    """``||sum_t g_t a_t^T||_F^2 = <A A^T, G G^T>_F`` per example (summed over any groups)
+    for ``a``: (B, ..., T, d_in) and ``g``: (B, ..., T, d_out), without building the sum."""
+    aa = torch.matmul(a, a.transpose(-1, -2))
+    gg = torch.matmul(g, g.transpose(-1, -2))
+    return (aa * gg).flatten(1).sum(1)
+
+
+class LinearRule(Rule):
+    """``nn.Linear`` on inputs ``(B, ..., d_in)`` (positions are the middle dimensions)."""
+
+    def forward(self, module: nn.Module, args: tuple, kwargs: dict) -> Tensor:
+        x = _single_input(module, args, kwargs)
+        return F.linear(x, module.weight.detach(), _detached(module.bias))
+
+    @staticmethod
+    def _ag(rec: Record) -> tuple[Tensor, Tensor]:
+        """``a``, ``g`` as (B, d) for one position, else (B, T, d)."""
+        ag = rec.cache.get("ag")
+        if ag is None:
+            x, g = rec.inputs[0], rec.grads[0]
+            if x.dim() > 3:
+                x = x.reshape(x.shape[0], -1, x.shape[-1])
+                g = g.reshape(g.shape[0], -1, g.shape[-1])
+            ag = rec.cache["ag"] = (x, g)
+        return ag
+
+    def per_example(self, rec: Record, name: str) -> Tensor:
+        key = "pe_" + name
+        out = rec.cache.get(key)
+        if out is None:
+            a, g = self._ag(rec)
+            if name == "bias":
+                out = g if g.dim() == 2 else g.sum(1)
+            elif a.dim() == 2:
+                out = g[:, :, None] * a[:, None, :]
+            else:
+                out = torch.matmul(g.transpose(1, 2), a)
+            out = rec.cache[key] = out
+        return out
+
+    def sq_norms(self, rec: Record, names: Sequence[str]) -> list[Tensor]:
+        a, g = self._ag(rec)
+        out = []
+        if a.dim() == 2:  # ||g a^T||^2 + ||g||^2 = ||g||^2 (||a||^2 + 1)
+            g2 = torch.linalg.vector_norm(g, dim=1).square_()
+            if "weight" not in names:
+                return [g2]
+            a2 = torch.linalg.vector_norm(a, dim=1).square_()
+            return [torch.addcmul(g2, g2, a2) if "bias" in names else a2.mul_(g2)]
+        for name in names:
+            if name == "bias":
+                out.append(g.sum(1).square().sum(1))
+            elif _ghost_cheaper(a.shape[1], a.shape[2], g.shape[2]):
+                out.append(_ghost_sq_norms(a, g))
+            else:
+                out.append(self.per_example(rec, name).flatten(1).square().sum(1))
+        return out
+
+    def weighted_sum(self, rec: Record, name: str, coef: Tensor) -> Tensor:
+        cached = rec.cache.get("pe_" + name)
+        if cached is not None:
+            return torch.tensordot(coef, cached, dims=1)
+        a, g = self._ag(rec)
+        if rec.cache.get("coef") is not coef:  # g scaled by the clip factors, for all names
+            rec.cache["coef"] = coef
+            rec.cache["gc"] = g * (coef[:, None] if g.dim() == 2 else coef[:, None, None])
+        gc = rec.cache["gc"]
+        if gc.dim() == 2:
+            return gc.sum(0) if name == "bias" else torch.mm(gc.t(), a)
+        if name == "bias":
+            return gc.sum((0, 1))
+        return torch.mm(gc.reshape(-1, gc.shape[-1]).t(), a.reshape(-1, a.shape[-1]))
+
+
+class ConvRule(Rule):
+    """``nn.Conv1d`` / ``nn.Conv2d`` / ``nn.Conv3d`` (any padding mode, stride, dilation,
+    groups).
+
+    Per-example weight gradients come from one grouped convolution backward with the batch
+    folded into the groups (Rochette, Manoel & Tramel 2019), ghost norms from the unfolded
+    input (1-d and 2-d) when cheaper, and the clipped sum from the convolution's own weight
+    backward applied to the scaled ``g`` — the same kernel as a non-private step.
+    """
+
+    def forward(self, module: nn.Module, args: tuple, kwargs: dict) -> Tensor:
+        x = _single_input(module, args, kwargs)
+        return module._conv_forward(x, module.weight.detach(), _detached(module.bias))
+
+    @staticmethod
+    def _padded(rec: Record) -> tuple[Tensor, tuple[int, ...]]:
+        """The input with non-zero or string padding applied, and the remaining padding."""
+        m, x = rec.module, rec.inputs[0]
+        if isinstance(m.padding, str) or m.padding_mode != "zeros":
+            mode = "constant" if m.padding_mode == "zeros" else m.padding_mode
+            x = F.pad(x, m._reversed_padding_repeated_twice, mode=mode)
+            return x, (0,) * len(m.kernel_size)
+        return x, tuple(m.padding)
+
+    @staticmethod
+    def _weight_grad(m: nn.Module, x: Tensor, g: Tensor, padding: tuple[int, ...],
+                     groups: int, shape: tuple[int, ...]) -> Tensor:
+        nd = len(m.kernel_size)
+        return torch.ops.aten.convolution_backward(
+            g, x, x.new_empty(shape), None, m.stride, padding, m.dilation, False, (0,) * nd,
+            groups, (False, True, False))[1]
+
+    def per_example(self, rec: Record, name: str) -> Tensor:
+        key = "pe_" + name
+        out = rec.cache.get(key)
+        if out is not None:
+            return out
+        m, g = rec.module, rec.grads[0]
+        b = g.shape[0]
+        if name == "bias":
+            out = g.flatten(2).sum(2)
+        elif b == 0:
+            out = g.new_zeros((0, *m.weight.shape))
+        else:
+            x, padding = self._padded(rec)
+            folded = self._weight_grad(
+                m, x.reshape(1, -1, *x.shape[2:]), g.reshape(1, -1, *g.shape[2:]), padding,
+                b * m.groups, (b * m.weight.shape[0], *m.weight.shape[1:]))
+            out = folded.view(b, *m.weight.shape)
+        rec.cache[key] = out
+        return out
+
+    def _unfolded(self, rec: Record) -> tuple[Tensor, Tensor]:
+        """``a``: (B, G, d_in, L) unfolded input, ``g``: (B, G, d_out, L)."""
+        m = rec.module
+        x, padding = self._padded(rec)
+        g = rec.grads[0]
+        kernel, stride, dilation = m.kernel_size, m.stride, m.dilation
+        if len(kernel) == 1:
+            x, g = x.unsqueeze(2), g.unsqueeze(2)
+            kernel, stride = (1, *kernel), (1, *stride)
+            dilation, padding = (1, *dilation), (0, *padding)
+        b = x.shape[0]
+        a = F.unfold(x, kernel, dilation=dilation, padding=padding, stride=stride)
+        a = a.reshape(b, m.groups, -1, a.shape[-1])
+        return a, g.reshape(b, m.groups, -1, a.shape[-1])
+
+    def sq_norms(self, rec: Record, names: Sequence[str]) -> list[Tensor]:
+        m, g = rec.module, rec.grads[0]
+        positions = g[0].numel() // g.shape[1] if g.shape[0] else 0
+        d_in = m.weight[0].numel()
+        out = []
+        for name in names:
+            if name == "weight" and len(m.kernel_size) <= 2 and \
+                    _ghost_cheaper(positions, d_in, m.weight.shape[0] // m.groups):
+                a, g_unfolded = self._unfolded(rec)
+                out.append(_ghost_sq_norms(a.transpose(-1, -2), g_unfolded.transpose(-1, -2)))
+            else:
+                out.append(self.per_example(rec, name).flatten(1).square().sum(1))
+        return out
+
+    def weighted_sum(self, rec: Record, name: str, coef: Tensor) -> Tensor:
+        cached = rec.cache.get("pe_" + name)
+        if cached is not None:
+            return torch.tensordot(coef, cached, dims=1)
+        m, g = rec.module, rec.grads[0]
+        if name == "bias":
+            return coef @ g.flatten(2).sum(2)
+        x, padding = self._padded(rec)
+        scaled = g * coef.view(-1, *([1] * (g.dim() - 1)))
+        return self._weight_grad(m, x, scaled, padding, m.groups, tuple(m.weight.shape))
+
+
+class EmbeddingRule(Rule):
+    """``nn.Embedding``: scatter-added rows; padding rows receive no gradient."""
+
+    def forward(self, module: nn.Module, args: tuple, kwargs: dict) -> Tensor:
+        ids = _single_input(module, args, kwargs)
+        m = module
+        return F.embedding(ids, m.weight.detach(), m.padding_idx, m.max_norm, m.norm_type,
+                           False, m.sparse)
+
+    def _ids_g(self, rec: Record) -> tuple[Tensor, Tensor]:
+        out = rec.cache.get("ids_g")
+        if out is None:
+            ids, g = rec.inputs[0], rec.grads[0]
+            b, dim = ids.shape[0], g.shape[-1]
+            ids, g = ids.reshape(b, -1), g.reshape(b, -1, dim)
+            if rec.module.padding_idx is not None:
+                g = g * (ids != rec.module.padding_idx).unsqueeze(-1)
+            out = rec.cache["ids_g"] = (ids, g)
+        return out
+
+    def sq_norms(self, rec: Record, names: Sequence[str]) -> list[Tensor]:
+        ids, g = self._ids_g(rec)
+        if ids.shape[1] == 1:
+            return [g.square().sum((1, 2))]
+        same = ids.unsqueeze(2) == ids.unsqueeze(1)
+        return [(torch.matmul(g, g.transpose(1, 2)) * same).sum((1, 2))]
+
+    def per_example(self, rec: Record, name: str) -> Tensor:
+        ids, g = self._ids_g(rec)
+        b, dim = g.shape[0], g.shape[-1]
+        out = g.new_zeros(b, rec.module.num_embeddings, dim)
+        return out.scatter_add_(1, ids.unsqueeze(-1).expand(-1, -1, dim), g)
+
+    def weighted_sum(self, rec: Record, name: str, coef: Tensor) -> Tensor:
+        ids, g = self._ids_g(rec)
+        dim = g.shape[-1]
+        out = g.new_zeros(rec.module.num_embeddings, dim)
+        return out.index_add_(0, ids.reshape(-1), (g * coef[:, None, None]).reshape(-1, dim))
+
+
+class NormRule(Rule):
+    """LayerNorm, GroupNorm, RMSNorm: ``y = x_hat * weight + bias`` per element."""
+
+    def forward(self, module: nn.Module, args: tuple, kwargs: dict) -> Tensor:
+        x = _single_input(module, args, kwargs)
+        m = module
+        w, b = _detached(m.weight), _detached(getattr(m, "bias", None))
+        if isinstance(m, nn.GroupNorm):
+            return F.group_norm(x, m.num_groups, w, b, m.eps)
+        if isinstance(m, nn.LayerNorm):
+            return F.layer_norm(x, m.normalized_shape, w, b, m.eps)
+        return F.rms_norm(x, m.normalized_shape, w, m.eps)
+
+    def per_example(self, rec: Record, name: str) -> Tensor:
+        key = "pe_" + name
+        out = rec.cache.get(key)
+        if out is not None:
+            return out
+        m, x, g = rec.module, rec.inputs[0], rec.grads[0]
+        if isinstance(m, nn.GroupNorm):
+            reduce = tuple(range(2, x.dim()))
+        else:
+            reduce = tuple(range(1, x.dim() - len(m.normalized_shape)))
+        if name == "weight":
+            if isinstance(m, nn.GroupNorm):
+                x_hat = F.group_norm(x, m.num_groups, None, None, m.eps)
+            elif isinstance(m, nn.LayerNorm):
+                x_hat = F.layer_norm(x, m.normalized_shape, None, None, m.eps)
+            else:
+                x_hat = F.rms_norm(x, m.normalized_shape, None, m.eps)
+            g = g * x_hat
+        out = g.sum(reduce) if reduce else g
+        out = rec.cache[key] = out.reshape(x.shape[0], *getattr(m, name).shape)
+        return out
+
+
+class FunctionalRule(Rule):
+    """Any other layer: ``G_i`` by ``vmap`` of the vector-Jacobian product on example i.
+
+    Positional tensor arguments carry the batch in dimension 0; keyword arguments are
+    shared by all examples. The layer is re-run once per example (as a batch of one), so
+    its forward must be deterministic: dropout inside it is an error.
+    """
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.names = tuple(names)
+
+    def forward(self, module: nn.Module, args: tuple, kwargs: dict) -> Any:
+        params = {n: module.get_parameter(n).detach() for n in self.names}
+        return torch.func.functional_call(module, params, args, kwargs)
+
+    def per_example(self, rec: Record, name: str) -> Tensor:
+        grads = rec.cache.get("pe")
+        if grads is None:
+            grads = rec.cache["pe"] = self._compute(rec)
+        return grads[name]
+
+    def _compute(self, rec: Record) -> dict[str, Tensor]:
+        module, kwargs = rec.module, rec.kwargs
+        batched = [i for i, a in enumerate(rec.inputs) if isinstance(a, Tensor)]
+        params = {n: module.get_parameter(n).detach() for n in self.names}
+
+        def one(params: dict, xs: tuple, gs: tuple) -> dict:
+            args = list(rec.inputs)
+            for i, x in zip(batched, xs):
+                args[i] = x.unsqueeze(0)
+
+            def run(p: dict) -> tuple:
+                out = torch.func.functional_call(module, p, tuple(args), kwargs)
+                return tuple(_tensor_leaves(out))
+
+            _, vjp = torch.func.vjp(run, params)
+            return vjp(tuple(g.unsqueeze(0) for g in gs))[0]
+
+        xs = tuple(rec.inputs[i] for i in batched)
+        try:
+            return torch.func.vmap(one, in_dims=(None, 0, 0), randomness="error")(
+                params, xs, rec.grads)
+        except RuntimeError as exc:
+            raise ConfigError(
+                f"layer {type(module).__name__} has no per-example gradient through the "
+                f"torch.func fallback ({exc}); if it uses dropout, set its dropout to 0, and if "
+                "it mixes the examples of a batch, replace it") from exc
+
+
+def _tensor_leaves(out: Any) -> list[Tensor]:
+    """The floating-point tensors of a layer's output (a tensor or a tuple/list of them)."""
+    items = out if isinstance(out, (tuple, list)) else (out,)
+    return [t for t in items if isinstance(t, Tensor) and t.is_floating_point()]
+
+
+_BATCH_NORMS = (nn.modules.batchnorm._BatchNorm,)
+_INSTANCE_NORMS = (nn.modules.instancenorm._InstanceNorm,)
+#: layers whose forward uses the parameters of their children directly: one fallback unit
+OPAQUE = (nn.MultiheadAttention,)
+
+_RULES: list[tuple[type, Any, Rule]] = [
+    (nn.Linear, nn.Linear.forward, LinearRule()),
+    (nn.Conv1d, nn.Conv1d.forward, ConvRule()),
+    (nn.Conv2d, nn.Conv2d.forward, ConvRule()),
+    (nn.Conv3d, nn.Conv3d.forward, ConvRule()),
+    (nn.Embedding, nn.Embedding.forward, EmbeddingRule()),
+    (nn.LayerNorm, nn.LayerNorm.forward, NormRule()),
+    (nn.GroupNorm, nn.GroupNorm.forward, NormRule()),
+    (nn.RMSNorm, nn.RMSNorm.forward, NormRule()),
+]
+
+
+def check_layer(path: str, module: nn.Module) -> None:
+    """Raise :class:`ConfigError` for a layer that DP-SGD cannot train privately."""
+    name = f"layer {path or '<root>'!r} ({type(module).__name__})"
+    if isinstance(module, _BATCH_NORMS):
+        raise ConfigError(
+            f"{name} is not supported: batch normalization mixes the examples of a batch, so "
+            "no example has a gradient of its own to clip, and its running statistics are "
+            "not private; replace it with nn.GroupNorm(num_groups, num_channels) "
+            "(or nn.LayerNorm)")
+    if isinstance(module, _INSTANCE_NORMS) and module.track_running_stats:
+        raise ConfigError(
+            f"{name} with track_running_stats=True is not supported: its running statistics "
+            "are computed from the data without noise; use track_running_stats=False or "
+            "nn.GroupNorm")
+    if isinstance(module, nn.Embedding) and module.scale_grad_by_freq:
+        raise ConfigError(
+            f"{name} with scale_grad_by_freq=True is not supported: it scales gradients by "
+            "word counts over the whole batch; use scale_grad_by_freq=False")
+
+
+def rule_for(module: nn.Module, names: Sequence[str]) -> Rule:
+    """The rule computing the per-example gradients of ``module``'s parameters ``names``."""
+    for cls, forward, rule in _RULES:
+        if isinstance(module, cls) and type(module).forward is forward:
+            return rule
+    return FunctionalRule(names)
