@@ -20,7 +20,7 @@ Distributions are computed from the stream with numpy (vectorised):
 * uniform doubles ``(r >> 11) * 2^-53`` take every multiple of 2^-53 in [0, 1) with equal
   probability; the open interval (0, 1] adds 2^-53;
 * exponential ``-log(U)``, U in (0, 1]; Laplace = exponential with a random sign;
-* normal by the Box-Muller transform;
+* normal by Marsaglia's polar method;
 * gamma by Marsaglia & Tsang (2000), with ``Gamma(a) = Gamma(a+1) * U^(1/a)`` for a < 1;
 * Poisson by inversion for small means and Hoermann's PTRS (1993) for means >= 10;
 * integers in [low, high) by rejection of masked 64-bit words (exactly uniform);
@@ -230,17 +230,26 @@ class Generator:
         return _shape(loc - sign * np.log(u), size)
 
     def standard_normal(self, size: Size = None) -> Any:
-        """N(0, 1) by Box-Muller: sqrt(-2 log U1) * (cos, sin)(2 pi U2)."""
+        """N(0, 1) by Marsaglia's polar method: (u, v) uniform in the unit disc,
+        s = u^2 + v^2, then u * sqrt(-2 log(s) / s) and v * sqrt(-2 log(s) / s) are two
+        independent standard normals (no trigonometric functions)."""
         n = _count(size)
-        m = (n + 1) // 2
-        raw = self._raw(2 * m)
-        u1 = ((raw[:m] >> np.uint64(11)) + np.uint64(1)).astype(np.float64) * _TWO_M53
-        theta = (raw[m:] >> np.uint64(11)).astype(np.float64) * (2.0 * np.pi * _TWO_M53)
-        radius = np.sqrt(-2.0 * np.log(u1))
-        out = np.empty(2 * m)
-        np.multiply(radius, np.cos(theta), out=out[:m])
-        np.multiply(radius, np.sin(theta), out=out[m:])
-        return _shape(out[:n], size)
+        out = np.empty(n)
+        filled = 0
+        while filled < n:
+            pairs = (n - filled + 1) // 2
+            batch = int(pairs * 1.3) + 8  # acceptance pi/4
+            raw = self._raw(2 * batch)
+            uv = (raw >> np.uint64(11)).astype(np.float64) * (2.0 * _TWO_M53) - 1.0
+            u, v = uv[:batch], uv[batch:]
+            s = u * u + v * v
+            keep = (s > 0.0) & (s < 1.0)
+            u, v, s = u[keep], v[keep], s[keep]
+            factor = np.sqrt(-2.0 * np.log(s) / s)
+            z = np.concatenate((u * factor, v * factor))[:n - filled]
+            out[filled:filled + z.size] = z
+            filled += z.size
+        return _shape(out, size)
 
     def normal(self, loc: float = 0.0, scale: float = 1.0, size: Size = None) -> Any:
         """N(loc, scale^2)."""

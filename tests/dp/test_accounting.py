@@ -372,3 +372,13 @@ def test_events_round_trip_exactly(event):
 def test_invalid_stored_events_are_data_errors(text):
     with pytest.raises(DataError):
         event_from_json(text)
+
+
+def test_huge_epsilons_do_not_overflow():
+    from veil.dp import Laplace, Ledger
+    from veil.dp.selection import pure_dp_event
+
+    for accountant in ("basic", "advanced", "pld", "rdp"):
+        assert Ledger(1000.0, accountant=accountant).fits(Laplace(epsilon=1000.0).event)
+    with pytest.raises(ConfigError, match="epsilon=800"):
+        pure_dp_event(800.0)

@@ -7,11 +7,24 @@
 * :mod:`~veil.crypto.encoding` — fixed-point encoding and BatchCrypt-style packing with
   overflow detection;
 * :mod:`~veil.crypto.multiplicative` — textbook RSA, ElGamal and exponential ElGamal;
-* :mod:`~veil.crypto.serialization` — versioned, checked bytes for keys and ciphertexts.
+* :mod:`~veil.crypto.serialization` — versioned, checked bytes for keys and ciphertexts;
+* :mod:`~veil.crypto.sharing` — additive (Z_2^64) and Shamir (GF(2^61 - 1)) secret sharing;
+* :mod:`~veil.crypto.psi` — ECDH private set intersection on Curve25519;
+* :mod:`~veil.crypto.millionaires` — Yao's 1982 millionaires' protocol.
 """
 
 from __future__ import annotations
 
-from veil.crypto import encoding, multiplicative, paillier, serialization, threshold
+from veil.crypto import (
+    encoding,
+    millionaires,
+    multiplicative,
+    paillier,
+    psi,
+    serialization,
+    sharing,
+    threshold,
+)
 
-__all__ = ["paillier", "threshold", "encoding", "multiplicative", "serialization"]
+__all__ = ["paillier", "threshold", "encoding", "multiplicative", "serialization",
+           "sharing", "psi", "millionaires"]

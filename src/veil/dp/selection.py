@@ -27,7 +27,7 @@ from veil._validation import check_array, check_epsilon, check_positive
 from veil.dp._numeric import div_down, div_up
 from veil.dp.mechanism import Mechanism
 from veil.dp.samplers import noisy_argmax
-from veil.errors import DataError
+from veil.errors import ConfigError, DataError
 from veil.random import Generator
 
 __all__ = ["Exponential", "ReportNoisyMax", "pure_dp_event"]
@@ -45,6 +45,9 @@ def pure_dp_event(epsilon: float) -> de.RandomizedResponseDpEvent:
     epsilon = check_epsilon(epsilon)
     q = math.exp(-epsilon)
     p = 2.0 * q / (1.0 + q) * (1.0 - 2.0 ** -50)
+    if p == 0.0:
+        raise ConfigError(f"epsilon={epsilon!r} is not allowed: above about 700 the cost of a "
+                          "pure-DP release underflows double precision")
     return de.RandomizedResponseDpEvent(noise_parameter=p, num_buckets=2)
 
 

@@ -48,7 +48,7 @@ class CompositionSums(NamedTuple):
 
     def add(self, eps: float, delta: float, count: int = 1) -> CompositionSums:
         """The sums after ``count`` more events with guarantee (eps, delta)."""
-        drift = eps * math.expm1(eps) if math.isfinite(eps) else math.inf
+        drift = eps * math.expm1(eps) if eps < 700 else math.inf  # e^700 ~ float max
         return CompositionSums(self.epsilon + count * eps, self.delta + count * delta,
                                self.epsilon_sq + count * eps * eps, self.drift + count * drift)
 
