@@ -26,7 +26,6 @@ import html
 import io
 import json
 import logging
-import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from veil._json import to_jsonable
 from veil._validation import check_probability
 from veil.audit.attacks import AttackResult
 from veil.audit.epsilon import epsilon_lower_bound
@@ -74,7 +74,7 @@ class PrivacyReport:
     roc: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
 
     def to_json(self) -> str:
-        return json.dumps(_jsonable(self.data), indent=2)
+        return json.dumps(to_jsonable(self.data), indent=2)
 
     def to_html(self) -> str:
         return _html(self)
@@ -87,18 +87,6 @@ class PrivacyReport:
         json_path.write_text(self.to_json())
         html_path.write_text(self.to_html(), encoding="utf-8")
         return json_path, html_path
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 def _certified(run: Run, record: RunRecord) -> dict[str, Any] | None:

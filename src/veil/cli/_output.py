@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -11,23 +10,10 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from veil._json import to_jsonable
+
 console = Console()
 err_console = Console(stderr=True)
-
-
-def to_jsonable(value: Any) -> Any:
-    """numpy scalars/arrays and tuples to plain JSON types; non-finite floats to strings."""
-    if isinstance(value, Mapping):
-        return {str(k): to_jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [to_jsonable(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return to_jsonable(value.tolist())
-    if isinstance(value, np.generic):
-        return to_jsonable(value.item())
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    return value
 
 
 def print_json(data: Any) -> None:

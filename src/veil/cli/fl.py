@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from veil.cli._output import err_console, print_json, print_table
+from veil.cli._output import console, err_console, print_json, print_table
 from veil.errors import ConfigError
 
 app = typer.Typer(help="Federated learning.", no_args_is_help=True)
@@ -19,16 +20,41 @@ _COLUMNS = ("round", "status", "accuracy", "loss", "epsilon", "aggregated", "byt
             "bytes_down", "time")
 
 
-def _partition_seed(state_file: Path, seed: int | None, resume: bool) -> int:
-    """The seed of the data split: the run's seed, or one drawn once and kept on disk so
-    that a resumed run sees the same clients."""
+def _seeds(state_file: Path, seed: int | None, resume: bool) -> tuple[int, bytes]:
+    """The seeds of the data split and of the canary clients (coins and directions):
+    derived from the run's seed, or drawn once from secure randomness and kept in
+    ``state_file``, so that a resumed run sees the same clients and the same canaries."""
     if seed is not None:
-        return seed
+        return seed, b"veil.fl canaries " + seed.to_bytes(16, "big", signed=True)
     if resume and state_file.exists():
-        return int(json.loads(state_file.read_text())["partition_seed"])
+        state = json.loads(state_file.read_text())
+        return int(state["partition_seed"]), bytes.fromhex(state["canary_seed"])
+    if resume and state_file.parent.joinpath("checkpoint.veil").exists():
+        raise ConfigError(f"cannot resume: {state_file} (the seed of the data split) is "
+                          "missing; without it the clients would get other data")
     from veil.random import secure_rng
 
-    return int(secure_rng().randbits(62))
+    draw = secure_rng()
+    return int(draw.randbits(62)), draw.bytes(32)
+
+
+def _write_run(out_dir: Path, name: str, cfg: Any, history: Any, canaries: Any) -> Path:
+    """run.json in the format ``veil audit`` reads (:mod:`veil.audit.rundir`)."""
+    from veil.audit import Run, RunRecord, write_run
+
+    summary = history.to_dict()["summary"]
+    last = history.rounds[-1] if history.rounds else {}
+    arrays = {} if canaries is None else {"client_canary_scores": canaries.scores(),
+                                          "client_canary_included": canaries.included}
+    record = RunRecord(
+        label=name, ledger="ledger.sqlite" if cfg.has("privacy") else None,
+        accuracy=summary["accuracy"],
+        metrics={} if last.get("loss") is None else {"loss": last["loss"]},
+        cost={"seconds": summary["time"], "rounds": summary["rounds"],
+              "bytes": summary["bytes"]},
+        arrays=arrays)
+    kind = "dpfedavg" if cfg.has("privacy") else "fedavg"
+    return write_run(out_dir, Run(name=name, kind=kind, records=[record]))
 
 
 Config = Annotated[Path, typer.Argument(help="TOML file describing the run.")]
@@ -37,11 +63,15 @@ Resume = Annotated[bool, typer.Option("--resume",
 Out = Annotated[Path | None, typer.Option("--out", help="Output directory (default: run.out "
                                           "in the config, else fl_results/<config name>).")]
 Json = Annotated[bool, typer.Option("--json", help="Print the results as JSON.")]
+Report = Annotated[bool, typer.Option("--report", help="Also write the privacy report "
+                                      "(report.json, report.html) into <out>/audit.")]
 
 
 @app.command("run")
-def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = False) -> None:
-    """Train a model across simulated clients; write results.json and plot.png."""
+def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = False,
+        report: Report = False) -> None:
+    """Train a model across simulated clients; write results.json, plot.png and run.json
+    (the run directory `veil audit` reads), plus the privacy report with --report."""
     from veil.dp import Ledger
     from veil.fl import Federation, LocalRuntime
     from veil.fl.config import load_config
@@ -49,22 +79,16 @@ def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = F
     cfg = load_config(config)
     out_dir = out or Path(cfg["run"]["out"] or Path("fl_results") / config.stem)
     checkpoint, ledger_file = out_dir / "checkpoint.veil", out_dir / "ledger.sqlite"
-    state_file = out_dir / "run.json"
+    state_file = out_dir / "state.json"
     if not resume and (checkpoint.exists() or ledger_file.exists()):
         raise ConfigError(f"{out_dir} already holds a run: pass --resume to continue it, or "
                           "choose another --out (its ledger keeps the privacy budget spent)")
-    os.makedirs(out_dir, exist_ok=True)
     seed = cfg["run"]["seed"]
-    partition_seed = _partition_seed(state_file, seed, resume)
-    state_file.write_text(json.dumps({"config": str(config), "partition_seed": partition_seed}))
+    partition_seed, canary_seed = _seeds(state_file, seed, resume)
 
     clients, test = cfg.data(partition_seed)
     strategy = cfg.strategy(clients)
     rounds = cfg["training"]["rounds"]
-    ledger = None
-    if cfg.has("privacy"):
-        p = cfg["privacy"]
-        ledger = Ledger(p["epsilon"], p["delta"], accountant=p["accountant"], path=ledger_file)
     with LocalRuntime(cfg.faults(), workers=cfg["run"]["workers"]) as runtime, Progress(
             TextColumn("[bold]federated rounds"), BarColumn(), MofNCompleteColumn(),
             TextColumn("{task.description}"), TimeElapsedColumn(),
@@ -79,17 +103,57 @@ def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = F
                 + ("" if record["status"] == "ok" else "  (aborted)")))
 
         federation = Federation(clients, cfg.model(), strategy, rounds, test=test,
-                                ledger=ledger, runtime=runtime, checkpoint=checkpoint,
-                                rng=seed, on_round=on_round)
+                                runtime=runtime, checkpoint=checkpoint, rng=seed,
+                                on_round=on_round)
+        canaries = cfg.canaries(federation, rng=canary_seed)
+        # the ledger file is created only once everything that can refuse the config has
+        # run: a refused config leaves no trace that would block the next attempt
+        os.makedirs(out_dir, exist_ok=True)
+        state_file.write_text(json.dumps({"config": str(config), "partition_seed":
+                                          partition_seed, "canary_seed": canary_seed.hex()}))
+        ledger = None
+        if cfg.has("privacy"):
+            p = cfg["privacy"]
+            ledger = federation.ledger = Ledger(p["epsilon"], p["delta"],
+                                                accountant=p["accountant"], path=ledger_file)
         history = federation.run(resume=resume)
     history.save_json(out_dir / "results.json")
     history.plot(out_dir / "plot.png", title=f"{config.stem}: {cfg['data']['dataset']}, "
                                              f"{len(clients)} clients")
+    certified = None
     if ledger is not None:
+        certified = ledger.spent()
         ledger.close()
+    _write_run(out_dir, config.stem, cfg, history, canaries)
+    bound = None
+    if canaries is not None:
+        bound = canaries.audit(delta=certified[1] if certified else 0.0,
+                               confidence=cfg["audit"]["confidence"], rng=seed)
+    html = None
+    if report:
+        from veil.audit import privacy_report
+
+        confidence = cfg["audit"]["confidence"] if cfg.has("audit") else 0.95
+        _, html = privacy_report(out_dir, confidence=confidence, rng=seed).write(
+            out_dir / "audit")
     if json_:
-        print_json({**history.to_dict(), "out": str(out_dir)})
+        extra = {"out": str(out_dir)}
+        if bound is not None:
+            extra["audit"] = {**bound.to_dict(), "certified_epsilon":
+                              certified[0] if certified else None}
+        if html is not None:
+            extra["report"] = str(html)
+        print_json({**history.to_dict(), **extra})
         return
     print_table([["" if r.get(c) is None else r[c] for c in _COLUMNS] for r in history.rounds],
                 list(_COLUMNS),
                 title=f"veil fl run {config} -> {out_dir}")
+    if bound is not None:
+        lower = math.floor(bound.epsilon * 1000) / 1000  # a lower bound: never round up
+        console.print(f"canary clients: epsilon >= {lower:g} at confidence "
+                      f"{bound.confidence:g} ({bound.correct}/{bound.guesses} correct guesses "
+                      f"of {bound.canaries} canaries); certified epsilon "
+                      + ("none (no [privacy])" if certified is None else
+                         f"{certified[0]:.3g}"))
+    if html is not None:
+        console.print(f"privacy report: {html}")

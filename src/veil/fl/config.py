@@ -14,12 +14,24 @@ Sections and keys (every key optional unless marked; unknown sections or keys ar
     [secagg]    bits, clip_range, neighbours, threshold, min_survivors, prg
     [faults]    dropout, dropout_stage, dropout_exact, crash, straggler, latency, slowdown,
                 deadline, duplicate, reorder, replay (see veil.fl.runtime.Faults)
+    [audit]     canaries, norm, kind (dirac | gaussian), confidence
     [run]       seed, out, workers
 
 A ``[privacy]`` section makes the run differentially private: the noise multiplier is
 calibrated (:func:`veil.dp.accounting.calibrate_noise`) so that all rounds together are
 (epsilon, delta)-DP at the client level, and every round is charged to a ledger persisted
 in the output directory. A ``[secagg]`` section turns on secure aggregation.
+
+An ``[audit]`` section adds ``canaries`` canary clients (:mod:`veil.fl.canary`): each is in
+or out by a fair coin drawn before training, an included one sends an update of L2 norm
+``norm`` (default: the clip norm of ``[privacy]``, else 1) along its own direction (``kind``),
+and after the run the one-run audit (Steinke, Nasr & Jagielski 2023) bounds epsilon from
+below at ``confidence``. A config asking for fewer canaries than any bound at that
+confidence needs is refused here, before anything runs. Canaries are clients: they count in
+the per-round client numbers, and the average divides by the client count (DP-FedAvg) or
+the total weight (FedAvg; a canary weighs like a mean client), so with N real clients and m
+canaries a ``server_learning_rate`` (N + m) / N times larger gives the real clients the step
+they would have without canaries.
 """
 
 from __future__ import annotations
@@ -31,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from veil._validation import check_choice
+from veil._validation import check_choice, check_delta, check_positive, check_probability
 from veil.errors import ConfigError, DataError
 from veil.random import Generator
 
@@ -59,6 +71,8 @@ SCHEMA: dict[str, dict[str, tuple[Any, Any]]] = {
                "straggler": (_NUM, 0.0), "latency": (_NUM, 0.01), "slowdown": (_NUM, 1000.0),
                "deadline": (_NUM, 1.0), "duplicate": (_NUM, 0.0), "reorder": (bool, True),
                "replay": (_NUM, 0.0)},
+    "audit": {"canaries": (int, 100), "norm": (_NUM, None), "kind": (str, "dirac"),
+              "confidence": (_NUM, 0.95)},
     "run": {"seed": (int, None), "out": (str, None), "workers": (int, 1)},
 }
 _REQUIRED = {("data", "dataset"), ("privacy", "epsilon")}
@@ -157,6 +171,20 @@ class FLConfig:
                               min_survivors=s["min_survivors"], prg=s["prg"])
         return strategy
 
+    def canaries(self, federation: Any, rng: Any = None) -> Any:
+        """Add the ``[audit]`` section's canary clients to ``federation`` (before its first
+        round); returns their :class:`~veil.fl.canary.CanaryClients` (None without one)."""
+        from veil.fl.canary import add_canary_clients
+
+        if not self.has("audit"):
+            return None
+        a = self["audit"]
+        norm = a["norm"]
+        if norm is None:
+            norm = self["privacy"]["clip_norm"] if self.has("privacy") else 1.0
+        return add_canary_clients(federation, a["canaries"], norm=norm, kind=a["kind"],
+                                  rng=rng)
+
     def faults(self) -> Any:
         from veil.fl.runtime import Faults
 
@@ -197,4 +225,23 @@ def load_config(path: str | os.PathLike) -> FLConfig:
     for section, key in _REQUIRED:
         if section in sections and sections[section][key] is None:
             raise ConfigError(f"{path}: [{section}] needs {key} = ...")
+    if "audit" in sections:
+        _check_audit(path, sections["audit"], sections.get("privacy"))
     return FLConfig(path, sections)
+
+
+def _check_audit(path: str, audit: dict[str, Any], privacy: dict[str, Any] | None) -> None:
+    """The [audit] values, and enough canaries for a bound at the requested confidence."""
+    from veil.audit import canaries_needed
+
+    check_choice(audit["kind"], "[audit] kind", ("dirac", "gaussian"))
+    confidence = check_probability(audit["confidence"], "[audit] confidence", low_open=True,
+                                   high_open=True)
+    if audit["norm"] is not None:
+        check_positive(audit["norm"], "[audit] norm")
+    delta = check_delta(privacy["delta"]) if privacy else 0.0
+    need = canaries_needed(delta=delta, confidence=confidence)
+    if audit["canaries"] < need:
+        raise ConfigError(f"{path}: [audit] canaries={audit['canaries']!r} is not allowed: the "
+                          f"one-run audit at confidence {confidence:g} (delta={delta:g}) needs "
+                          f"at least {need} canaries to bound epsilon above 0")

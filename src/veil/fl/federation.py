@@ -9,8 +9,10 @@ Each round ``t``:
 4. if the round completed, the new global parameters replace the old ones (only if they are
    finite and of the right shape: the global model is never corrupted); if it aborted they
    stay as they were, and the charge stands (the protocol may have released something);
-5. the global model is evaluated on the test data, the metrics are recorded, and a
-   checkpoint (parameters, next round, strategy and runtime state, history) is written.
+5. observers (e.g. an audit's canary clients, :mod:`veil.fl.canary`) see the global
+   parameters; the global model is evaluated on the test data, the metrics are recorded,
+   and a checkpoint (parameters, next round, strategy, runtime and observer state,
+   history) is written.
 
 ``run(resume=True)`` continues from the checkpoint: no round is applied twice, and the
 ledger (persisted by ``Ledger(path=...)``) keeps every charge, so the budget is never reset;
@@ -74,6 +76,10 @@ class Federation:
         The label set (default: every label seen in the clients' and test data).
     on_round:
         Called with each round's metrics (a dict) after the round is recorded.
+
+    ``observers`` (a list, empty at first) holds objects that see the global parameters
+    after every round, ``observer.observe(round, params)``, and whose ``state_dict()`` and
+    ``load_state_dict(state)`` are saved with the checkpoint (see :mod:`veil.fl.canary`).
     """
 
     def __init__(self, clients: Sequence[tuple[Any, Any]], model: GradientClassifier,
@@ -112,6 +118,7 @@ class Federation:
         self.runtime = runtime if runtime is not None else LocalRuntime()
         self.checkpoint = None if checkpoint is None else Checkpoint(checkpoint)
         self.on_round = on_round
+        self.observers: list[Any] = []
         self._seed = rng if isinstance(rng, int) and not isinstance(rng, bool) else None
         self._rng = None if self._seed is not None else check_rng(rng)
         self.fingerprint = _fingerprint(data, self.initial_params.size, strategy)
@@ -138,6 +145,8 @@ class Federation:
             server = self.strategy.server_round(t, self.params, sampled, rng)
             report = self.runtime.run_round(server, self.clients, rng)
             self._apply(report)
+            for observer in self.observers:
+                observer.observe(t, self.params)
             record = self._record(t, sampled, report)
             self.history.rounds.append(record)
             self._next_round = t + 1
@@ -199,7 +208,8 @@ class Federation:
     def _state(self) -> dict[str, Any]:
         return {"fingerprint": self.fingerprint, "next_round": self._next_round,
                 "params": self.params, "strategy": self.strategy.state_dict(),
-                "runtime": self.runtime.state_dict(), "history": self.history.rounds}
+                "runtime": self.runtime.state_dict(), "history": self.history.rounds,
+                "observers": [o.state_dict() for o in self.observers]}
 
     def _resume(self) -> None:
         if self.checkpoint is None:
@@ -219,6 +229,13 @@ class Federation:
         self._next_round = int(state["next_round"])
         self.strategy.load_state_dict(state["strategy"])
         self.runtime.load_state_dict(state["runtime"])
+        saved = state.get("observers", [])
+        if len(saved) != len(self.observers):
+            raise ConfigError(f"the checkpoint {self.checkpoint.path} holds the state of "
+                              f"{len(saved)} observer(s); this federation has "
+                              f"{len(self.observers)}")
+        for observer, observed in zip(self.observers, saved):
+            observer.load_state_dict(observed)
         self.history = History(rounds=list(state["history"]), params=self.params.copy())
         log.info("resuming after round %d from %s", self._next_round - 1, self.checkpoint.path)
 

@@ -3,28 +3,15 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from veil._json import to_jsonable
+
 __all__ = ["History"]
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return _plain(value.tolist())
-    if isinstance(value, np.generic):
-        return _plain(value.item())
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    return value
 
 
 @dataclass
@@ -56,7 +43,7 @@ class History:
             "bytes": sum(r.get("bytes_up", 0) + r.get("bytes_down", 0) for r in self.rounds),
             "time": sum(r.get("time", 0.0) for r in self.rounds),
         }
-        return _plain({"summary": summary, "rounds": self.rounds,
+        return to_jsonable({"summary": summary, "rounds": self.rounds,
                        "params": None if self.params is None else self.params})
 
     def save_json(self, path: str | os.PathLike) -> None:
