@@ -98,8 +98,8 @@ def test_bad_files(tmp_path, capsys):
     assert main(["dp", "stats", str(bad)]) != 0  # missing required options: usage error
 
 
-def test_demo_json(capsys):
-    assert main(["demo", "--json"]) == 0
+def test_dp_demo_json(capsys):
+    assert main(["dp", "demo", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert len(out["statistics"]) == 9
     assert out["spent"]["epsilon"] <= out["budget"]["epsilon"] * (1 + 1e-9)

@@ -10,6 +10,7 @@ import pandas as pd
 import typer
 
 from veil._validation import check_bounds, check_choice, check_int
+from veil.cli import dp_demo
 from veil.cli._output import print_json, print_mapping
 from veil.dp import stats
 from veil.dp.ledger import Ledger
@@ -122,3 +123,6 @@ def stats_command(
     else:
         print_mapping({k: v for k, v in out.items() if k != "ledger_spent"},
                       title=f"veil dp stats: {query} of {column!r}")
+
+
+app.command("demo")(dp_demo.demo)

@@ -5,7 +5,10 @@ vector (``get_params_vector / set_params_vector``) and closed-form or autograd p
 gradients (``per_example_gradients(X, y)``); see :mod:`veil.learn.base`.
 
 * numpy: :class:`LogisticRegression`, :class:`SoftmaxRegression`, :class:`LinearSVM`;
-* torch (optional extra): :class:`TorchModel` wraps any ``nn.Module`` (imported lazily).
+* torch (optional extra): :class:`TorchModel` wraps any ``nn.Module`` (imported lazily);
+* learners as aggregate queries (:mod:`veil.learn.queries`: :class:`GradientQueries`,
+  :func:`fit_queries`) and ID3 trees (:mod:`veil.learn.tree`: :class:`ID3Classifier`,
+  :class:`ID3Queries`), for the hybrid approach to private federated learning.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from typing import Any
 
 from veil.learn.base import GradientClassifier, sgd
 from veil.learn.linear import LinearSVM, LogisticRegression, SoftmaxRegression
+from veil.learn.queries import GradientQueries, fit_queries
+from veil.learn.tree import ID3Classifier, ID3Queries
 
 
 def __getattr__(name: str) -> Any:
@@ -24,5 +29,5 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'veil.learn' has no attribute {name!r}")
 
 
-__all__ = ["GradientClassifier", "LinearSVM", "LogisticRegression", "SoftmaxRegression",
-           "TorchModel", "sgd"]
+__all__ = ["GradientClassifier", "GradientQueries", "ID3Classifier", "ID3Queries", "LinearSVM",
+           "LogisticRegression", "SoftmaxRegression", "TorchModel", "fit_queries", "sgd"]

@@ -10,9 +10,9 @@ Leaves are priced by dp_accounting's ``RdpAccountant``: Gaussian (alpha / (2 sig
 Laplace, Poisson-subsampled Gaussians (Mironov, Talwar & Zhang 2019), randomized response
 (replace-one, see :mod:`~veil.dp.accounting.events`), zCDP events, tree aggregation and
 repeat-and-select; veil prices the Skellam event itself
-(:mod:`~veil.dp.accounting.skellam`). Any other pure eps-DP event (e.g. the discrete Laplace) is priced as
-binary randomized response with odds e^eps, which every eps-DP mechanism is a
-post-processing of (Kairouz, Oh & Viswanath 2015). A fixed-size batch arrives here
+(:mod:`~veil.dp.accounting.skellam`). Any other pure eps-DP event (e.g. the discrete
+Laplace) is priced as binary randomized response with odds e^eps, which every eps-DP
+mechanism is a post-processing of (Kairouz, Oh & Viswanath 2015). A fixed-size batch arrives here
 already rewritten by the coupling bound. RDP is a valid privacy filter for adaptively
 chosen events (Feldman & Zrnic 2021).
 """

@@ -6,13 +6,15 @@
   Gaussian noise at the server, the clients, or shared among them (McMahan et al. 2018,
   Andrew et al. 2021);
 * :class:`SecAgg` — secure aggregation with the SecAgg+ neighbour graph (Bonawitz et al.
-  2017, Bell et al. 2020), around any strategy; it must be the outermost wrapper.
+  2017, Bell et al. 2020), around any strategy; it must be the outermost wrapper;
+* :class:`Hybrid` — threshold Paillier + distributed DP noise (Truex et al. 2019).
 """
 
 from veil.fl.strategies.base import Strategy, StrategyWrapper
 from veil.fl.strategies.dp import DPFedAvg
 from veil.fl.strategies.fedavg import FedAvg
 from veil.fl.strategies.fedprox import FedProx
+from veil.fl.strategies.hybrid import Hybrid
 from veil.fl.strategies.secagg import SecAgg
 
-__all__ = ["DPFedAvg", "FedAvg", "FedProx", "SecAgg", "Strategy", "StrategyWrapper"]
+__all__ = ["DPFedAvg", "FedAvg", "FedProx", "Hybrid", "SecAgg", "Strategy", "StrategyWrapper"]

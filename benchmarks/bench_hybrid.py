@@ -1,0 +1,249 @@
+"""The hybrid approach (Truex et al. 2019): per-round time and bytes, packed vs one value per
+ciphertext vs plaintext FedAvg, with python-paillier as the encryption peer.
+
+Two models, 10 parties, t = 5 honest (t_bar = 6 decrypt), threshold Paillier keys of
+``--bits`` bits, Skellam noise shares:
+
+* Adult logistic regression (104 features: 105 parameters + the record count = 106
+  values per query), each party holding a tenth of UCI Adult's training split (falls back
+  to synthetic data of the same shape without the UCI files);
+* a 10,000-parameter softmax regression (999 features x 10 classes + 10 intercepts) on
+  synthetic data, 200 records per party (``--params`` changes the size).
+
+One round = one gradient query of :class:`veil.learn.queries.GradientQueries` through the
+sans-I/O objects of :mod:`veil.fl.hybrid_protocol`, driven here stage by stage so that each
+party's and the aggregator's CPU time is measured separately (``time.process_time``; every
+message serialized and parsed as on a wire). Noise pools are filled before the round
+(offline). Reported:
+
+* **online, parties in parallel** -- what a deployment waits for: the slowest party's
+  answer (gradient, noise, packing, encryption), the aggregator's product of the
+  ciphertexts, the slowest partial decryption, and the aggregator's proof checks,
+  combination and decoding;
+* **one machine** -- every party's and the aggregator's CPU time added up (the local
+  runtime's figure on one core);
+* bytes up and down per round (all parties).
+
+Baselines in the same run: the same protocol with one ciphertext per value ("unpacked";
+for more than ``--unpacked-max`` values it is measured on that many values and scaled
+linearly -- each value costs the same encryption, product and partial decryption, so the
+cost is linear in the count -- and the table says so), veil's plaintext FedAvg round (one
+full-batch local step, updates in the clear), and python-paillier 1.5 (GPLv3, benchmark
+only) encrypting one party's values one per ciphertext on a key of the same size.
+
+    python benchmarks/bench_hybrid.py              # 2048-bit keys (about 2 minutes)
+    python benchmarks/bench_hybrid.py --quick      # 1024-bit keys, 2,000 parameters
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+import warnings
+
+import numpy as np
+
+from veil.crypto import threshold
+from veil.datasets import available, load_xy, partition
+from veil.fl import Federation, LocalRuntime, Message
+from veil.fl.hybrid_protocol import Agreement, HybridClient, HybridServer, QueryEncoding, deal_keys
+from veil.fl.strategies import FedAvg
+from veil.learn import LogisticRegression, SoftmaxRegression
+from veil.learn.queries import GradientQueries
+from veil.random import Generator
+
+warnings.filterwarnings("ignore")
+logging.disable(logging.WARNING)
+
+PARTIES, TRUST = 10, 5
+MAX_RECORDS = 2 ** 12          # public bound on one party's records (sets the slot width)
+
+
+def _cpu(fn, *args):
+    start = time.process_time()
+    out = fn(*args)
+    return out, time.process_time() - start
+
+
+def _data(kind: str, params: int, gen: np.random.Generator):
+    if kind == "adult" and available("adult-train"):
+        data = load_xy("adult", split="train")
+        X, y = data.X, data.y
+    elif kind == "adult":
+        X = gen.uniform(0, 1, size=(30162, 104))
+        y = (X[:, :5].sum(axis=1) > 2.5).astype(int)
+    else:
+        d = (params - 10) // 10
+        X = gen.normal(size=(200 * PARTIES, d)) / np.sqrt(d)
+        y = gen.integers(0, 10, size=200 * PARTIES)
+    parts = partition.iid(len(y), PARTIES, rng=1)
+    return [(X[p], y[p]) for p in parts]
+
+
+def _model(kind: str, data):
+    d = data[0][0].shape[1]
+    if kind == "adult":
+        return LogisticRegression(alpha=0.0).initialize(d, [0, 1])
+    return SoftmaxRegression(alpha=0.0).initialize(d, list(range(10)))
+
+
+def hybrid_round(keys, data, model, *, packed: bool, z: float, values: int | None = None):
+    """One round stage by stage; (online s, one-machine s, bytes up, bytes down, ciphertexts
+    per party). ``values``: truncate the query to its first ``values`` values (unpacked
+    extrapolation)."""
+    learner = GradientQueries(model, rounds=1, max_records=MAX_RECORDS)
+    query = learner.next_query()
+    if values is not None:
+        from dataclasses import replace
+
+        shape = replace(query.shape, size=values)
+        query = replace(query, shape=shape)
+        full = learner.answer
+
+        def truncated(q, X, y):
+            out, clipped = full(q, X, y)
+            return out[:values], clipped
+        learner.answer = truncated
+    agreement = Agreement(PARTIES, "hybrid", trust=TRUST, noise="skellam", noise_multiplier=z,
+                          delta=1e-5, packed=packed)
+    count = QueryEncoding(query.shape, agreement, keys.public_key.bits).ciphertexts
+    clients = {}
+    for i, (X, y) in enumerate(data):
+        clients[i] = HybridClient(i, X, y, agreement, learner=learner, key_share=keys.shares[i])
+        clients[i].precompute(count)                                  # offline
+    server = HybridServer(0, range(PARTIES), query, agreement, keys.public_key, rng=1)
+    gen = Generator(7)
+    up = down = 0
+    requests, server_cpu = _cpu(server.start)
+    party_cpu: dict[str, list[float]] = {"answer": [], "decrypt": []}
+    while not server.done:
+        answers = []
+        stage = requests[0].stage
+        for req in requests:
+            raw = req.to_bytes()
+            down += len(raw)
+            replies, cpu = _cpu(clients[req.recipient].handle, Message.from_bytes(raw), gen)
+            party_cpu[stage].append(cpu)
+            answers += [r.to_bytes() for r in replies]
+        up += sum(len(a) for a in answers)
+
+        requests, cpu = _cpu(_serve, server, answers)
+        server_cpu += cpu
+    online = max(party_cpu["answer"]) + max(party_cpu["decrypt"]) + server_cpu
+    machine = sum(party_cpu["answer"]) + sum(party_cpu["decrypt"]) + server_cpu
+    return online, machine, up, down, count
+
+
+def _serve(server, answers):
+    for a in answers:
+        server.receive(Message.from_bytes(a))
+    return server.close_stage()
+
+
+def fedavg_round(data, model_kind):
+    fed = Federation(data, _model(model_kind, data).__class__(alpha=0.0),
+                     FedAvg(learning_rate=0.5), 2, runtime=LocalRuntime(), rng=3)
+    history = fed.run()
+    last = history.rounds[-1]
+    return last["time"], last["bytes_up"], last["bytes_down"]
+
+
+def phe_encrypt(values: int, bits: int, gen: np.random.Generator) -> float:
+    """python-paillier: seconds to encrypt ``values`` integers one per ciphertext."""
+    from phe import paillier as phe
+
+    pk, _ = phe.generate_paillier_keypair(n_length=bits)
+    xs = gen.integers(-2 ** 30, 2 ** 30, size=values).tolist()
+    _, cpu = _cpu(lambda: [pk.encrypt(int(x)) for x in xs])
+    return cpu
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--bits", type=int, default=2048)
+    ap.add_argument("--params", type=int, default=10_000)
+    ap.add_argument("--unpacked-max", type=int, default=300,
+                    help="measure one-value-per-ciphertext on at most this many values")
+    ap.add_argument("--quick", action="store_true", help="1024-bit keys, 2,000 parameters")
+    args = ap.parse_args()
+    if args.quick:
+        args.bits, args.params = 1024, 2_000
+    gen = np.random.default_rng(0)
+    t0 = time.perf_counter()
+    primes = threshold.generate_safe_primes(args.bits, insecure_ok=args.bits < 2048, rng=5)
+    keys = deal_keys(PARTIES, TRUST, bits=args.bits, primes=primes,
+                     insecure_ok=args.bits < 2048, rng=6)
+    print(f"threshold Paillier {args.bits}-bit, {keys.public_key.threshold}-of-{PARTIES} "
+          f"(t = {TRUST}): keys dealt in {time.perf_counter() - t0:.1f} s")
+    rows = []
+    for kind, label in (("adult", "Adult logistic regression"),
+                        ("synthetic", f"{args.params:,}-parameter softmax regression")):
+        data = _data(kind, args.params, gen)
+        model = _model(kind, data)
+        n_values = model.n_params_ + 1
+        z = 5.0       # the noise multiplier does not change the cost
+        on, machine, up, down, cts = hybrid_round(keys, data, model, packed=True, z=z)
+        k = min(n_values, args.unpacked_max)
+        u_on, u_machine, u_up, u_down, _ = hybrid_round(keys, data, model, packed=False, z=z,
+                                                        values=k)
+        scale = n_values / k
+        f_time, f_up, f_down = fedavg_round(data, kind)
+        phe_s = phe_encrypt(k, args.bits, gen) * scale
+        veil_enc = _party_encrypt(keys, data, model, z)
+        rows.append({"model": label, "values": n_values, "ciphertexts": cts, "online": on,
+                     "machine": machine, "up": up, "down": down, "u_online": u_on * scale,
+                     "u_machine": u_machine * scale, "u_up": u_up * scale,
+                     "scaled": k < n_values, "fedavg": f_time, "f_up": f_up,
+                     "encrypt": veil_enc, "phe": phe_s})
+    _print(rows, args.bits)
+
+
+def _party_encrypt(keys, data, model, z):
+    """CPU seconds for one party to pack and encrypt its answer: (fresh noise, from a filled
+    pool)."""
+    learner = GradientQueries(model, rounds=1, max_records=MAX_RECORDS)
+    query = learner.next_query()
+    agreement = Agreement(PARTIES, "hybrid", trust=TRUST, noise="skellam", noise_multiplier=z,
+                          delta=1e-5)
+    enc = QueryEncoding(query.shape, agreement, keys.public_key.bits)
+    client = HybridClient(0, *data[0], agreement, learner=learner, key_share=keys.shares[0])
+    ints = np.zeros(query.shape.size, dtype=np.int64)
+    pk = keys.public_key
+    pk.encrypt(enc.plaintexts(ints[:1]))          # builds the fixed-base noise table once
+    _, fresh = _cpu(lambda: pk.encrypt(enc.plaintexts(ints)))
+    client.precompute(enc.ciphertexts)
+    _, pooled = _cpu(lambda: pk.encrypt(enc.plaintexts(ints), pool=client.pool))
+    return fresh, pooled
+
+
+def _print(rows, bits):
+    def mb(b):
+        return f"{b / 1e6:.2f} MB" if b >= 1e5 else f"{b / 1e3:.1f} kB"
+
+    print(f"\nPer round, 10 parties, {bits}-bit keys (CPU seconds; 'online' = parties in "
+          "parallel, pools filled offline)")
+    print(" | ".join(("model", "values", "ciphertexts/party", "hybrid online",
+                      "hybrid 1 machine", "unpacked online", "unpacked 1 machine",
+                      "packed speed-up (online)", "plaintext FedAvg",
+                      "bytes up (hybrid / unpacked / FedAvg)")))
+    for r in rows:
+        mark = " (scaled)" if r["scaled"] else ""
+        print(" | ".join([r["model"], f"{r['values']:,}", f"{r['ciphertexts']}",
+                          f"{r['online']:.3f} s", f"{r['machine']:.2f} s",
+                          f"{r['u_online']:.2f} s{mark}", f"{r['u_machine']:.2f} s{mark}",
+                          f"{r['u_online'] / r['online']:.1f}x", f"{r['fedavg']:.3f} s",
+                          f"{mb(r['up'])} / {mb(r['u_up'])}{mark} / {mb(r['f_up'])}"]))
+    print("\nOne party encrypting its answer: veil packed (noise computed now / from a pool "
+          "filled offline) vs python-paillier (one value per ciphertext, noise computed now, "
+          "its own key of the same size)")
+    print("model | values | veil packed | veil packed, pool | python-paillier | ratio "
+          "(noise computed now)")
+    for r in rows:
+        fresh, pooled = r["encrypt"]
+        print(f"{r['model']} | {r['values']:,} | {fresh:.3f} s | {pooled:.4f} s | "
+              f"{r['phe']:.2f} s{' (scaled)' if r['scaled'] else ''} | {r['phe'] / fresh:.0f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,230 @@
+"""The comparison of Truex et al. (AISec 2019): accuracy against epsilon for each method.
+
+For each number of parties n, each repetition draws a train/test split (where the data
+set has none) and an IID partition of the training data between the parties; on that same
+partition every method trains the same learner (:mod:`veil.experiments.tasks`):
+no privacy (exact sums: plain aggregation or SMC, which give the same model), central DP,
+local DP, and the hybrid with each trust level t. The noise of each epsilon is calibrated
+once (:func:`veil.learn.queries.plan_multiplier`) and shared by the methods, which differ
+only in where the noise is added, so the comparison isolates the effect of the trust
+assumption: aggregate noise variance ``sigma^2`` (central), ``n/t sigma^2`` (hybrid),
+``n sigma^2`` (local).
+
+This sweep is a **noise-only simulation**: :class:`~veil.learn.queries.SimulatedAggregator`
+sums the very integers the encrypted protocol sums, without encrypting them. A sum of
+Paillier ciphertexts decrypts to the sum of the plaintexts, and the tests
+(``tests/fl/test_hybrid_protocol.py``) check that runs through the real threshold-Paillier
+protocol have the same result distribution (benchmarks/RESULTS.md records it).
+
+Ledgers use the RDP accountant here (faster than PLD when a sweep charges thousands of
+queries, and never below it in epsilon), and the noise is calibrated with the same.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from veil._validation import check_choice, check_delta, check_epsilon, check_int
+from veil.datasets import partition
+from veil.dp.distributed import NOISES
+from veil.dp.ledger import Ledger
+from veil.errors import ConfigError
+from veil.experiments.tasks import DATASETS, MODELS, Task, load_task, make_learner
+from veil.learn.queries import SimulatedAggregator, fit_queries, plan_multiplier
+from veil.random import check_rng
+
+__all__ = ["TruexConfig", "parse_trust", "run_truex", "summarize", "write_csv", "plot"]
+
+#: the noise each model used in the paper: Laplace counts for trees (Friedman & Schuster),
+#: Gaussian gradients (with a moments accountant) for the others
+PAPER_NOISE = {"tree": "laplace", "logreg": "gaussian", "svm": "gaussian", "nn": "gaussian"}
+_FIELDS = ["dataset", "model", "noise", "parties", "method", "trust", "epsilon", "repeat",
+           "accuracy", "epsilon_spent", "queries", "clipped"]
+
+
+@dataclass
+class TruexConfig:
+    """One sweep: a task, the party counts, trust levels, epsilons and repetitions.
+
+    ``trust``: tokens ``"1"``, ``"half"`` (ceil(n/2)), ``"n"`` or an integer, per n.
+    ``noise``: None for the paper's choice (:data:`PAPER_NOISE`), else a
+    :data:`veil.dp.distributed.NOISES` name. ``options`` override the learner's defaults.
+    """
+
+    dataset: str = "nursery"
+    model: str = "tree"
+    parties: Sequence[int] = (10,)
+    trust: Sequence[str] = ("1", "half", "n")
+    epsilons: Sequence[float] = (0.1, 0.5, 1.0, 2.0, 5.0)
+    repeats: int = 3
+    noise: str | None = None
+    delta: float = 1e-5
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_choice(self.dataset, "dataset", DATASETS)
+        check_choice(self.model, "model", MODELS)
+        if not self.parties:
+            raise ConfigError("parties=[] is not allowed: give at least one party count")
+        self.parties = [check_int(n, "parties", low=2) for n in self.parties]
+        for n in self.parties:
+            for token in self.trust:
+                parse_trust(token, n)
+        if not self.epsilons:
+            raise ConfigError("epsilons=[] is not allowed: give at least one epsilon")
+        self.epsilons = [check_epsilon(e) for e in self.epsilons]
+        self.repeats = check_int(self.repeats, "repeats", low=1)
+        if self.noise is None:
+            self.noise = PAPER_NOISE[self.model]
+        check_choice(self.noise, "noise", tuple(NOISES))
+        self.delta = check_delta(self.delta)
+
+
+def parse_trust(token: Any, parties: int) -> int:
+    """t from a token: ``"n"``, ``"half"`` (ceil(n/2)) or an integer in 1..n."""
+    text = str(token).strip().lower()
+    if text == "n":
+        return parties
+    if text == "half":
+        return math.ceil(parties / 2)
+    try:
+        t = int(text)
+    except ValueError:
+        raise ConfigError(f"trust={token!r} is not allowed: use 1..n, 'half' or 'n'") from None
+    if not 1 <= t <= parties:
+        raise ConfigError(f"trust={token!r} is not allowed with {parties} parties: t must be "
+                          f"in 1..{parties}")
+    return t
+
+
+def _methods(config: TruexConfig, n: int) -> list[tuple[str, int | None]]:
+    trusts = sorted({parse_trust(tok, n) for tok in config.trust})
+    return [("central", None), *[("hybrid", t) for t in trusts], ("local", None)]
+
+
+def run_truex(config: TruexConfig, *, rng: Any = None,
+              on_progress: Callable[[int, int, str], None] | None = None) -> list[dict[str, Any]]:
+    """Run the sweep; one row per (parties, method, trust, epsilon, repetition).
+
+    ``on_progress(done, total, what)`` is called after every training run.
+    """
+    rng = check_rng(rng)
+    total = sum(config.repeats * (1 + len(config.epsilons) * len(_methods(config, n)))
+                for n in config.parties)
+    done = 0
+    rows: list[dict[str, Any]] = []
+
+    def record(task: Task, n: int, method: str, t: int | None, eps: float | None, r: int,
+               fit: Any) -> None:
+        nonlocal done
+        spent = fit.ledger.spent()[0] if fit.ledger is not None else 0.0
+        rows.append({"dataset": config.dataset, "model": config.model, "noise": config.noise,
+                     "parties": n, "method": method, "trust": t if t is not None else "",
+                     "epsilon": eps if eps is not None else "", "repeat": r,
+                     "accuracy": float(fit.model.score(task.X_test, task.y_test)),
+                     "epsilon_spent": spent, "queries": fit.queries, "clipped": fit.clipped})
+        done += 1
+        if on_progress is not None:
+            label = method if t is None else f"hybrid t={t}"
+            on_progress(done, total, f"n={n} {label} eps={eps if eps is not None else '-'}")
+
+    for n in config.parties:
+        for r in range(config.repeats):
+            task = load_task(config.dataset, config.model, rng=rng)
+            parts = partition.iid(task.y_train.size, n, rng=rng)
+            agg = SimulatedAggregator([(task.X_train[p], task.y_train[p]) for p in parts])
+            fresh = make_learner(task, **config.options)
+            record(task, n, "none", None, None, r, fit_queries(fresh, agg, method="none"))
+            for eps in config.epsilons:
+                z = plan_multiplier(make_learner(task, **config.options), config.noise, eps,
+                                    config.delta, accountant="rdp")
+                for method, t in _methods(config, n):
+                    ledger = Ledger(eps, 0.0 if config.noise == "laplace" else config.delta,
+                                    accountant="rdp")
+                    fit = fit_queries(make_learner(task, **config.options), agg,
+                                      method=method, trust=t,
+                                      noise=config.noise, epsilon=eps, delta=config.delta,
+                                      ledger=ledger, noise_multiplier=z, rng=rng)
+                    record(task, n, method, t, eps, r, fit)
+    return rows
+
+
+def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Mean and standard deviation of the accuracy over repetitions, per configuration."""
+    groups: dict[tuple, list[float]] = {}
+    for row in rows:
+        key = (row["dataset"], row["model"], row["noise"], row["parties"], row["method"],
+               row["trust"], row["epsilon"])
+        groups.setdefault(key, []).append(float(row["accuracy"]))
+    out = []
+    for (dataset, model, noise, n, method, t, eps), accs in groups.items():
+        a = np.asarray(accs)
+        out.append({"dataset": dataset, "model": model, "noise": noise, "parties": n,
+                    "method": method, "trust": t, "epsilon": eps, "repeats": a.size,
+                    "accuracy_mean": float(a.mean()),
+                    "accuracy_std": float(a.std(ddof=1)) if a.size > 1 else 0.0})
+    return out
+
+
+def write_csv(rows: Sequence[dict[str, Any]], path: str | os.PathLike) -> None:
+    """Write rows (all with the same keys) as CSV."""
+    rows = list(rows)
+    if not rows:
+        raise ConfigError("no rows to write")
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _label(method: str, t: Any, n: int) -> str:
+    if method == "hybrid":
+        return f"hybrid t={t}" + (" (= n)" if int(t) == n else "")
+    return {"central": "central DP", "local": "local DP", "none": "no privacy / SMC"}[method]
+
+
+def plot(summary: Sequence[dict[str, Any]], path: str | os.PathLike,
+         title: str | None = None) -> None:
+    """Accuracy against epsilon (log axis), one panel per party count, error bars = 1 sd."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    counts = sorted({int(s["parties"]) for s in summary})
+    fig, axes = plt.subplots(1, len(counts), figsize=(5.5 * len(counts), 4.2), squeeze=False)
+    for ax, n in zip(axes[0], counts):
+        rows = [s for s in summary if int(s["parties"]) == n]
+        for s in rows:
+            if s["method"] == "none":
+                ax.axhline(s["accuracy_mean"], color="grey", linestyle="--",
+                           label=_label("none", None, n))
+        curves: dict[tuple[str, Any], list[dict[str, Any]]] = {}
+        for s in rows:
+            if s["method"] != "none":
+                curves.setdefault((s["method"], s["trust"]), []).append(s)
+        order = sorted(curves, key=lambda k: (k[0] != "central", k[0] == "local",
+                                              -int(k[1] or 0)))
+        for method, t in order:
+            pts = sorted(curves[(method, t)], key=lambda s: float(s["epsilon"]))
+            ax.errorbar([float(s["epsilon"]) for s in pts], [s["accuracy_mean"] for s in pts],
+                        yerr=[s["accuracy_std"] for s in pts], marker="o", capsize=3,
+                        label=_label(method, t, n))
+        ax.set_xscale("log")
+        ax.set_xlabel("epsilon")
+        ax.set_ylabel("test accuracy")
+        ax.set_title(f"{n} parties")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

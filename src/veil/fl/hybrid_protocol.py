@@ -1,0 +1,472 @@
+"""The hybrid protocol (Truex et al., AISec 2019): threshold-Paillier sums of noisy answers.
+
+Roles and trust
+---------------
+n parties hold data; an aggregator (the server) coordinates; a **dealer** sets up the keys.
+t is the minimum number of honest, non-colluding parties; the decryption threshold is
+``t_bar = n - t + 1``, so the at most ``n - t`` colluding parties can never decrypt on
+their own, and up to ``t - 1`` parties may drop out before decryption. Assumptions (those
+of the paper): the dealer is trusted to generate the threshold key and hand each party its
+own share over a private channel, then to forget them (:func:`deal_keys`); the aggregator
+is honest-but-curious (it follows the protocol and tries to learn from what it receives;
+it decrypts only the aggregate, which needs ``t_bar`` parties); at least t of the parties
+whose answers are summed are honest, which is why, by default, every party must answer
+(``min_answers``).
+
+Set-up (public :class:`Agreement`): n, t, the noise family and its multiplier z
+(calibrated from the learner's plan and the budget, :func:`veil.learn.queries.plan_multiplier`),
+delta, and how answers are encoded. Parties derive their noise from the agreement and the
+query's shape, never from the aggregator.
+
+One query = one round, stages ``answer`` and ``decrypt``:
+
+1. **answer** -- the aggregator sends the query (name, shape, spec). Party i computes
+   ``Q_s(D_i)`` (the learner's ``answer``), clips it into the query's bound and puts it on
+   the integer grid with its noise share (:func:`veil.learn.queries.contribute`; values
+   clipped are counted by the party and logged, never sent), packs the integers
+   (BatchCrypt packing, :class:`veil.crypto.encoding.Packing`, with headroom for n
+   summands) and encrypts them under the threshold key with its noise pool. It sends
+   **only the ciphertexts**.
+2. The aggregator multiplies the ciphertexts of the parties that answered: ``Enc(sum_i r_i)``.
+3. **decrypt** -- it sends that ciphertext to ``t_bar`` parties chosen at random among
+   those that answered; each returns its partial decryption with its proof of correctness
+   (:mod:`veil.crypto.threshold`).
+4. Each proof is verified on arrival: a wrong partial decryption is rejected, its party
+   named and excluded. When the stage closes with fewer than ``t_bar`` valid partials
+   (dropouts, bad proofs) the aggregator asks as many other live parties as are missing,
+   until ``t_bar`` are in; when no live party is left it aborts the round
+   (:class:`~veil.errors.ProtocolError`: fewer than t_bar parties alive). It combines the
+   partials, unpacks, and obtains ``sum_i Q_s(D_i) + sum_i noise_i``, the only plaintext
+   it ever sees.
+
+A party whose answer is not a ciphertext array under the session key, or has the wrong
+number of ciphertexts, is rejected (and excluded from the round). The same classes run
+the baselines in the clear (``encrypted=False``: plain aggregation, local DP, central DP
+with the aggregator adding the noise), so that time and bytes compare like for like.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from veil._validation import check_choice, check_delta, check_int, check_positive
+from veil.crypto import serialization, threshold
+from veil.crypto.encoding import Packing
+from veil.crypto.paillier import EncryptedArray, NoisePool
+from veil.dp.distributed import NOISES, DistributedMechanism, check_trust
+from veil.errors import ConfigError, CryptoError, DataError, ProtocolError
+from veil.fl.messages import Message
+from veil.fl.protocol import ClientProtocol, RoundResult, ServerRound
+from veil.learn.queries import (
+    METHODS,
+    Query,
+    QueryAnswer,
+    QueryLearner,
+    QueryShape,
+    contribute,
+    decode,
+    noise_std,
+    query_noise,
+    value_limit,
+)
+from veil.random import Generator, check_rng
+
+__all__ = ["Agreement", "HybridKeys", "deal_keys", "HybridServer", "HybridClient",
+           "QueryEncoding"]
+
+log = logging.getLogger(__name__)
+
+
+# -- set-up ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Agreement:
+    """What all parties agree on at set-up (public; see the module docstring).
+
+    ``method``: one of :data:`veil.learn.queries.METHODS`; it decides whether answers are
+    encrypted and who adds the noise. ``trust``: t (for ``smc`` it only sets the decryption
+    threshold; default ceil(n/2)). ``noise`` / ``noise_multiplier`` / ``delta``: the noise
+    (ignored for ``none`` and ``smc``). ``packed``: many values per ciphertext (False: one
+    per ciphertext, for comparison). ``min_answers``: fewest answers a round proceeds with
+    (default n).
+    """
+
+    parties: int
+    method: str = "hybrid"
+    trust: int | None = None
+    noise: str = "skellam"
+    noise_multiplier: float | None = None
+    delta: float = 1e-6
+    packed: bool = True
+    min_answers: int | None = None
+
+    def __post_init__(self) -> None:
+        n = check_int(self.parties, "parties", low=1)
+        check_choice(self.method, "method", tuple(METHODS))
+        check_choice(self.noise, "noise", tuple(NOISES))
+        if self.encrypted:
+            check_trust(self.t, n)
+        if self.method == "hybrid" and self.trust is None:
+            raise ConfigError(f"trust=None is not allowed with method='hybrid': give t in 1..{n}")
+        if METHODS[self.method].noise is not None:
+            if self.noise_multiplier is None:
+                raise ConfigError(f"noise_multiplier=None is not allowed with method="
+                                  f"{self.method!r}: calibrate it for the plan and budget")
+            check_positive(self.noise_multiplier, "noise_multiplier")
+        check_delta(self.delta)
+        if self.min_answers is not None:
+            check_int(self.min_answers, "min_answers", low=1, high=n)
+
+    @property
+    def encrypted(self) -> bool:
+        return METHODS[self.method].encrypted
+
+    @property
+    def t(self) -> int:
+        """The trust parameter t (ceil(n/2) for ``smc`` when not given)."""
+        return self.trust if self.trust is not None else math.ceil(self.parties / 2)
+
+    @property
+    def threshold(self) -> int:
+        """t_bar = n - t + 1: partial decryptions needed."""
+        return self.parties - self.t + 1
+
+    @property
+    def party_noise(self) -> bool:
+        return METHODS[self.method].noise == "parties"
+
+    def mechanism(self, shape: QueryShape) -> DistributedMechanism | None:
+        """The query's noise: each party's share mechanism, or central DP's (the aggregator
+        draws it once); None without noise. It also fixes the query's integer grid."""
+        where = METHODS[self.method].noise
+        if where is None:
+            return None
+        adders, honest = METHODS[self.method].noise_parties(self.trust, self.parties)
+        return query_noise(self.noise, self.noise_multiplier, shape, parties=adders,
+                           honest=honest, delta=self.delta)
+
+
+@dataclass(frozen=True)
+class HybridKeys:
+    """The dealer's output: the threshold public key and party i's share at ``shares[i]``."""
+
+    public_key: threshold.ThresholdPublicKey
+    shares: tuple[threshold.KeyShare, ...]
+
+
+def deal_keys(parties: int, trust: int, *, bits: int = 2048, primes: Any = None,
+              insecure_ok: bool = False, rng: Any = None) -> HybridKeys:
+    """The trusted dealer: a threshold Paillier key with threshold ``t_bar = n - t + 1``
+    and one key share per party (:func:`veil.crypto.threshold.keygen`; ``primes``:
+    pre-generated safe primes, ``insecure_ok`` for test keys under 2048 bits)."""
+    t, n = check_trust(trust, parties)
+    pk, shares = threshold.keygen(bits, n, n - t + 1, insecure_ok=insecure_ok, primes=primes,
+                                  rng=rng)
+    return HybridKeys(pk, tuple(shares))
+
+
+class QueryEncoding:
+    """How one query's integers become plaintexts: packed with headroom for n summands, or
+    one per plaintext. Every party's integers lie in ``[-limit, limit]``
+    (:func:`veil.learn.queries.value_limit`), so the sum of n of them never overflows."""
+
+    def __init__(self, shape: QueryShape, agreement: Agreement, key_bits: int) -> None:
+        self.shape = shape
+        self.mechanism = agreement.mechanism(shape)
+        self.limit = value_limit(shape, self.mechanism, noisy=agreement.party_noise)
+        self.value_bits = self.limit.bit_length() + 1
+        self.parties = agreement.parties
+        self.packing = None
+        if agreement.packed:
+            if self.value_bits > 56:
+                raise ConfigError(f"query {shape!r} needs {self.value_bits}-bit values: lower "
+                                  "its bound (e.g. the learner's max_records)")
+            self.packing = Packing(self.value_bits, agreement.parties, key_bits=key_bits)
+
+    @property
+    def ciphertexts(self) -> int:
+        """Number of ciphertexts per party."""
+        if self.packing is None:
+            return self.shape.size
+        return self.packing.plaintexts_needed(self.shape.size)
+
+    def plaintexts(self, ints: np.ndarray) -> np.ndarray:
+        return self.packing.pack(ints) if self.packing is not None else ints.astype(object)
+
+    def values(self, plaintexts: Any) -> np.ndarray:
+        """The summed integers from the decrypted plaintexts (overflow is a CryptoError)."""
+        if self.packing is not None:
+            return self.packing.unpack(plaintexts, self.shape.size).astype(object)
+        values = np.asarray(plaintexts, dtype=object).ravel()
+        cap = self.parties * self.limit
+        if any(abs(int(v)) > cap for v in values.tolist()):
+            raise CryptoError(f"a decrypted sum exceeds {cap}: more than {self.parties} "
+                              "summands or out-of-range inputs")
+        return values
+
+
+def _query_body(query: Query) -> dict[str, Any]:
+    s = query.shape
+    return {"name": query.name, "spec": dict(query.spec),
+            "shape": {"size": s.size, "l1": float(s.l1), "l2": float(s.l2),
+                      "bound": float(s.bound), "integer": s.integer, "frac_bits": s.frac_bits}}
+
+
+def _read_query(msg: Message) -> Query:
+    shape = msg.get("shape", dict)
+    try:
+        parsed = QueryShape(**shape)
+    except (TypeError, ConfigError) as exc:
+        raise ProtocolError(f"{msg.origin}: malformed query shape: {exc}") from None
+    return Query(msg.get("name", str), parsed, msg.get("spec", dict))
+
+
+def _load(msg: Message, field: str, kind: type, public_key: Any) -> Any:
+    """A serialized crypto object under the session key (ProtocolError otherwise)."""
+    try:
+        obj = serialization.loads(msg.blob(field), public_key=public_key)
+    except CryptoError as exc:
+        raise ProtocolError(f"{msg.origin}, round {msg.round}: field {field!r} is rejected: "
+                            f"{exc}") from None
+    if not isinstance(obj, kind):
+        raise ProtocolError(f"{msg.origin}, round {msg.round}: field {field!r} holds a "
+                            f"{type(obj).__name__}; expected a {kind.__name__}")
+    return obj
+
+
+# -- the aggregator --------------------------------------------------------------------------
+class HybridServer(ServerRound):
+    """The aggregator's side of one query (module docstring).
+
+    ``finish(answer)``: turns the decoded :class:`~veil.learn.queries.QueryAnswer` into the
+    round's parameters (default: the noisy sum itself). ``rng`` picks the decrypting parties
+    and draws central DP's noise (``method="central"``).
+    """
+
+    protocol = "hybrid"
+    stages = ("answer", "decrypt")
+
+    def __init__(self, round: int, clients: Sequence[int], query: Query, agreement: Agreement,
+                 public_key: threshold.ThresholdPublicKey | None = None, *,
+                 finish: Callable[[QueryAnswer], np.ndarray] | None = None,
+                 rng: Any = None) -> None:
+        super().__init__(round, clients)
+        if agreement.encrypted and not isinstance(public_key, threshold.ThresholdPublicKey):
+            raise ConfigError(f"method={agreement.method!r} encrypts: give the threshold "
+                              "public key from deal_keys")
+        if agreement.encrypted and (public_key.parties != agreement.parties or
+                                    public_key.threshold != agreement.threshold):
+            raise ConfigError(f"the key is {public_key.threshold}-of-{public_key.parties}; "
+                              f"the agreement needs {agreement.threshold}-of-"
+                              f"{agreement.parties} (t_bar = n - t + 1)")
+        self.query = query
+        self.agreement = agreement
+        self.public_key = public_key
+        self.encoding = QueryEncoding(query.shape, agreement,
+                                      public_key.bits if public_key is not None else 2048)
+        self.finish = finish
+        self.rng = check_rng(rng)
+        self.answered: list[int] = []
+        self.total: EncryptedArray | None = None
+        self.partials: dict[int, threshold.PartialDecryption] = {}
+        self.asked: set[int] = set()
+        self.answer: QueryAnswer | None = None
+
+    def _begin(self) -> list[Message]:
+        body = _query_body(self.query)
+        return [self.request(c, **body) for c in self.clients]
+
+    def _check(self, msg: Message) -> Any:
+        if self.stage == "answer":
+            if not self.agreement.encrypted:
+                values = msg.array("values", dtype=np.int64, shape=(self.query.shape.size,))
+                if values.size and int(np.max(np.abs(values))) > self.encoding.limit:
+                    raise ProtocolError(f"{msg.origin}: values beyond the agreed limit "
+                                        f"{self.encoding.limit}: rejected")
+                return values
+            ct = _load(msg, "ciphertexts", EncryptedArray, self.public_key)
+            if ct.shape != (self.encoding.ciphertexts,):
+                raise ProtocolError(f"{msg.origin}: {ct.shape} ciphertexts; the query needs "
+                                    f"({self.encoding.ciphertexts},): rejected")
+            return ct
+        partial = _load(msg, "partial", threshold.PartialDecryption, self.public_key)
+        if partial.party != msg.sender + 1:
+            raise ProtocolError(f"{msg.origin}: sent the partial decryption of key share "
+                                f"{partial.party}, not its own ({msg.sender + 1}): rejected")
+        return partial
+
+    def _advance(self, stage: str, answers: dict[int, Any]) -> list[Message]:
+        if stage == "answer":
+            return self._summed(answers)
+        self.partials.update(answers)
+        while len(self.partials) >= self.agreement.threshold:
+            used = [self.partials[c] for c in sorted(self.partials)][:self.agreement.threshold]
+            try:   # verifies every proof; only when one fails is each checked on its own
+                plaintexts = self.public_key.combine(used, ciphertext=self.total)
+            except CryptoError as exc:
+                self._drop_wrong(used, exc)
+                continue
+            return self._finished(self.encoding.values(plaintexts))
+        need = self.agreement.threshold - len(self.partials)
+        candidates = [c for c in self.answered if c not in self.asked]
+        if len(candidates) < need:
+            raise ProtocolError(
+                f"round {self.round} aborted: {len(self.partials)} valid partial "
+                f"decryption(s) and {len(candidates)} live party(ies) not yet asked: fewer "
+                f"than t_bar = {self.agreement.threshold} parties alive")
+        self.repeat_stage()
+        return self._ask(candidates, need)
+
+    def _summed(self, answers: dict[int, Any]) -> list[Message]:
+        need = self.agreement.min_answers or len(self.clients)
+        if len(answers) < need:
+            raise ProtocolError(f"round {self.round} aborted: {len(answers)} of "
+                                f"{len(self.clients)} parties answered; {need} needed (the "
+                                "noise of t honest parties must be in the sum)")
+        self.answered = sorted(answers)
+        if not self.agreement.encrypted:
+            total = np.zeros(self.query.shape.size, dtype=object)
+            for values in answers.values():
+                total += values.astype(object)
+            mech = self.encoding.mechanism
+            if mech is not None and not self.agreement.party_noise:   # central DP
+                noise, _ = contribute(self.query.shape, np.zeros(self.query.shape.size), mech,
+                                      self.rng)
+                total += noise.astype(object)
+            return self._finished(total)
+        cts = [answers[c] for c in self.answered]
+        total = cts[0]
+        for ct in cts[1:]:
+            total = total + ct        # multiplies the ciphertexts: Enc(sum of plaintexts)
+        self.total = total
+        if len(self.answered) < self.agreement.threshold:
+            raise ProtocolError(f"round {self.round} aborted: {len(self.answered)} parties "
+                                f"alive, fewer than t_bar = {self.agreement.threshold}")
+        return self._ask(self.answered, self.agreement.threshold)
+
+    def _ask(self, candidates: Sequence[int], count: int) -> list[Message]:
+        order = self.rng.permutation(len(candidates))[:count]
+        chosen = sorted(candidates[i] for i in order.tolist())
+        self.asked.update(chosen)
+        blob = serialization.dumps(self.total)
+        return [self.request(c, aggregate=blob) for c in chosen]
+
+    def _drop_wrong(self, used: list[threshold.PartialDecryption], error: Exception) -> None:
+        """Find the partial decryptions whose proofs fail, name and exclude their parties."""
+        wrong = []
+        for p in used:
+            try:
+                self.public_key.verify(p, self.total)
+            except CryptoError as exc:
+                wrong.append(p.party - 1)
+                reason = (f"wrong partial decryption, caught by its proof ({exc}); another "
+                          "live party is asked instead")
+                log.warning("round %d: client %d excluded: %s", self.round, p.party - 1, reason)
+                self._exclude(p.party - 1, reason)
+                del self.partials[p.party - 1]
+        if not wrong:
+            raise ProtocolError(f"round {self.round}: decryption failed: {error}")
+
+    def _finished(self, total: np.ndarray) -> list[Message]:
+        mech = self.encoding.mechanism
+        copies = len(self.answered) if self.agreement.party_noise else 1
+        self.answer = QueryAnswer(decode(total, self.query.shape, mech),
+                                  noise_std(self.query.shape, mech, copies), 0,
+                                  tuple(self.answered))
+        params = self.answer.values if self.finish is None else self.finish(self.answer)
+        self.result = RoundResult(params, tuple(self.answered), {
+            "answered": float(len(self.answered)),
+            "decryptions": float(len(self.partials)),
+            "excluded": float(len(self.excluded))})
+        return []
+
+
+# -- a party ----------------------------------------------------------------------------------
+class HybridClient(ClientProtocol):
+    """Party ``client_id`` (its key share is number ``client_id + 1``): answers queries from
+    its own ``(X, y)`` with ``learner.answer`` and helps decrypt the aggregate.
+
+    ``pool``: a :class:`~veil.crypto.paillier.NoisePool` for the session key (one is made
+    when None); fill it ahead of the rounds (:meth:`precompute`) to encrypt online with one
+    multiplication per ciphertext. (A pool does not travel to a runtime's worker process:
+    there the noise is computed when encrypting.) ``clipped`` / ``records_clipped`` count, over all
+    rounds, the values this party clipped into a query's bound (or its noise's tail) and
+    the records whose contribution was clipped; they stay with the party (and are logged).
+    """
+
+    protocol = "hybrid"
+    stages = ("answer", "decrypt")
+
+    def __init__(self, client_id: int, X: Any, y: Any, agreement: Agreement, *,
+                 learner: QueryLearner | None = None,
+                 key_share: threshold.KeyShare | None = None,
+                 pool: NoisePool | None = None) -> None:
+        super().__init__(client_id)
+        self.X, self.y = np.asarray(X), np.asarray(y)
+        if self.X.ndim != 2 or self.y.shape != (self.X.shape[0],):
+            raise DataError(f"party {client_id}: X has shape {self.X.shape} and y "
+                            f"{self.y.shape}; expected (n, d) and (n,)")
+        self.agreement = agreement
+        self.learner = learner
+        if agreement.encrypted:
+            if not isinstance(key_share, threshold.KeyShare) or \
+                    key_share.index != client_id + 1:
+                raise ConfigError(f"party {client_id} needs its own key share (index "
+                                  f"{client_id + 1}) to take part in an encrypted protocol")
+        self.key_share = key_share
+        self.pool = pool if pool is not None or key_share is None else \
+            NoisePool(key_share.public_key, capacity=1)
+        self.clipped = 0
+        self.records_clipped = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        # keys and pools hold locks: the share travels in its serialized form, and the pool
+        # stays home (a runtime's worker process draws fresh noise)
+        state = self.__dict__.copy()
+        state["pool"] = None
+        if self.key_share is not None:
+            state["key_share"] = (serialization.dumps(self.key_share.public_key),
+                                  serialization.dumps(self.key_share))
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self.key_share is not None:
+            pk = serialization.loads(self.key_share[0])
+            self.key_share = serialization.loads(self.key_share[1], public_key=pk)
+            self.pool = NoisePool(pk, capacity=1)
+
+    def precompute(self, count: int) -> None:
+        """Fill the noise pool with ``count`` more encryption noises (offline work)."""
+        if self.pool is not None:
+            self.pool.fill(check_int(count, "count", low=0))
+
+    def _on_answer(self, msg: Message, rng: Generator) -> list[Message]:
+        if self.learner is None:
+            raise ProtocolError(f"party {self.client_id} has no learner to answer queries")
+        query = _read_query(msg)
+        answer, records = self.learner.answer(query, self.X, self.y)
+        encoding = QueryEncoding(query.shape, self.agreement,
+                                 self.key_share.public_key.bits if self.key_share else 2048)
+        ints, over = contribute(query.shape, answer, encoding.mechanism, rng,
+                                noisy=self.agreement.party_noise)
+        self.records_clipped += records
+        if over:
+            self.clipped += over
+            log.warning("party %d clipped %d value(s) of query %r into its bound",
+                        self.client_id, over, query.name)
+        if not self.agreement.encrypted:
+            return [self.reply(msg, values=ints)]
+        pk = self.key_share.public_key
+        ct = pk.encrypt(encoding.plaintexts(ints), pool=self.pool, rng=rng)
+        return [self.reply(msg, ciphertexts=serialization.dumps(ct))]
+
+    def _on_decrypt(self, msg: Message, rng: Generator) -> list[Message]:
+        ct = _load(msg, "aggregate", EncryptedArray, self.key_share.public_key)
+        partial = self.key_share.partial_decrypt(ct, rng=rng)
+        return [self.reply(msg, partial=serialization.dumps(partial))]

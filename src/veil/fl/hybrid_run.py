@@ -1,0 +1,114 @@
+"""Query learners over the real hybrid protocol: one protocol round per aggregate query.
+
+:class:`HybridAggregator` is a :class:`veil.learn.queries.Aggregator`: given to
+:func:`veil.learn.queries.fit_queries`, it answers each query by running a
+:class:`~veil.fl.hybrid_protocol.HybridServer` round against the parties'
+:class:`~veil.fl.hybrid_protocol.HybridClient` objects on a runtime (the local runtime by
+default, with its simulated faults), so a decision tree, a linear model or a network is
+trained through threshold-Paillier encryption, noise shares and partial decryptions, and
+every message is serialized and counted. The same class runs the baselines in the clear
+(``Agreement(method="none" | "local" | "central")``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from veil.dp.distributed import DistributedMechanism
+from veil.errors import ConfigError, DataError, ProtocolError
+from veil.fl.hybrid_protocol import Agreement, HybridClient, HybridKeys, HybridServer, deal_keys
+from veil.fl.runtime import LocalRuntime, RoundReport
+from veil.learn.queries import Aggregator, Query, QueryAnswer, QueryLearner
+from veil.random import Generator, check_rng
+
+__all__ = ["HybridAggregator"]
+
+
+def _same(a: DistributedMechanism | None, b: DistributedMechanism | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return (type(a) is type(b) and a.event == b.event and a.parties == b.parties
+            and a.honest == b.honest)
+
+
+class HybridAggregator(Aggregator):
+    """Runs the hybrid protocol for each query (module docstring).
+
+    ``parties``: one ``(X, y)`` per party; ``agreement``: the set-up all parties share.
+    ``keys``: the dealer's output (default: dealt now with ``key_bits``, ``primes`` and
+    ``insecure_ok`` -- test keys under 2048 bits need it). ``runtime``: where rounds run
+    (default: a fault-free :class:`~veil.fl.runtime.LocalRuntime`). The runtime's report of
+    every round is kept in :attr:`reports`.
+    """
+
+    def __init__(self, parties: Sequence[tuple[Any, Any]], agreement: Agreement, *,
+                 keys: HybridKeys | None = None, key_bits: int = 2048, primes: Any = None,
+                 insecure_ok: bool = False, runtime: LocalRuntime | None = None,
+                 rng: Any = None) -> None:
+        if not isinstance(agreement, Agreement):
+            raise ConfigError(f"agreement={agreement!r} is not allowed: expected an Agreement")
+        if len(parties) != agreement.parties:
+            raise DataError(f"{len(parties)} parties hold data; the agreement is for "
+                            f"{agreement.parties}")
+        self.agreement = agreement
+        self.parties = agreement.parties
+        if agreement.encrypted and keys is None:
+            keys = deal_keys(self.parties, agreement.t, bits=key_bits, primes=primes,
+                             insecure_ok=insecure_ok, rng=rng)
+        self.keys = keys if agreement.encrypted else None
+        self.clients = {}
+        for i, pair in enumerate(parties):
+            try:
+                X, y = pair
+            except (TypeError, ValueError):
+                raise DataError(f"parties[{i}] is not an (X, y) pair") from None
+            share = self.keys.shares[i] if self.keys is not None else None
+            self.clients[i] = HybridClient(i, X, y, agreement, key_share=share)
+        self.runtime = runtime if runtime is not None else LocalRuntime()
+        self.round = 0
+        self.reports: list[RoundReport] = []
+
+    def precompute(self, ciphertexts: int) -> None:
+        """Fill every party's noise pool with ``ciphertexts`` encryption noises (offline)."""
+        for client in self.clients.values():
+            client.precompute(ciphertexts)
+
+    def aggregate(self, query: Query, learner: QueryLearner, *,
+                  party_noise: DistributedMechanism | None,
+                  server_noise: DistributedMechanism | None, rng: Generator) -> QueryAnswer:
+        expected = self.agreement.mechanism(query.shape)
+        given = party_noise if party_noise is not None else server_noise
+        where_ok = (party_noise is None) == (not self.agreement.party_noise or expected is None)
+        if not (_same(given, expected) and where_ok):
+            raise ConfigError(f"the noise requested for {query.name!r} ({given!r}) is not the "
+                              f"agreed one ({expected!r}, method {self.agreement.method!r})")
+        rng = check_rng(rng)
+        server_rng, round_rng = rng.spawn(2)
+        for client in self.clients.values():
+            client.learner = learner
+        before = self._clipped()
+        server = HybridServer(self.round, sorted(self.clients), query, self.agreement,
+                              self.keys.public_key if self.keys is not None else None,
+                              rng=server_rng)
+        report = self.runtime.run_round(server, self.clients, round_rng)
+        self.round += 1
+        self.reports.append(report)
+        if report.result is None:
+            raise ProtocolError(f"query {query.name!r}: {report.error}")
+        answer = server.answer
+        cpu = [report.client_cpu[c] for c in self.clients if c in report.client_cpu]
+        return QueryAnswer(answer.values, answer.noise_std, self._clipped() - before,
+                           answer.parties, {
+                               "bytes_up": float(report.bytes_up),
+                               "bytes_down": float(report.bytes_down),
+                               "wall_time": report.wall_time,
+                               "server_cpu": report.server_cpu,
+                               "client_cpu_max": float(max(cpu)) if cpu else 0.0,
+                               "client_cpu_total": float(np.sum(cpu)) if cpu else 0.0,
+                               **report.result.metrics})
+
+    def _clipped(self) -> int:
+        return sum(c.clipped + c.records_clipped for c in self.clients.values())

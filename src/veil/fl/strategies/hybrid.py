@@ -1,0 +1,172 @@
+"""The hybrid approach (Truex et al., AISec 2019) as a federated strategy for gradient models.
+
+``Federation(clients, model, Hybrid(parties=n, trust=t, ...), rounds, ledger=...)`` trains
+any veil.learn model (logistic regression, linear SVM, a torch network) by full-batch
+gradient descent in which every round is one aggregate query answered through the hybrid
+protocol of :mod:`veil.fl.hybrid_protocol`: each party sends, encrypted under a threshold
+Paillier key with threshold ``t_bar = n - t + 1``, the sum over its records of the clipped
+per-example gradients at the global parameters plus a record count, with its share of the
+noise; the aggregator multiplies the ciphertexts, has ``t_bar`` live parties decrypt the
+product, and steps (:class:`veil.learn.queries.GradientQueries`)
+
+    w <- w - eta ( (sum_i g_i + noise) / N + alpha M w ),
+
+N the mean of the noisy record counts so far. The noise of any t honest parties is what
+central DP needs for the round; the Federation charges each round's event (the same for
+every round: the central-DP cost of that noise) to its ledger before the round runs.
+
+The dealer (this object's constructor) generates the threshold key and deals each party
+its share; documented trust assumptions in :mod:`veil.fl.hybrid_protocol`. All parties
+answer every query (no sampling: the sum must hold the noise of t honest parties).
+Decision trees and other query learners run on the same protocol through
+:class:`veil.fl.hybrid_run.HybridAggregator`.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import dp_accounting
+import numpy as np
+
+from veil._validation import check_choice, check_delta, check_epsilon, check_int
+from veil.dp.distributed import NOISES, check_trust
+from veil.errors import ConfigError
+from veil.fl.hybrid_protocol import Agreement, HybridClient, HybridKeys, HybridServer, deal_keys
+from veil.fl.protocol import ClientProtocol, ServerRound
+from veil.fl.strategies.base import Strategy
+from veil.fl.trainer import LocalTrainer
+from veil.learn.queries import GradientQueries, QueryAnswer, plan_multiplier
+from veil.random import Generator
+
+__all__ = ["Hybrid"]
+
+
+class Hybrid(Strategy):
+    """Truex et al.'s hybrid approach for ``parties`` parties trusting that ``trust`` of them
+    are honest (see the module docstring).
+
+    Parameters
+    ----------
+    parties, trust: n and t (1 <= t <= n); the decryption threshold is n - t + 1.
+    rounds: the planned number of rounds (the noise is calibrated for all of them).
+    epsilon, delta: the budget the rounds share (or give ``noise_multiplier``).
+    noise: "skellam" (integer, exact accounting; default), "gaussian" or "laplace".
+    learning_rate, clip_norm, count_weight, max_records: as
+        :class:`~veil.learn.queries.GradientQueries` (max_records bounds one party's
+        records and sets the encoding's width).
+    keys: the dealer's output (default: dealt now with ``key_bits``, ``primes``,
+        ``insecure_ok``); packed: many values per ciphertext; min_answers: fewest answers
+        a round proceeds with (default n); accountant: the ledger's (for calibration).
+    """
+
+    def __init__(self, parties: int, trust: int, *, rounds: int, epsilon: float | None = None,
+                 delta: float = 1e-6, noise: str = "skellam",
+                 noise_multiplier: float | None = None, learning_rate: float = 1.0,
+                 clip_norm: float = 1.0, count_weight: float = 0.25,
+                 max_records: int = 2 ** 16, keys: HybridKeys | None = None,
+                 key_bits: int = 2048, primes: Any = None, insecure_ok: bool = False,
+                 packed: bool = True, min_answers: int | None = None,
+                 accountant: str = "pld", rng: Any = None) -> None:
+        self.trust, self.parties = check_trust(trust, parties)
+        self.rounds = check_int(rounds, "rounds", low=1)
+        if (epsilon is None) == (noise_multiplier is None):
+            raise ConfigError(f"epsilon={epsilon!r}, noise_multiplier={noise_multiplier!r}: "
+                              "give exactly one of them")
+        self.epsilon = None if epsilon is None else check_epsilon(epsilon)
+        self.delta = check_delta(delta)
+        self.noise = check_choice(noise, "noise", tuple(NOISES))
+        self.noise_multiplier = noise_multiplier
+        self.learner_options = {"rounds": self.rounds, "learning_rate": learning_rate,
+                                "clip_norm": clip_norm, "count_weight": count_weight,
+                                "max_records": max_records}
+        self.packed = bool(packed)
+        self.min_answers = min_answers
+        self.accountant = accountant
+        self.min_clients = self.parties
+        if keys is None:
+            keys = deal_keys(self.parties, self.trust, bits=key_bits, primes=primes,
+                             insecure_ok=insecure_ok, rng=rng)
+        if keys.public_key.parties != self.parties or \
+                keys.public_key.threshold != self.parties - self.trust + 1:
+            raise ConfigError(f"keys are {keys.public_key.threshold}-of-"
+                              f"{keys.public_key.parties}; need {self.parties - self.trust + 1}"
+                              f"-of-{self.parties}")
+        self.keys = keys
+        self.agreement: Agreement | None = None
+        self.learner: GradientQueries | None = None
+
+    # -- set-up, once the model is known ----------------------------------------------------
+    def _setup(self, model: Any) -> None:
+        self.learner = GradientQueries(copy.deepcopy(model), **self.learner_options)
+        z = self.noise_multiplier
+        if z is None:
+            z = plan_multiplier(self.learner, self.noise, self.epsilon, self.delta,
+                                accountant=self.accountant)
+        self.agreement = Agreement(self.parties, "hybrid", trust=self.trust, noise=self.noise,
+                                   noise_multiplier=z, delta=self.delta, packed=self.packed,
+                                   min_answers=self.min_answers)
+
+    def _ready(self) -> tuple[GradientQueries, Agreement]:
+        if self.learner is None or self.agreement is None:
+            raise ConfigError("Hybrid is set up by its first client(): run it through "
+                              "veil.fl.Federation")
+        return self.learner, self.agreement
+
+    def client(self, client_id: int, trainer: LocalTrainer) -> ClientProtocol:
+        if not 0 <= client_id < self.parties:
+            raise ConfigError(f"client {client_id} is not allowed: this Hybrid strategy was "
+                              f"set up for parties 0..{self.parties - 1}")
+        if self.learner is None:
+            self._setup(trainer.model)
+        _, agreement = self._ready()
+        party_learner = GradientQueries(trainer.model, **self.learner_options)
+        return HybridClient(client_id, trainer.X, trainer.y, agreement, learner=party_learner,
+                            key_share=self.keys.shares[client_id])
+
+    # -- the server side --------------------------------------------------------------------
+    def sample(self, round: int, clients: Sequence[int], rng: Generator) -> list[int]:
+        if len(clients) != self.parties:
+            raise ConfigError(f"{len(clients)} clients; this Hybrid strategy was set up for "
+                              f"{self.parties} parties")
+        return sorted(clients)
+
+    def round_event(self, round: int, params: np.ndarray, sampled: Sequence[int],
+                    population: int) -> dp_accounting.DpEvent:
+        learner, agreement = self._ready()
+        return agreement.mechanism(learner.shape).event
+
+    @property
+    def private(self) -> bool:
+        return True
+
+    @property
+    def secure(self) -> bool:
+        return True
+
+    def server_round(self, round: int, params: np.ndarray, sampled: Sequence[int],
+                     rng: Generator) -> ServerRound:
+        learner, agreement = self._ready()
+        learner.params = np.asarray(params, dtype=np.float64).copy()
+        query = learner.next_query()
+        if query is None:
+            raise ConfigError(f"round {round} is not allowed: this Hybrid strategy was "
+                              f"planned (and its noise calibrated) for {learner.rounds} rounds")
+
+        def step(answer: QueryAnswer) -> np.ndarray:
+            learner.update(query, answer)
+            return learner.params
+
+        return HybridServer(round, sampled, query, agreement, self.keys.public_key,
+                            finish=step, rng=rng)
+
+    def state_dict(self) -> dict[str, Any]:
+        learner, _ = self._ready()
+        return {"round": learner.round, "counts": list(learner.counts)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        learner, _ = self._ready()
+        learner.round = int(state.get("round", 0))
+        learner.counts = [float(c) for c in state.get("counts", [])]

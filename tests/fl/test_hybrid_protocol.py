@@ -1,0 +1,349 @@
+"""The hybrid protocol: exact sums, the result distributions of central and local DP,
+dropouts, wrong partial decryptions, foreign keys, clipping, and the aggregator's view."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from veil.crypto import paillier, serialization, threshold
+from veil.errors import ConfigError, ProtocolError
+from veil.fl import Faults, LocalRuntime, Message
+from veil.fl.hybrid_protocol import Agreement, HybridClient, HybridServer, deal_keys
+from veil.fl.hybrid_run import HybridAggregator
+from veil.learn.queries import (
+    Query,
+    QueryLearner,
+    QueryShape,
+    SimulatedAggregator,
+    fit_queries,
+)
+from veil.random import Generator
+
+BITS = 512          # test keys (insecure_ok): the protocol does not depend on the size
+N = 4
+
+
+@pytest.fixture(scope="module")
+def primes():
+    return threshold.generate_safe_primes(BITS, insecure_ok=True, rng=41)
+
+
+def keys_for(primes, trust, parties=N):
+    return deal_keys(parties, trust, bits=BITS, primes=primes, insecure_ok=True, rng=trust)
+
+
+class SumQuery(QueryLearner):
+    """One query: the column sums of X (each record clipped to L1 norm <= 1 by its bound)."""
+
+    def __init__(self, size=3, bound=100.0, integer=False):
+        self.shape = QueryShape(size, l1=1.0, l2=1.0, bound=bound, integer=integer,
+                                frac_bits=0 if integer else 8)
+        self.done = False
+        self.result = None
+
+    def plan(self):
+        return [self.shape]
+
+    def next_query(self):
+        return None if self.done else Query("column sums", self.shape, {"columns": self.shape.size})
+
+    def answer(self, query, X, y):
+        return X[:, :query.spec["columns"]].sum(axis=0), 0
+
+    def update(self, query, aggregate):
+        self.result, self.done = aggregate, True
+
+    @property
+    def model(self):
+        return self.result
+
+
+def _data(parties=N, rows=5, seed=0, integer=False):
+    gen = np.random.default_rng(seed)
+    out = []
+    for _ in range(parties):
+        X = gen.integers(0, 3, size=(rows, 3)) if integer else gen.uniform(0, 0.3, size=(rows, 3))
+        out.append((X.astype(float), np.zeros(rows)))
+    return out
+
+
+def _truth(data):
+    return sum(X.sum(axis=0) for X, _ in data)
+
+
+def _agreement(method, trust=None, noise="gaussian", z=2.0, **kw):
+    return Agreement(N, method, trust=trust, noise=noise, noise_multiplier=z, delta=1e-5, **kw)
+
+
+def test_smc_sum_is_exact_and_equals_the_simulation(primes):
+    data = _data(integer=True)
+    for packed in (True, False):
+        agg = HybridAggregator(data, _agreement("smc", trust=2, packed=packed),
+                               keys=keys_for(primes, 2))
+        answer = agg.aggregate(SumQuery(integer=True).next_query(), SumQuery(integer=True),
+                               party_noise=None, server_noise=None, rng=1)
+        assert np.array_equal(answer.values, _truth(data))
+        assert answer.noise_std == 0 and answer.parties == tuple(range(N))
+        sim = SimulatedAggregator(data).aggregate(SumQuery(integer=True).next_query(),
+                                                  SumQuery(integer=True), party_noise=None,
+                                                  server_noise=None, rng=1)
+        assert np.array_equal(answer.values, sim.values)
+    # packing: one ciphertext for the three values instead of three
+    assert agg.reports[-1].bytes_up > 0
+    packed_agg = HybridAggregator(data, _agreement("smc", trust=2), keys=keys_for(primes, 2))
+    packed_agg.aggregate(SumQuery().next_query(), SumQuery(), party_noise=None,
+                         server_noise=None, rng=1)
+    assert packed_agg.reports[-1].bytes_up < agg.reports[-1].bytes_up
+
+
+def _noisy_sums(agg, agreement, repeats, seed, learner=None):
+    """``repeats`` answers to the same query through ``agg``, with the agreed noise."""
+    learner = learner or SumQuery()
+    query = learner.next_query()
+    mech = agreement.mechanism(query.shape)
+    party = mech if agreement.party_noise else None
+    server = None if agreement.party_noise else mech
+    gen = Generator(seed)
+    return np.array([agg.aggregate(query, learner, party_noise=party, server_noise=server,
+                                   rng=gen).values for _ in range(repeats)])
+
+
+def test_t_equal_n_is_central_dp_and_t_one_is_local_dp(primes):
+    """Through the real protocol, the noisy sum minus the true sum is N(0, z^2 S^2) for t = n
+    (as central DP) and N(0, n z^2 S^2) for t = 1 (as local DP); KS at level 1e-3, and a
+    two-sample KS against the central/local baselines run through the same code."""
+    data = _data()
+    truth = _truth(data)
+    sigma = 2.0   # z = 2, S = 1
+    runs = {}
+    for name, method, trust in (("t=n", "hybrid", N), ("t=1", "hybrid", 1),
+                                ("central", "central", None), ("local", "local", None)):
+        agreement = _agreement(method, trust=trust)
+        keys = keys_for(primes, trust) if agreement.encrypted else None
+        agg = HybridAggregator(data, agreement, keys=keys)
+        runs[name] = (_noisy_sums(agg, agreement, 150, seed=len(name)) - truth).ravel()
+    assert stats.kstest(runs["t=n"], stats.norm(scale=sigma).cdf).pvalue > 1e-3
+    assert stats.kstest(runs["t=1"], stats.norm(scale=sigma * math.sqrt(N)).cdf).pvalue > 1e-3
+    assert stats.ks_2samp(runs["t=n"], runs["central"]).pvalue > 1e-3
+    assert stats.ks_2samp(runs["t=1"], runs["local"]).pvalue > 1e-3
+    # and the test can tell them apart: t = n is not local DP
+    assert stats.ks_2samp(runs["t=n"], runs["local"]).pvalue < 1e-6
+
+
+def test_protocol_and_noise_only_simulation_have_the_same_distribution(primes):
+    """The accuracy sweeps skip encryption: check that the encrypted protocol's Skellam
+    sums have the simulation's distribution: two-sample KS at level 1e-3 (conservative on
+    integers) and both variances within 5 standard errors of the stated n/t (z S)^2."""
+    data = _data(integer=True)
+    learner = SumQuery(integer=True)
+    agreement = _agreement("hybrid", trust=2, noise="skellam", z=3.0)
+    real = _noisy_sums(HybridAggregator(data, agreement, keys=keys_for(primes, 2)), agreement,
+                       150, seed=5, learner=learner).ravel()
+    sim = _noisy_sums(SimulatedAggregator(data), agreement, 150, seed=6,
+                      learner=learner).ravel()
+    assert stats.ks_2samp(real, sim).pvalue > 1e-3
+    truth = np.tile(_truth(data), 150)
+    # both are Skellam around the truth with variance n/t * (z S)^2 = 2 * 9
+    for values in (real, sim):
+        assert np.array_equal(values, np.round(values))
+        assert abs(np.var(values - truth) - 18.0) < 5 * math.sqrt(2 * 18.0 ** 2 / values.size)
+
+
+def test_dropouts_up_to_t_minus_one_at_decryption_are_survived(primes):
+    data = _data(integer=True)
+    n, t = N, 3                    # t_bar = 2: one more than the n - t = 1 colluders
+    agreement = _agreement("smc", trust=t)
+    keys = keys_for(primes, t)
+    for drop in range(t):          # 0, 1, 2 = t - 1 parties go offline at decryption
+        runtime = LocalRuntime(Faults(dropout=drop / n, dropout_exact=True,
+                                      dropout_stage="decrypt"))
+        agg = HybridAggregator(data, agreement, keys=keys, runtime=runtime)
+        answer = agg.aggregate(SumQuery(integer=True).next_query(), SumQuery(integer=True),
+                               party_noise=None, server_noise=None, rng=drop)
+        assert np.array_equal(answer.values, _truth(data))
+        assert len(agg.reports[-1].dropped) == drop
+    # t parties offline: fewer than t_bar alive, a clear failure
+    runtime = LocalRuntime(Faults(dropout=t / n, dropout_exact=True, dropout_stage="decrypt"))
+    agg = HybridAggregator(data, agreement, keys=keys, runtime=runtime)
+    with pytest.raises(ProtocolError, match="fewer than t_bar = 2 parties alive"):
+        agg.aggregate(SumQuery(integer=True).next_query(), SumQuery(integer=True),
+                      party_noise=None, server_noise=None, rng=9)
+
+
+def test_any_t_bar_subset_decrypts_the_aggregate_and_fewer_cannot(primes):
+    keys = keys_for(primes, 2)          # 3-of-4
+    pk = keys.public_key
+    total = pk.encrypt(np.array([5, -7]), rng=1) + pk.encrypt(np.array([1, 1]), rng=2)
+    partials = [s.partial_decrypt(total, rng=i) for i, s in enumerate(keys.shares)]
+    for subset in itertools.combinations(partials, 3):
+        assert pk.combine(list(subset), ciphertext=total).tolist() == [6, -6]
+    for subset in itertools.combinations(partials, 2):
+        with pytest.raises(Exception, match="need 3"):
+            pk.combine(list(subset), ciphertext=total)
+
+
+class LyingClient(HybridClient):
+    """Returns a partial decryption of another ciphertext than the aggregate."""
+
+    def _on_decrypt(self, msg, rng):
+        ct = serialization.loads(msg.blob("aggregate"), public_key=self.key_share.public_key)
+        other = ct + self.key_share.public_key.encrypt(np.ones(ct.shape[0], dtype=np.int64),
+                                                       rng=rng)
+        partial = self.key_share.partial_decrypt(other, rng=rng)
+        forged = threshold.PartialDecryption(partial.public_key, partial.party, partial.values,
+                                             self.key_share.public_key._digest(
+                                                 np.asarray(ct._raw, dtype=object)),
+                                             partial.proof)
+        return [self.reply(msg, partial=serialization.dumps(forged))]
+
+
+def test_wrong_partial_decryption_is_caught_named_and_replaced(primes):
+    data = _data(integer=True)
+    keys = keys_for(primes, 2)            # t_bar = 3 of 4: one spare party
+    agreement = _agreement("smc", trust=2)
+    for liar in range(N):
+        agg = HybridAggregator(data, agreement, keys=keys)
+        X, y = data[liar]
+        agg.clients[liar] = LyingClient(liar, X, y, agreement, key_share=keys.shares[liar])
+        answer = agg.aggregate(SumQuery(integer=True).next_query(), SumQuery(integer=True),
+                               party_noise=None, server_noise=None, rng=liar)
+        assert np.array_equal(answer.values, _truth(data))      # decrypted without it
+        asked = answer.metrics["decryptions"]
+        if answer.metrics["excluded"]:
+            assert asked == 3 and answer.metrics["excluded"] == 1
+    # the liar is named when it was among the first asked; run until it is
+    found = False
+    for seed in range(20):
+        agg = HybridAggregator(data, agreement, keys=keys)
+        agg.clients[0] = LyingClient(0, *data[0], agreement, key_share=keys.shares[0])
+        query, learner = SumQuery(integer=True).next_query(), SumQuery(integer=True)
+        server = HybridServer(0, range(N), query, agreement, keys.public_key, rng=seed)
+        for c in agg.clients.values():
+            c.learner = learner
+        report = agg.runtime.run_round(server, agg.clients, seed)
+        assert report.completed
+        if 0 in server.excluded:
+            assert "caught by its proof" in server.excluded[0]
+            found = True
+            break
+    assert found
+
+
+class ForeignKeyClient(HybridClient):
+    """Encrypts its answer under a key of its own."""
+
+    def __init__(self, *args, other_key, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.other_key = other_key
+
+    def _on_answer(self, msg, rng):
+        return [self.reply(msg, ciphertexts=serialization.dumps(
+            self.other_key.encrypt(np.zeros(1, dtype=np.int64), rng=rng)))]
+
+
+def test_a_ciphertext_under_another_key_is_rejected(primes):
+    data = _data(integer=True)
+    keys = keys_for(primes, 2)
+    other, _ = paillier.keygen(BITS, insecure_ok=True, rng=7)
+    for min_answers in (None, N - 1):
+        agreement = _agreement("smc", trust=2, min_answers=min_answers)
+        agg = HybridAggregator(data, agreement, keys=keys)
+        agg.clients[1] = ForeignKeyClient(1, *data[1], agreement, key_share=keys.shares[1],
+                                          other_key=other)
+        args = (SumQuery(integer=True).next_query(), SumQuery(integer=True))
+        if min_answers is None:      # every answer is needed: the round aborts, clearly
+            with pytest.raises(ProtocolError, match="3 of 4 parties answered"):
+                agg.aggregate(*args, party_noise=None, server_noise=None, rng=1)
+        else:
+            answer = agg.aggregate(*args, party_noise=None, server_noise=None, rng=1)
+            others = [d for i, d in enumerate(data) if i != 1]
+            assert np.array_equal(answer.values, _truth(others))
+        rejected = agg.reports[-1].rejected
+        assert any(cid == 1 and "different key" in why for cid, why in rejected)
+
+
+def test_answers_beyond_the_bound_are_clipped_and_counted(primes, caplog):
+    data = _data(integer=True)
+    data[2] = (data[2][0] + 50, data[2][1])           # party 2's sums exceed the bound 100
+    agreement = _agreement("smc", trust=2)
+    agg = HybridAggregator(data, agreement, keys=keys_for(primes, 2))
+    learner = SumQuery(bound=100.0, integer=True)
+    answer = agg.aggregate(learner.next_query(), learner, party_noise=None, server_noise=None,
+                           rng=1)
+    clipped = np.minimum(data[2][0].sum(axis=0), 100)
+    expected = _truth(data) - data[2][0].sum(axis=0) + clipped
+    assert np.array_equal(answer.values, expected)
+    assert agg.clients[2].clipped == 3 and answer.clipped == 3
+    assert all(agg.clients[i].clipped == 0 for i in (0, 1, 3))
+    assert "party 2 clipped 3 value(s)" in caplog.text
+
+
+def test_the_aggregator_sees_only_ciphertexts_and_the_noisy_aggregate(primes):
+    data = _data()
+    agreement = _agreement("hybrid", trust=2, noise="skellam")
+    keys = keys_for(primes, 2)
+    runtime = LocalRuntime(Faults(dropout=0.25, dropout_exact=True, dropout_stage="decrypt"),
+                           record=True)
+    agg = HybridAggregator(data, agreement, keys=keys, runtime=runtime)
+    learner = SumQuery()
+    query = learner.next_query()
+    answer = agg.aggregate(query, learner, party_noise=agreement.mechanism(query.shape),
+                           server_noise=None, rng=3)
+    inbox = agg.reports[-1].server_inbox
+    assert len(inbox) >= N + 3
+    kinds = set()
+    for raw in inbox:
+        msg = Message.from_bytes(raw)
+        assert set(msg.body) in ({"ciphertexts"}, {"partial"}), msg.body.keys()
+        (field, blob), = msg.body.items()
+        obj = serialization.loads(blob, public_key=keys.public_key)
+        kinds.add(type(obj).__name__)
+        if field == "ciphertexts":
+            assert isinstance(obj, paillier.EncryptedArray)
+        else:
+            assert isinstance(obj, threshold.PartialDecryption)
+    assert kinds == {"EncryptedArray", "PartialDecryption"}
+    # what the aggregator decrypts is the noisy sum, not any party's answer
+    assert answer.noise_std > 0
+    for X, _ in data:
+        assert not np.allclose(answer.values, X.sum(axis=0))
+
+
+def test_fit_queries_through_the_protocol_matches_the_simulation(primes):
+    """A whole learner (several queries) through encryption: no noise gives the same model."""
+    from veil.learn.tree import ID3Queries
+
+    gen = np.random.default_rng(3)
+    X = gen.integers(0, 3, size=(400, 4))
+    y = np.where(X[:, 1] == 2, 1, 0) ^ (X[:, 3] == 0)
+    parts = np.array_split(np.arange(400), N)
+    data = [(X[p], y[p]) for p in parts]
+    agreement = _agreement("smc", trust=3)
+    real = fit_queries(ID3Queries([3] * 4, [0, 1], max_depth=3),
+                       HybridAggregator(data, agreement, keys=keys_for(primes, 3)),
+                       method="smc")
+    sim = fit_queries(ID3Queries([3] * 4, [0, 1], max_depth=3), SimulatedAggregator(data),
+                      method="smc")
+    assert real.model.structure() == sim.model.structure()
+    assert real.queries == sim.queries >= 2
+    assert all(a.metrics["bytes_up"] > 0 for a in real.answers)
+
+
+def test_bad_configuration():
+    with pytest.raises(ConfigError, match="t"):
+        Agreement(4, "hybrid", trust=5, noise_multiplier=1.0)
+    with pytest.raises(ConfigError, match="trust=None"):
+        Agreement(4, "hybrid", noise_multiplier=1.0)
+    with pytest.raises(ConfigError, match="noise_multiplier"):
+        Agreement(4, "local")
+    with pytest.raises(ConfigError, match="method"):
+        Agreement(4, "secure")
+    with pytest.raises(ConfigError, match="t"):
+        deal_keys(4, 0, bits=BITS, insecure_ok=True)
+    with pytest.raises(ConfigError):
+        deal_keys(4, 2, bits=BITS)       # small keys need insecure_ok

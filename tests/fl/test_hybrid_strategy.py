@@ -1,0 +1,74 @@
+"""The Hybrid strategy in a Federation: training, charging, dropouts, bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from veil.crypto import threshold
+from veil.dp import Ledger
+from veil.errors import BudgetExceededError, ConfigError
+from veil.fl import Faults, Federation, LocalRuntime
+from veil.fl.strategies import Hybrid
+from veil.learn import LogisticRegression
+
+BITS = 512
+
+
+@pytest.fixture(scope="module")
+def primes():
+    return threshold.generate_safe_primes(BITS, insecure_ok=True, rng=51)
+
+
+def _clients(n=5, rows=120, seed=0):
+    gen = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        X = gen.uniform(-1, 1, size=(rows, 4))
+        y = (X[:, 0] - 0.5 * X[:, 1] + 0.3 * gen.normal(size=rows) > 0).astype(int)
+        out.append((X, y))
+    return out
+
+
+def test_hybrid_federation_learns_and_charges_every_round(primes):
+    data = _clients()
+    test = _clients(1, 400, seed=9)[0]
+    strategy = Hybrid(5, 3, rounds=8, epsilon=4.0, delta=1e-5, learning_rate=2.0,
+                      key_bits=BITS, primes=primes, insecure_ok=True, rng=1)
+    ledger = Ledger(4.0, 1e-5)
+    runtime = LocalRuntime(Faults(dropout=0.4, dropout_exact=True, dropout_stage="decrypt"))
+    history = Federation(data, LogisticRegression(alpha=0.0), strategy, 8, test=test,
+                         ledger=ledger, runtime=runtime, rng=2).run()
+    assert all(r["status"] == "ok" for r in history.rounds)      # 2 = t - 1 drop each round
+    assert all(r["dropped"] == 2 for r in history.rounds)
+    assert len(ledger.history()) == 8
+    assert ledger.spent()[0] <= 4.0 + 1e-9
+    assert history.rounds[-1]["accuracy"] > 0.8
+    assert strategy.keys.public_key.threshold == 3                # t_bar = n - t + 1
+    # the server only ever asked t_bar = 3 valid partial decryptions per round
+    assert all(r["decryptions"] == 3 for r in history.rounds)
+
+
+def test_more_rounds_than_planned_are_refused(primes):
+    data = _clients()
+    strategy = Hybrid(5, 5, rounds=2, epsilon=1.0, delta=1e-5, key_bits=BITS, primes=primes,
+                      insecure_ok=True, rng=1)
+    ledger = Ledger(1.0, 1e-5)
+    with pytest.raises(BudgetExceededError):
+        Federation(data, LogisticRegression(), strategy, 3, ledger=ledger, rng=2).run()
+    assert len(ledger.history()) == 2
+
+
+def test_bad_input(primes):
+    with pytest.raises(ConfigError, match="t"):
+        Hybrid(5, 6, rounds=2, epsilon=1.0, key_bits=BITS, primes=primes, insecure_ok=True)
+    with pytest.raises(ConfigError, match="t"):
+        Hybrid(5, 0, rounds=2, epsilon=1.0, key_bits=BITS, primes=primes, insecure_ok=True)
+    with pytest.raises(ConfigError, match="epsilon"):
+        Hybrid(5, 2, rounds=2, epsilon=-1.0, key_bits=BITS, primes=primes, insecure_ok=True)
+    with pytest.raises(ConfigError, match="exactly one"):
+        Hybrid(5, 2, rounds=2, key_bits=BITS, primes=primes, insecure_ok=True)
+    strategy = Hybrid(3, 2, rounds=2, epsilon=1.0, key_bits=BITS, primes=primes,
+                      insecure_ok=True)
+    with pytest.raises(ConfigError, match="set up for parties 0..2"):
+        Federation(_clients(5), LogisticRegression(), strategy, 1, ledger=Ledger(1.0, 1e-6))
