@@ -12,9 +12,8 @@ A ``--qi`` is ``COLUMN`` (no hierarchy), ``COLUMN=FILE.csv`` (an ARX hierarchy f
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
-import click
 import pandas as pd
 import typer
 from typer.core import TyperGroup
@@ -38,7 +37,7 @@ from veil.errors import ConfigError, DataError
 class _DefaultGroup(TyperGroup):
     """Runs ``run`` when the first argument is not a sub-command (``veil anonymize IN.csv``)."""
 
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         if args and args[0] not in self.commands and not args[0].startswith("-"):
             args = ["run", *args]
         return super().parse_args(ctx, args)
