@@ -125,6 +125,9 @@ class _Link:
                 sent = self.sock.send(self.wbuf)
             except (BlockingIOError, InterruptedError):
                 return False
+            except ConnectionError:  # the peer is gone: its EOF, read next, names it
+                self.wbuf.clear()
+                return True
             del self.wbuf[:sent]
         return True
 
