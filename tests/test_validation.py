@@ -47,3 +47,16 @@ def test_array_rejects_non_finite_and_non_numeric():
         check_array(["a"], "values")
     with pytest.raises(DataError, match="empty"):
         check_array([], "values")
+
+
+def test_fitted_and_feature_checks():
+    from veil._validation import check_features, check_fitted
+
+    class Model:
+        pass
+
+    with pytest.raises(ConfigError, match="this Model is not fitted"):
+        check_fitted(Model(), "coef_")
+    assert check_features([[1, 2]], 2).shape == (1, 2)
+    with pytest.raises(DataError, match="X has 3 features; the model expects 2"):
+        check_features([[1, 2, 3]], 2)

@@ -117,3 +117,17 @@ def check_array(x: Any, name: str = "x", *, ndim: int | tuple[int, ...] | None =
         bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
         raise DataError(f"{name} holds {bad} NaN or infinite value(s); clean or impute them first")
     return arr
+
+
+def check_fitted(estimator: Any, attribute: str) -> None:
+    """ConfigError unless ``estimator`` has the learned ``attribute`` (it was fitted)."""
+    if not hasattr(estimator, attribute):
+        raise ConfigError(f"this {type(estimator).__name__} is not fitted: call fit first")
+
+
+def check_features(X: Any, n_features: int, name: str = "X") -> np.ndarray:
+    """A finite 2-d array with the ``n_features`` columns a fitted model expects."""
+    arr = check_array(X, name, ndim=2)
+    if arr.shape[1] != n_features:
+        raise DataError(f"{name} has {arr.shape[1]} features; the model expects {n_features}")
+    return arr

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 
-from veil._validation import check_array, check_int, check_positive
+from veil._validation import check_array, check_features, check_int, check_positive
 from veil.errors import ConfigError, DataError
 from veil.random import Generator, check_rng
 
@@ -95,11 +95,7 @@ class GradientClassifier(ClassifierMixin, BaseEstimator):
 
     def _check_X(self, X: Any) -> np.ndarray:
         self._check_initialized()
-        X = check_array(X, "X", ndim=2)
-        if X.shape[1] != self.n_features_in_:
-            raise DataError(f"X has {X.shape[1]} features; the model expects "
-                            f"{self.n_features_in_}")
-        return X
+        return check_features(X, self.n_features_in_)
 
     def _check_initialized(self) -> None:
         if not hasattr(self, "classes_"):

@@ -30,8 +30,7 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin
 
-from veil._validation import check_array, check_int
-from veil.errors import ConfigError, DataError
+from veil._validation import check_array, check_features, check_fitted, check_int
 from veil.learn.private._common import (
     check_privacy,
     declared_box,
@@ -110,12 +109,8 @@ class KMeans(ClusterMixin, BaseEstimator):
 
     def predict(self, X: Any) -> np.ndarray:
         """The index of the nearest centre for each row."""
-        if not hasattr(self, "cluster_centers_"):
-            raise ConfigError("this KMeans is not fitted: call fit first")
-        X = check_array(X, "X", ndim=2)
-        if X.shape[1] != self.n_features_in_:
-            raise DataError(f"X has {X.shape[1]} features; the model expects "
-                            f"{self.n_features_in_}")
+        check_fitted(self, "cluster_centers_")
+        X = check_features(X, self.n_features_in_)
         return _nearest(X, self.cluster_centers_)
 
     def fit_predict(self, X: Any, y: Any = None) -> np.ndarray:

@@ -25,10 +25,17 @@ import numpy as np
 from scipy.special import expit
 from sklearn.base import BaseEstimator, ClassifierMixin
 
-from veil._validation import check_array, check_choice, check_int, check_positive
+from veil._validation import (
+    check_array,
+    check_choice,
+    check_features,
+    check_fitted,
+    check_int,
+    check_positive,
+)
 from veil.dp.selection import pure_dp_event
 from veil.dp.sensitivity import clip_l2
-from veil.errors import ConfigError, DataError
+from veil.errors import DataError
 from veil.learn import linear as plain
 from veil.learn.private._common import (
     check_privacy,
@@ -135,12 +142,8 @@ class _PrivateLinear(ClassifierMixin, BaseEstimator):
 
     def decision_function(self, X: Any) -> np.ndarray:
         """``X coef^T + intercept``: shape (n,) for two classes, (n, n_classes) otherwise."""
-        if not hasattr(self, "coef_"):
-            raise ConfigError(f"this {type(self).__name__} is not fitted: call fit first")
-        X = check_array(X, "X", ndim=2)
-        if X.shape[1] != self.n_features_in_:
-            raise DataError(f"X has {X.shape[1]} features; the model expects "
-                            f"{self.n_features_in_}")
+        check_fitted(self, "coef_")
+        X = check_features(X, self.n_features_in_)
         scores = X @ self.coef_.T + self.intercept_
         return scores[:, 0] if scores.shape[1] == 1 else scores
 

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 
-from veil._validation import check_array, check_positive
+from veil._validation import check_array, check_features, check_fitted, check_positive
 from veil.errors import ConfigError, DataError
 from veil.learn.private._common import (
     check_privacy,
@@ -147,10 +147,6 @@ class LinearRegression(RegressorMixin, BaseEstimator):
         return np.linalg.lstsq(psd + np.diag(reg), b, rcond=None)[0]
 
     def predict(self, X: Any) -> np.ndarray:
-        if not hasattr(self, "coef_"):
-            raise ConfigError("this LinearRegression is not fitted: call fit first")
-        X = check_array(X, "X", ndim=2)
-        if X.shape[1] != self.n_features_in_:
-            raise DataError(f"X has {X.shape[1]} features; the model expects "
-                            f"{self.n_features_in_}")
+        check_fitted(self, "coef_")
+        X = check_features(X, self.n_features_in_)
         return X @ self.coef_ + self.intercept_

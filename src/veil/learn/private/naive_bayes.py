@@ -27,7 +27,7 @@ import numpy as np
 from scipy.special import logsumexp
 from sklearn.base import BaseEstimator, ClassifierMixin
 
-from veil._validation import check_array, check_positive
+from veil._validation import check_array, check_features, check_fitted, check_positive
 from veil.errors import ConfigError, DataError
 from veil.learn.private._common import (
     check_privacy,
@@ -118,12 +118,8 @@ class GaussianNB(ClassifierMixin, BaseEstimator):
         return self
 
     def _joint_log_likelihood(self, X: Any) -> np.ndarray:
-        if not hasattr(self, "theta_"):
-            raise ConfigError("this GaussianNB is not fitted: call fit first")
-        X = check_array(X, "X", ndim=2)
-        if X.shape[1] != self.n_features_in_:
-            raise DataError(f"X has {X.shape[1]} features; the model expects "
-                            f"{self.n_features_in_}")
+        check_fitted(self, "theta_")
+        X = check_features(X, self.n_features_in_)
         with np.errstate(divide="ignore"):
             log_prior = np.log(self.class_prior_)
         log_norm = -0.5 * np.log(2.0 * np.pi * self.var_).sum(axis=1)
