@@ -195,3 +195,33 @@ def test_run_directory_validation(tmp_path):
         {"format": "veil-run/1", "runs": [{"label": "a", "ledger": "missing.sqlite"}]}))
     with pytest.raises(DataError, match="does not exist"):
         privacy_report(tmp_path / "c")
+
+
+def test_groups_are_curves_of_their_own(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from veil.audit.report import _curve
+
+    records = [RunRecord(f"{g} eps={e:g}", epsilon=e, delta=DELTA, accuracy=a, group=g)
+               for g, e, a in (("A", 4.0, 0.8), ("B", 1.0, 0.6), ("A", 1.0, 0.7),
+                               ("B", 4.0, 0.75))]
+    write_run(tmp_path, Run("groups", "central", [*records, RunRecord("plain", accuracy=0.9)]))
+    run = read_run(tmp_path)
+    assert [r.group for r in run.records] == ["A", "B", "A", "B", None]
+    entries = privacy_report(run, rng=0).data["runs"]
+    fig, ax = plt.subplots()
+    _curve(ax, entries, lambda e: e["accuracy"], "accuracy", "o-")
+    assert ax.get_legend_handles_labels()[1] == ["A", "B", "plain (no DP)"]
+    # each group one line through its records in epsilon order; every entry its own colour
+    assert [list(line.get_xydata().ravel()) for line in ax.lines[:2]] == [
+        [1.0, 0.7, 4.0, 0.8], [1.0, 0.6, 4.0, 0.75]]
+    assert len({line.get_color() for line in ax.lines}) == 3
+    plt.close(fig)
+    doc = json.loads((tmp_path / "run.json").read_text())
+    doc["runs"][0]["group"] = 3
+    (tmp_path / "run.json").write_text(json.dumps(doc))
+    with pytest.raises(DataError, match="'group' must be a string"):
+        read_run(tmp_path)

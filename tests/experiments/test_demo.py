@@ -1,38 +1,102 @@
-"""``veil demo``: the hybrid approach beside its baselines (quick mode: small test key)."""
+"""``veil demo``: the hybrid approach beside its baselines (quick mode: small test key), every
+model audited and written as a run directory with its privacy report."""
 
 import json
+import re
 
 import pytest
 
+from veil.audit import read_run
 from veil.cli.main import main
+from veil.dp import Ledger
 from veil.experiments.demo import run_demo
 
+METHODS = {"none", "smc", "central", "hybrid", "local"}
 
-def test_demo_runs_every_method_and_stays_within_budget():
-    report = run_demo(quick=True, key_bits=512, rng=3)
+
+def test_demo_runs_every_method_and_stays_within_budget(tmp_path):
+    report = run_demo(quick=True, key_bits=512, out=tmp_path, audit_records=400, rng=3)
     assert (report.parties, report.trust, report.threshold) == (10, 5, 6)
     assert len(report.runs) == 10
     tasks = {r.task for r in report.runs}
     assert len(tasks) == 2
     for task in tasks:
         runs = {r.method: r for r in report.runs if r.task == task}
-        assert set(runs) == {"none", "smc", "central", "hybrid", "local"}
+        assert set(runs) == METHODS
         # encryption costs bytes; exact methods agree exactly (same integer sums)
         assert runs["smc"].bytes_up > runs["none"].bytes_up
         assert runs["smc"].accuracy == runs["none"].accuracy
         for m in ("central", "hybrid", "local"):
             assert 0 < runs[m].epsilon <= 1.0 + 1e-9
         assert runs["none"].epsilon == runs["smc"].epsilon == 0.0
+        # the same audit records, the same coins for every method of a task
+        sizes = {(r.attack.member_scores.size, r.attack.nonmember_scores.size)
+                 for r in runs.values()}
+        assert len(sizes) == 1 and sum(sizes.pop()) == 400
+        assert (runs["smc"].attack.member_scores == runs["none"].attack.member_scores).all()
+
+    # the run directory: one record per (task, method); a DP model's persisted ledger
+    # certifies what the demo reported, the others have none
+    run = read_run(tmp_path)
+    assert run.kind == "hybrid" and [r.label for r in run.records] == \
+        [r.label for r in report.runs]
+    for demo_run, record in zip(report.runs, run.records):
+        assert record.accuracy == pytest.approx(demo_run.accuracy)
+        assert set(record.cost) == {"seconds", "bytes_up", "bytes_down", "queries"}
+        assert set(record.arrays) == {"member_scores", "nonmember_scores"}
+        if demo_run.method in ("none", "smc"):
+            assert record.ledger is None and record.epsilon is None
+            continue
+        ledger = Ledger.open(run.ledger_path(record))
+        assert ledger.spent()[0] == pytest.approx(demo_run.epsilon)
+        assert len(ledger.history()) == demo_run.queries
+        ledger.close()
+    assert len(list((tmp_path / "ledgers").glob("*.sqlite"))) == 6
 
 
-def test_demo_cli_json(capsys):
-    assert main(["demo", "--quick", "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
-    assert out["key_bits"] == 512 and len(out["runs"]) == 10
-    assert {r["method"] for r in out["runs"]} == {"none", "smc", "central", "hybrid", "local"}
+def test_demo_cli_writes_the_privacy_report(tmp_path, capsys):
+    out = tmp_path / "demo"
+    assert main(["demo", "--quick", "--json", "--out", str(out), "--seed", "5"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["key_bits"] == 512 and len(data["runs"]) == 10
+    assert {r["method"] for r in data["runs"]} == METHODS
+    assert data["report"]["html"] == str(out / "audit" / "report.html")
+    # veil audit reads the run directory
+    assert main(["audit", str(out), "--out", str(tmp_path / "again"), "--seed", "1"]) == 0
+    assert "veil privacy audit" in capsys.readouterr().out
+
+    report = json.loads((out / "audit" / "report.json").read_text())
+    assert len(report["runs"]) == 10
+    for entry, headline in zip(report["runs"], data["audit"]):
+        assert headline["run"] == entry["label"]
+        assert entry["attack"]["n_members"] + entry["attack"]["n_nonmembers"] == 1000
+        assert "audit records (one-run)" in entry["empirical_epsilon"]
+        if entry["certified"] is None:       # no privacy, SMC only
+            assert re.search("no privacy|SMC only", entry["label"])
+            continue
+        # every empirical bound of a DP model below its certified epsilon: each holds with
+        # probability 0.95 under DP (the seed is fixed)
+        assert entry["certified"]["source"] == "ledger"
+        assert entry["certified"]["epsilon"] <= 1.0 + 1e-9
+        for bound in entry["empirical_epsilon"].values():
+            assert bound["epsilon"] <= entry["certified"]["epsilon"]
+        assert entry["consistent"] is True
+    page = (out / "audit" / "report.html").read_text()
+    images = dict(re.findall(r"<img alt='([^']+)' src='data:image/png;base64,"
+                             r"([A-Za-z0-9+/=]+)'", page))
+    assert set(images) == {"Privacy-utility curve", "Audit tightness",
+                           "Mutual information across epsilon", "ROC curves"}
+    assert all(len(b) > 1000 for b in images.values())
+    assert "<script" not in page and "http" not in page   # self-contained
+
+    # a rerun into the same folder replaces the run (its ledgers start afresh)
+    assert main(["demo", "--quick", "--out", str(out), "--seed", "6"]) == 0
+    assert "privacy report:" in capsys.readouterr().out
+    assert len(read_run(out).records) == 10
 
 
 @pytest.mark.slow
-def test_full_demo_with_2048_bit_keys(capsys):
-    assert main(["demo"]) == 0
-    assert "2048 bits" in capsys.readouterr().out
+def test_full_demo_with_2048_bit_keys(tmp_path, capsys):
+    assert main(["demo", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "2048 bits" in out and "privacy report:" in out

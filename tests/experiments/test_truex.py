@@ -1,10 +1,14 @@
 """The Truex et al. comparison: sweeps, summaries, files, and the CLI."""
 
 import csv
+import json
 
+import numpy as np
 import pytest
 
+from veil.audit import read_run
 from veil.cli.main import main
+from veil.dp import Ledger
 from veil.errors import ConfigError
 from veil.experiments import TruexConfig, parse_trust, plot, run_truex, summarize, write_csv
 from veil.experiments.tasks import load_task, make_learner
@@ -73,8 +77,53 @@ def test_cli_writes_csv_and_png(tmp_path, capsys):
                    "--parties", "3", "--trust", "1,n", "--epsilon", "2", "--repeats", "1",
                    "--out", str(out), "--json"])
     assert status == 0
-    for name in ("truex_digits_svm.csv", "truex_digits_svm_summary.csv", "truex_digits_svm.png"):
+    for name in ("truex_digits_svm.csv", "truex_digits_svm_summary.csv", "truex_digits_svm.png",
+                 "run.json"):
         assert (out / name).exists()
     assert '"summary"' in capsys.readouterr().out
+    # without --report: no ledger files; the records declare what the ledgers spent
+    run = read_run(out)
+    assert not (out / "ledgers").exists() and not (out / "audit").exists()
+    assert [r.label for r in run.records] == ["n=3: no privacy / SMC", "n=3: central DP, eps=2",
+                                              "n=3: hybrid t=1, eps=2",
+                                              "n=3: hybrid t=3 (= n), eps=2",
+                                              "n=3: local DP, eps=2"]
+    assert all(0 < r.epsilon <= 2.0 + 1e-9 and r.ledger is None for r in run.records[1:])
     assert main(["experiment", "truex", "--parties", "3", "--trust", "4", "--out",
                  str(out)]) == 2
+
+
+def test_cli_report_certifies_every_cell_from_its_ledgers(tmp_path, capsys):
+    out = tmp_path / "out"
+    args = ["experiment", "truex", "--dataset", "digits", "--model", "logreg", "--parties", "3",
+            "--trust", "n", "--epsilon", "0.5,4", "--repeats", "2", "--out", str(out),
+            "--report", "--json"]
+    assert main(args) == 0
+    files = json.loads(capsys.readouterr().out)["files"]
+    assert str(out / "audit" / "report.html") in files
+    with open(out / "truex_digits_logreg.csv") as f:
+        cells: dict[tuple, list] = {}
+        for row in csv.DictReader(f):
+            cells.setdefault((row["method"], row["trust"], row["epsilon"]), []).append(row)
+    run = read_run(out)
+    # one record per (parties, method, trust, epsilon) cell, a curve per (method, trust)
+    assert len(run.records) == len(cells) == 1 + 2 * 3
+    assert {r.group for r in run.records} == {"n=3: no privacy / SMC", "n=3: central DP",
+                                              "n=3: hybrid t=3 (= n)", "n=3: local DP"}
+    report = json.loads((out / "audit" / "report.json").read_text())
+    folder = out / "ledgers" / "truex_digits_logreg"
+    for record, entry, cell in zip(run.records, report["runs"], cells.values()):
+        assert len(cell) == 2 and record.metrics["repeats"] == 2
+        assert record.accuracy == pytest.approx(np.mean([float(r["accuracy"]) for r in cell]))
+        if cell[0]["method"] == "none":
+            assert record.ledger is None and entry["certified"] is None
+            continue
+        # certified: the largest spend among the cell's persisted ledgers, within its budget
+        ledgers = [Ledger.open(folder / r["ledger"]) for r in cell]
+        assert entry["certified"]["source"] == "ledger"
+        assert entry["certified"]["epsilon"] == pytest.approx(max(x.spent()[0] for x in ledgers))
+        assert entry["certified"]["epsilon"] <= float(cell[0]["epsilon"]) + 1e-9
+        for x in ledgers:
+            x.close()
+    page = (out / "audit" / "report.html").read_text()
+    assert "Privacy-utility curve" in page and "data:image/png;base64," in page

@@ -126,7 +126,7 @@ def _audit_record(run: Run, record: RunRecord, confidence: float, rng) -> tuple[
     cert = _certified(run, record)
     delta = cert["delta"] if cert else (record.delta or 0.0)
     a = record.arrays
-    entry: dict[str, Any] = {"label": record.label, "certified": cert,
+    entry: dict[str, Any] = {"label": record.label, "group": record.group, "certified": cert,
                              "accuracy": record.accuracy, "metrics": record.metrics,
                              "cost": record.cost}
     bounds: dict[str, dict] = {}
@@ -212,20 +212,30 @@ def _eps(entry: dict) -> float | None:
 
 def _curve(ax, entries: list[dict], value: Callable[[dict], Any], label: str, style: str,
            spread: Callable[[dict], tuple[float, float]] | None = None, tag: str = "") -> None:
-    """value(entry) against the certified epsilon (with an error bar from ``spread``);
-    records without a certified epsilon become dashed horizontal lines in the legend."""
-    pts = sorted((_eps(e), value(e), e) for e in entries
-                 if _eps(e) is not None and value(e) is not None)
-    if pts:
-        xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+    """value(entry) against the certified epsilon (with an error bar from ``spread``): one
+    curve per group of records (the records of a run without groups are one curve, labelled
+    ``label``; a group's curve is labelled ``tag`` + its name); records without a certified
+    epsilon become dashed horizontal lines. Each legend entry gets its own colour."""
+    def colour() -> str:
+        return f"C{len(ax.get_legend_handles_labels()[0]) % 10}"
+
+    groups: dict[str | None, list[dict]] = {}
+    for e in entries:
+        if _eps(e) is not None and value(e) is not None:
+            groups.setdefault(e.get("group"), []).append(e)
+    for group, members in groups.items():
+        pts = sorted(members, key=_eps)
+        xs, ys = [_eps(e) for e in pts], [value(e) for e in pts]
+        name = label if group is None else f"{tag}{group}"
         if spread is None:
-            ax.plot(xs, ys, style, label=label)
+            ax.plot(xs, ys, style, color=colour(), label=name)
         else:
-            lo_hi = np.array([spread(p[2]) for p in pts], dtype=float)
+            lo_hi = np.array([spread(e) for e in pts], dtype=float)
             err = np.abs(np.vstack([np.array(ys) - lo_hi[:, 0], lo_hi[:, 1] - np.array(ys)]))
-            ax.errorbar(xs, ys, yerr=np.nan_to_num(err), fmt=style, capsize=3, label=label)
+            ax.errorbar(xs, ys, yerr=np.nan_to_num(err), fmt=style, capsize=3, color=colour(),
+                        label=name)
     for i, e in enumerate(x for x in entries if _eps(x) is None and value(x) is not None):
-        ax.axhline(value(e), ls=("--", "-.", ":")[i % 3], lw=1.2, color=f"C{i + 3}",
+        ax.axhline(value(e), ls=("--", "-.", ":")[i % 3], lw=1.2, color=colour(),
                    label=f"{tag}{e['label']} (no DP)")
 
 

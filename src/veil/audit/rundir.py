@@ -16,6 +16,8 @@ Layout (format ``veil-run/1``)::
       "runs": [                                 # one record per trained model (a sweep: several)
         {
           "label": "eps=4",                     # unique within the file
+          "group": "DP-SGD",                    # optional: records of one group are one
+                                                # curve across epsilon in the report's plots
           "ledger": "ledger.sqlite",            # optional, relative to RUN_DIR: the certified spend
           "epsilon": 4.0, "delta": 1e-05,       # optional: the guarantee claimed without a ledger
           "accuracy": 0.83,                     # optional: test accuracy (the utility axis)
@@ -79,6 +81,7 @@ class RunRecord:
     metrics: dict[str, Any] = field(default_factory=dict)
     cost: dict[str, Any] = field(default_factory=dict)
     arrays: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    group: str | None = None
 
 
 @dataclass
@@ -135,7 +138,7 @@ def write_run(path: str | os.PathLike, run: Run) -> Path:
     entries = []
     for record in run.records:
         entry: dict[str, Any] = {"label": record.label}
-        for key in ("ledger", "epsilon", "delta", "accuracy"):
+        for key in ("group", "ledger", "epsilon", "delta", "accuracy"):
             if getattr(record, key) is not None:
                 entry[key] = getattr(record, key)
         if record.metrics:
@@ -196,9 +199,11 @@ def read_run(path: str | os.PathLike) -> Run:
         for key in ("metrics", "cost"):
             if not isinstance(entry.get(key, {}), dict):
                 raise DataError(f"{where}: '{key}' must be an object")
-        ledger = entry.get("ledger")
+        ledger, group = entry.get("ledger"), entry.get("group")
         if ledger is not None and not isinstance(ledger, str):
             raise DataError(f"{where}: 'ledger' must be a path string")
+        if group is not None and not isinstance(group, str):
+            raise DataError(f"{where}: 'group' must be a string")
         delta = _number(entry.get("delta"), "delta", where)
         if delta is not None and not 0.0 <= delta < 1.0:
             raise DataError(f"{where}: delta={delta!r} must be in [0, 1)")
@@ -206,5 +211,5 @@ def read_run(path: str | os.PathLike) -> Run:
             label=label, epsilon=_number(entry.get("epsilon"), "epsilon", where), delta=delta,
             ledger=ledger, accuracy=_number(entry.get("accuracy"), "accuracy", where),
             metrics=dict(entry.get("metrics", {})), cost=dict(entry.get("cost", {})),
-            arrays=arrays))
+            arrays=arrays, group=group))
     return Run(name=str(doc.get("name", root.name)), kind=kind, records=records, root=root)

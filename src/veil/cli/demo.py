@@ -1,19 +1,22 @@
 """``veil demo``: the hybrid approach to private federated learning (Truex et al. 2019) end to
 end -- ten parties, a 2048-bit threshold Paillier key, a decision tree on Nursery and logistic
-regression on Adult, beside the no-privacy, SMC-only, central-DP and local-DP baselines."""
+regression on Adult, beside the no-privacy, SMC-only, central-DP and local-DP baselines; each
+model audited, written as a run directory with its privacy report (``<out>/audit``)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
+import math
+from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from veil.cli._output import console, err_console, print_json, print_table
-from veil.experiments.demo import KEY_BITS, run_demo
+from veil.experiments.demo import KEY_BITS, METHOD_LABELS, run_demo
 
-_LABELS = {"none": "no privacy", "smc": "SMC only", "central": "central DP",
-           "hybrid": "hybrid", "local": "local DP"}
+#: confidence of each empirical lower bound in the report
+CONFIDENCE = 0.95
 
 
 def _bytes(n: int) -> str:
@@ -24,17 +27,32 @@ def demo(json_: bool = typer.Option(False, "--json", help="Print JSON instead of
          quick: bool = typer.Option(False, "--quick", help="A shallow tree, 4 rounds and a "
                                     "512-bit test key: seconds, for tests (not secure)."),
          epsilon: float = typer.Option(1.0, help="Privacy budget of each learner."),
+         out: Annotated[Path, typer.Option(
+             "--out", help="Run directory to write (run.json, ledgers, scores; the privacy "
+             "report in <out>/audit). A rerun replaces its content.")] = Path("demo_results"),
+         seed: Annotated[int | None, typer.Option(
+             "--seed", help="Seed for a reproducible run, the key included (tests only: "
+             "not secure); default: secure randomness.")] = None,
          ) -> None:
-    """Hybrid private federated learning: 10 parties, Nursery tree and Adult logistic regression."""
+    """Hybrid private federated learning: 10 parties, Nursery tree and Adult logistic regression;
+    every model audited, with a privacy report (HTML with plots) in <out>/audit."""
+    from veil.audit import privacy_report
+
     with Progress(TextColumn("[bold]demo"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.description}"), TimeElapsedColumn(),
                   console=err_console, transient=True) as progress:
         task = progress.add_task("dealing a threshold key", total=None)
         report = run_demo(epsilon=epsilon, quick=quick, key_bits=512 if quick else KEY_BITS,
-                          on_run=lambda done, total, what: progress.update(
+                          out=out, rng=seed, on_run=lambda done, total, what: progress.update(
                               task, completed=done, total=total, description=what))
+        progress.update(task, description="privacy report")
+        audit = privacy_report(out, confidence=CONFIDENCE, rng=seed)
+        json_path, html_path = audit.write(out / "audit")
+    audits = {e["label"]: e for e in audit.data["runs"]}
     if json_:
-        print_json(asdict(report))
+        print_json({**report.to_dict(), "report": {"html": str(html_path),
+                                                   "json": str(json_path)},
+                    "audit": [_headline(e) for e in audits.values()]})
         return
     why = ("the smallest size veil accepts outside tests (112-bit security, NIST SP 800-57)"
            if report.key_bits >= 2048 else "an insecure test key (--quick)")
@@ -48,8 +66,8 @@ def demo(json_: bool = typer.Option(False, "--json", help="Print JSON instead of
         "to its own Ledger.")
     for name in dict.fromkeys(r.task for r in report.runs):
         rows = [r for r in report.runs if r.task == name]
-        print_table([(_LABELS[r.method], "" if r.trust is None else r.trust,
-                      f"{r.accuracy:.4f}", f"{r.epsilon:.3f}" if r.delta or r.epsilon else "-",
+        print_table([(METHOD_LABELS[r.method], "" if r.trust is None else r.trust,
+                      f"{r.accuracy:.4f}", _up(r.epsilon) if r.delta or r.epsilon else "-",
                       f"{r.seconds:.1f} s", _bytes(r.bytes_up), _bytes(r.bytes_down),
                       r.queries) for r in rows],
                     ["method", "t", "test accuracy", "epsilon spent", "time", "bytes up",
@@ -61,3 +79,35 @@ def demo(json_: bool = typer.Option(False, "--json", help="Print JSON instead of
                   "Encrypted runs send only ciphertexts and partial decryptions to the "
                   "aggregator, which decrypts nothing but the noisy sum of each query. "
                   "Accuracy against epsilon: veil experiment truex --help.")
+    rows = [_headline(audits[r.label]) for r in report.runs]
+    print_table([(h["run"], _up(h["certified_epsilon"]), _down(h["empirical_epsilon"]),
+                  f"{h['auc']:.3f}", f"{h['tpr_at_fpr_0.01']:.3f}") for h in rows],
+                ["model", "certified epsilon", f"empirical epsilon >= ({CONFIDENCE:g})",
+                 "attack AUC", "TPR at 1% FPR"],
+                title=f"privacy audit: loss attack on {report.audit_records} audit records "
+                      "per task, each in or out of training by a fair coin")
+    console.print("certified: the Ledger's spend (an upper bound on epsilon); empirical: the "
+                  "one-run lower bound (Steinke, Nasr & Jagielski 2023) from the attack, which "
+                  f"holds with probability {CONFIDENCE:g}. A lower bound far below the "
+                  "certified epsilon means this attack found little, not that the model is "
+                  "more private than certified.")
+    console.print(f"privacy report: {html_path} ({json_path.name} beside it)")
+
+
+def _headline(entry: dict) -> dict:
+    """Certified epsilon, empirical lower bound and attack figures of one report entry."""
+    cert, best = entry.get("certified"), entry.get("empirical_epsilon_best")
+    attack = entry.get("attack", {})
+    return {"run": entry["label"], "certified_epsilon": cert["epsilon"] if cert else None,
+            "empirical_epsilon": best["epsilon"] if best else None,
+            "auc": attack.get("auc"), "tpr_at_fpr_0.01": attack.get("tpr_at_fpr_0.01")}
+
+
+def _up(value: float | None) -> str:
+    """An upper bound to 3 decimals, rounded up ('-': none certified)."""
+    return "-" if value is None else f"{math.ceil(value * 1000) / 1000:.3f}"
+
+
+def _down(value: float | None) -> str:
+    """A lower bound to 3 decimals, rounded down ('-': no audit could run)."""
+    return "-" if value is None else f"{math.floor(value * 1000) / 1000:.3f}"

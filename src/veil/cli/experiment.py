@@ -46,11 +46,17 @@ def truex(
     delta: Annotated[float, typer.Option(help="delta of the budget (Gaussian, Skellam).")
                      ] = 1e-5,
     out: Annotated[Path, typer.Option(help="Output directory.")] = Path("truex_results"),
+    report: Annotated[bool, typer.Option(
+        "--report", help="Persist every model's Ledger under <out>/ledgers (run.json points "
+        "at them) and write the privacy report (report.json, report.html) into <out>/audit.")
+    ] = False,
     json_: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Truex et al. (AISec 2019): accuracy vs epsilon for no privacy, central DP, local DP
-    and the hybrid at each trust level; writes CSVs and a PNG plot."""
-    from veil.experiments import TruexConfig, plot, run_truex, summarize, write_csv
+    and the hybrid at each trust level; writes CSVs, a PNG plot and run.json (the run
+    directory `veil audit` reads), plus the ledgers and the privacy report with --report."""
+    from veil.audit import write_run
+    from veil.experiments import TruexConfig, plot, run_truex, summarize, truex_run, write_csv
 
     config = TruexConfig(dataset, model, parties=_ints(parties, "parties"),
                          trust=[t.strip() for t in trust.split(",") if t.strip()],
@@ -66,25 +72,34 @@ def truex(
         def on_progress(done: int, total: int, what: str) -> None:
             progress.update(task, completed=done, total=total, description=what)
 
-        rows = run_truex(config, on_progress=on_progress)
+        # persisted ledgers cost an fsync per charge: only for the report
+        ledgers = Path("ledgers") / stem.name if report else None
+        rows = run_truex(config, ledgers=None if ledgers is None else out / ledgers,
+                         on_progress=on_progress)
     summary = summarize(rows)
     write_csv(rows, f"{stem}.csv")
     write_csv(summary, f"{stem}_summary.csv")
     plot(summary, f"{stem}.png", title=f"Truex et al. comparison: {dataset}, {model} "
                                       f"({config.noise} noise, noise-only simulation)")
+    run_json = write_run(out, truex_run(rows, config,
+                                        ledgers=None if ledgers is None else ledgers.as_posix()))
+    files = [f"{stem}.csv", f"{stem}_summary.csv", f"{stem}.png", str(run_json)]
+    if report:
+        from veil.audit import privacy_report
+
+        json_path, html_path = privacy_report(out).write(out / "audit")
+        files += [str(html_path), str(json_path)]
     if json_:
         print_json({"config": {"dataset": dataset, "model": model, "noise": config.noise,
                                "parties": config.parties, "trust": list(config.trust),
                                "epsilons": config.epsilons, "repeats": config.repeats,
                                "delta": config.delta},
-                    "summary": summary, "files": [f"{stem}.csv", f"{stem}_summary.csv",
-                                                  f"{stem}.png"]})
+                    "summary": summary, "files": files})
         return
     print_table([(s["parties"], s["method"], s["trust"], s["epsilon"],
                   f"{s['accuracy_mean']:.4f}", f"{s['accuracy_std']:.4f}") for s in summary],
                 ["parties", "method", "t", "epsilon", "accuracy", "sd"],
                 title=f"veil experiment truex: {dataset}, {model}, {config.noise} noise, "
                       f"{config.repeats} repetitions")
-    console.print(f"wrote {stem}.csv, {stem}_summary.csv and {stem}.png (noise-only "
-                  "simulation: the encrypted protocol sums the same integers; see "
-                  "benchmarks/RESULTS.md)")
+    console.print(f"wrote {', '.join(files)} (noise-only simulation: the encrypted protocol "
+                  "sums the same integers; see benchmarks/RESULTS.md)")

@@ -4,10 +4,23 @@
   federated learning" (AISec 2019): accuracy against epsilon for no privacy, central DP,
   local DP and the hybrid at each trust level t, on the tasks of
   :mod:`~veil.experiments.tasks`.
+* :mod:`~veil.experiments.demo` -- ``veil demo``: the hybrid approach with the real
+  threshold-Paillier protocol beside its baselines, every model audited.
+* :mod:`~veil.experiments.membership` -- audit records decided by fair coins before
+  training, scored by the loss attack; :mod:`~veil.experiments.runs` -- persisted ledgers,
+  so that an experiment's output is a run directory ``veil audit`` reads.
 """
 
 from veil.experiments.tasks import DATASETS, MODELS, Task, load_task, make_learner
-from veil.experiments.truex import TruexConfig, parse_trust, plot, run_truex, summarize, write_csv
+from veil.experiments.truex import (
+    TruexConfig,
+    parse_trust,
+    plot,
+    run_truex,
+    summarize,
+    truex_run,
+    write_csv,
+)
 
 __all__ = ["DATASETS", "MODELS", "Task", "TruexConfig", "load_task", "make_learner",
-           "parse_trust", "plot", "run_truex", "summarize", "write_csv"]
+           "parse_trust", "plot", "run_truex", "summarize", "truex_run", "write_csv"]

@@ -17,7 +17,10 @@ Paillier ciphertexts decrypts to the sum of the plaintexts, and the tests
 protocol have the same result distribution (benchmarks/RESULTS.md records it).
 
 Ledgers use the RDP accountant here (faster than PLD when a sweep charges thousands of
-queries, and never below it in epsilon), and the noise is calibrated with the same.
+queries, and never below it in epsilon), and the noise is calibrated with the same. Given a
+folder, every model's Ledger is persisted there, and :func:`truex_run` describes the sweep as
+a run directory (:mod:`veil.audit.rundir`) whose privacy report
+(:func:`veil.audit.privacy_report`) sets each cell's certified epsilon beside its accuracy.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import csv
 import math
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,21 +36,22 @@ from typing import Any
 import numpy as np
 
 from veil._validation import check_choice, check_delta, check_epsilon, check_int
+from veil.audit import Run, RunRecord
 from veil.datasets import partition
 from veil.dp.distributed import NOISES
 from veil.dp.ledger import Ledger
 from veil.errors import ConfigError
+from veil.experiments.runs import ledger_folder, persisted_ledger
 from veil.experiments.tasks import DATASETS, MODELS, Task, load_task, make_learner
 from veil.learn.queries import SimulatedAggregator, fit_queries, plan_multiplier
 from veil.random import check_rng
 
-__all__ = ["TruexConfig", "parse_trust", "run_truex", "summarize", "write_csv", "plot"]
+__all__ = ["TruexConfig", "parse_trust", "run_truex", "summarize", "truex_run", "write_csv",
+           "plot"]
 
 #: the noise each model used in the paper: Laplace counts for trees (Friedman & Schuster),
 #: Gaussian gradients (with a moments accountant) for the others
 PAPER_NOISE = {"tree": "laplace", "logreg": "gaussian", "svm": "gaussian", "nn": "gaussian"}
-_FIELDS = ["dataset", "model", "noise", "parties", "method", "trust", "epsilon", "repeat",
-           "accuracy", "epsilon_spent", "queries", "clipped"]
 
 
 @dataclass
@@ -109,27 +114,49 @@ def _methods(config: TruexConfig, n: int) -> list[tuple[str, int | None]]:
     return [("central", None), *[("hybrid", t) for t in trusts], ("local", None)]
 
 
-def run_truex(config: TruexConfig, *, rng: Any = None,
+def run_truex(config: TruexConfig, *, ledgers: str | os.PathLike | None = None,
+              rng: Any = None,
               on_progress: Callable[[int, int, str], None] | None = None) -> list[dict[str, Any]]:
-    """Run the sweep; one row per (parties, method, trust, epsilon, repetition).
+    """Run the sweep; one row per (parties, method, trust, epsilon, repetition), with the
+    model's accuracy, the epsilon its Ledger spent, its queries and training seconds.
 
-    ``on_progress(done, total, what)`` is called after every training run.
+    ``ledgers``: a folder to persist every model's Ledger in (:mod:`veil.experiments.runs`;
+    ledger files an earlier sweep left there are removed), named in the rows' ``ledger``
+    column. ``on_progress(done, total, what)`` is called after every training run.
     """
     rng = check_rng(rng)
+    folder = None if ledgers is None else ledger_folder(ledgers)
     total = sum(config.repeats * (1 + len(config.epsilons) * len(_methods(config, n)))
                 for n in config.parties)
     done = 0
     rows: list[dict[str, Any]] = []
+    ledger_delta = 0.0 if config.noise == "laplace" else config.delta
 
-    def record(task: Task, n: int, method: str, t: int | None, eps: float | None, r: int,
-               fit: Any) -> None:
+    def train(task: Task, agg: SimulatedAggregator, n: int, method: str, t: int | None,
+              eps: float | None, z: float | None, r: int) -> None:
         nonlocal done
-        spent = fit.ledger.spent()[0] if fit.ledger is not None else 0.0
+        ledger = None
+        if eps is not None:
+            ledger = Ledger(eps, ledger_delta, accountant="rdp") if folder is None else \
+                persisted_ledger(folder, f"n={n} {_label(method, t, n)} eps={eps:g} r{r}", eps,
+                                 ledger_delta, accountant="rdp")
+        began = time.perf_counter()
+        fit = fit_queries(make_learner(task, **config.options), agg, method=method, trust=t,
+                          noise=config.noise, epsilon=eps, delta=config.delta, ledger=ledger,
+                          noise_multiplier=z, rng=rng)
+        seconds = time.perf_counter() - began
+        spent = 0.0
+        if ledger is not None:
+            spent = ledger.spent()[0]
+            ledger.close()
         rows.append({"dataset": config.dataset, "model": config.model, "noise": config.noise,
                      "parties": n, "method": method, "trust": t if t is not None else "",
                      "epsilon": eps if eps is not None else "", "repeat": r,
                      "accuracy": float(fit.model.score(task.X_test, task.y_test)),
-                     "epsilon_spent": spent, "queries": fit.queries, "clipped": fit.clipped})
+                     "epsilon_spent": spent, "queries": fit.queries, "clipped": fit.clipped,
+                     "seconds": seconds,
+                     "ledger": "" if ledger is None or folder is None else
+                     os.path.basename(ledger.path)})
         done += 1
         if on_progress is not None:
             label = method if t is None else f"hybrid t={t}"
@@ -140,37 +167,67 @@ def run_truex(config: TruexConfig, *, rng: Any = None,
             task = load_task(config.dataset, config.model, rng=rng)
             parts = partition.iid(task.y_train.size, n, rng=rng)
             agg = SimulatedAggregator([(task.X_train[p], task.y_train[p]) for p in parts])
-            fresh = make_learner(task, **config.options)
-            record(task, n, "none", None, None, r, fit_queries(fresh, agg, method="none"))
+            train(task, agg, n, "none", None, None, None, r)
             for eps in config.epsilons:
                 z = plan_multiplier(make_learner(task, **config.options), config.noise, eps,
                                     config.delta, accountant="rdp")
                 for method, t in _methods(config, n):
-                    ledger = Ledger(eps, 0.0 if config.noise == "laplace" else config.delta,
-                                    accountant="rdp")
-                    fit = fit_queries(make_learner(task, **config.options), agg,
-                                      method=method, trust=t,
-                                      noise=config.noise, epsilon=eps, delta=config.delta,
-                                      ledger=ledger, noise_multiplier=z, rng=rng)
-                    record(task, n, method, t, eps, r, fit)
+                    train(task, agg, n, method, t, eps, z, r)
     return rows
+
+
+def _cells(rows: Sequence[dict[str, Any]]) -> dict[tuple, list[dict[str, Any]]]:
+    """The rows of each configuration (dataset, model, noise, parties, method, trust,
+    epsilon): the repetitions of one cell of the sweep."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for row in rows:
+        key = (row["dataset"], row["model"], row["noise"], row["parties"], row["method"],
+               row["trust"], row["epsilon"])
+        groups.setdefault(key, []).append(row)
+    return groups
 
 
 def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Mean and standard deviation of the accuracy over repetitions, per configuration."""
-    groups: dict[tuple, list[float]] = {}
-    for row in rows:
-        key = (row["dataset"], row["model"], row["noise"], row["parties"], row["method"],
-               row["trust"], row["epsilon"])
-        groups.setdefault(key, []).append(float(row["accuracy"]))
     out = []
-    for (dataset, model, noise, n, method, t, eps), accs in groups.items():
-        a = np.asarray(accs)
+    for (dataset, model, noise, n, method, t, eps), cell in _cells(rows).items():
+        a = np.array([float(row["accuracy"]) for row in cell])
         out.append({"dataset": dataset, "model": model, "noise": noise, "parties": n,
                     "method": method, "trust": t, "epsilon": eps, "repeats": a.size,
                     "accuracy_mean": float(a.mean()),
                     "accuracy_std": float(a.std(ddof=1)) if a.size > 1 else 0.0})
     return out
+
+
+def truex_run(rows: Sequence[dict[str, Any]], config: TruexConfig, *,
+              ledgers: str | None = None) -> Run:
+    """The sweep as a run directory's content: one record per (parties, method, trust,
+    epsilon) cell, a curve across epsilon per (parties, method, trust).
+
+    A record holds the cell's mean accuracy (the standard deviation and the number of
+    repetitions in its metrics), its mean cost, and its privacy: every model of the cell
+    spent at most the largest spend of its repetitions, so the record points at that
+    repetition's ledger file (``ledgers``: the folder the rows' ledger files are in,
+    relative to the run directory) or, without persisted ledgers, declares that epsilon.
+    """
+    records = []
+    for (_, _, _, n, method, t, eps), cell in _cells(rows).items():
+        curve = f"n={n}: {_label(method, t, n)}"
+        top = max(cell, key=lambda row: float(row["epsilon_spent"]))
+        a = np.array([float(row["accuracy"]) for row in cell])
+        ledger = f"{ledgers}/{top['ledger']}" if ledgers and top["ledger"] else None
+        private = method != "none"
+        records.append(RunRecord(
+            label=f"{curve}, eps={eps:g}" if private else curve, group=curve, ledger=ledger,
+            epsilon=float(top["epsilon_spent"]) if private and ledger is None else None,
+            delta=(0.0 if config.noise == "laplace" else config.delta) if private else None,
+            accuracy=float(a.mean()),
+            metrics={"accuracy_std": float(a.std(ddof=1)) if a.size > 1 else 0.0,
+                     "repeats": int(a.size), **({"epsilon_budget": eps} if private else {})},
+            cost={"seconds": round(float(np.mean([row["seconds"] for row in cell])), 4),
+                  "queries": float(np.mean([row["queries"] for row in cell]))}))
+    return Run(name=f"veil experiment truex: {config.dataset}, {config.model}, "
+                    f"{config.noise} noise", kind="hybrid", records=records)
 
 
 def write_csv(rows: Sequence[dict[str, Any]], path: str | os.PathLike) -> None:
