@@ -269,7 +269,12 @@ def _plots(report: PrivacyReport) -> dict[str, str]:
         ax.set_ylabel(ylabel)
         if certified:
             _log_axis(ax)
-            ax.set_xticks(sorted(set(certified)))
+            ticks: list[float] = []
+            for value in sorted(set(certified)):  # one tick per 5% apart: labels stay legible
+                if not ticks or value > ticks[-1] * 1.05:
+                    ticks.append(value)
+            ax.set_xticks(ticks)
+            ax.set_xlim(min(certified) / 1.5, max(certified) * 1.5)
         return fig, ax
 
     if any(e.get("accuracy") is not None for e in entries):
