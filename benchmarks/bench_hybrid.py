@@ -24,6 +24,17 @@ message serialized and parsed as on a wire). Noise pools are filled before the r
   runtime's figure on one core);
 * bytes up and down per round (all parties).
 
+The 10,000-parameter round is also run **through the runtime** as ``veil fl run`` runs it
+(``Federation`` + the ``Hybrid`` strategy; every message serialized, parsed and validated;
+each party's pool filled before the rounds, in the process where the party lives) and
+its wall time measured: in this process (``LocalRuntime()``: every party's work on one
+core, one after the other) and with the parties in ``--workers`` persistent worker
+processes (``LocalRuntime(workers=2)``: both cores), over ``--runtime-rounds`` rounds
+(the aggregator picks the 6 decrypting parties at random each round). Beside each round's
+wall time: the CPU seconds of the run's processes, and those the machine's other
+processes used in the same seconds (Linux ``/proc``): on a shared machine other jobs slow
+the multi-process rows down, and this says which rounds had the cores to themselves.
+
 Baselines in the same run: the same protocol with one ciphertext per value ("unpacked";
 for more than ``--unpacked-max`` values it is measured on that many values and scaled
 linearly -- each value costs the same encryption, product and partial decryption, so the
@@ -31,14 +42,16 @@ cost is linear in the count -- and the table says so), veil's plaintext FedAvg r
 full-batch local step, updates in the clear), and python-paillier 1.5 (GPLv3, benchmark
 only) encrypting one party's values one per ciphertext on a key of the same size.
 
-    python benchmarks/bench_hybrid.py              # 2048-bit keys (about 2 minutes)
+    python benchmarks/bench_hybrid.py              # 2048-bit keys (about 3 minutes)
     python benchmarks/bench_hybrid.py --quick      # 1024-bit keys, 2,000 parameters
+    python benchmarks/bench_hybrid.py --workers 2,10   # also one process per party
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import time
 import warnings
 
@@ -46,9 +59,10 @@ import numpy as np
 
 from veil.crypto import threshold
 from veil.datasets import available, load_xy, partition
+from veil.dp import Ledger
 from veil.fl import Federation, LocalRuntime, Message
 from veil.fl.hybrid_protocol import Agreement, HybridClient, HybridServer, QueryEncoding, deal_keys
-from veil.fl.strategies import FedAvg
+from veil.fl.strategies import FedAvg, Hybrid
 from veil.learn import LogisticRegression, SoftmaxRegression
 from veil.learn.queries import GradientQueries
 from veil.random import Generator
@@ -135,6 +149,60 @@ def hybrid_round(keys, data, model, *, packed: bool, z: float, values: int | Non
     return online, machine, up, down, count
 
 
+def runtime_rounds(keys, data, model, z: float, workers: int, rounds: int):
+    """``rounds`` hybrid rounds of a Federation on ``LocalRuntime(workers=workers)``: per
+    round (wall s, CPU s of this run's processes, CPU s of the machine's other processes
+    meanwhile), and the wall seconds to ship the parties and fill their pools."""
+    strategy = Hybrid(PARTIES, TRUST, rounds=rounds, noise_multiplier=z, delta=1e-5,
+                      max_records=MAX_RECORDS, keys=keys)
+    per_round = []
+    with LocalRuntime(workers=workers) as runtime:
+        fed = Federation(data, model.__class__(alpha=0.0), strategy, rounds, runtime=runtime,
+                         ledger=Ledger(1e6, 1e-3, accountant="rdp"), rng=3)
+        began = time.perf_counter()
+        runtime.call(fed.clients, HybridClient.precompute, rounds * strategy.ciphertexts)
+        offline = time.perf_counter() - began
+        pids = [os.getpid(), *runtime.pids]
+        last = (_cpu_seconds(pids), _machine_busy())
+
+        def account(record):
+            nonlocal last
+            now = (_cpu_seconds(pids), _machine_busy())
+            ours, busy = now[0] - last[0], now[1] - last[1]
+            per_round.append((record["time"], ours, None if busy is None else busy - ours))
+            last = now
+
+        fed.on_round = account
+        history = fed.run()
+    assert all(r["status"] == "ok" for r in history.rounds)
+    return per_round, offline
+
+
+def _cpu_seconds(pids) -> float:
+    """User + system CPU seconds used so far by the processes ``pids``, all their threads
+    (Linux /proc; NaN elsewhere)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            return float("nan")
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def _machine_busy() -> float | None:
+    """CPU seconds every process of the machine has used so far (Linux /proc/stat)."""
+    try:
+        with open("/proc/stat") as fh:
+            ticks = [int(x) for x in fh.readline().split()[1:]]
+    except OSError:
+        return None
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")   # less idle, iowait
+
+
 def _serve(server, answers):
     for a in answers:
         server.receive(Message.from_bytes(a))
@@ -166,6 +234,10 @@ def main() -> None:
     ap.add_argument("--unpacked-max", type=int, default=300,
                     help="measure one-value-per-ciphertext on at most this many values")
     ap.add_argument("--quick", action="store_true", help="1024-bit keys, 2,000 parameters")
+    ap.add_argument("--workers", default="2",
+                    help="worker processes for the runtime rows (comma-separated)")
+    ap.add_argument("--runtime-rounds", type=int, default=3,
+                    help="rounds per multi-process runtime row")
     args = ap.parse_args()
     if args.quick:
         args.bits, args.params = 1024, 2_000
@@ -196,7 +268,12 @@ def main() -> None:
                      "u_machine": u_machine * scale, "u_up": u_up * scale,
                      "scaled": k < n_values, "fedavg": f_time, "f_up": f_up,
                      "encrypt": veil_enc, "phe": phe_s})
+    runtime = {"online": on, "machine": machine, "params": n_values - 1}
+    runtime[1] = runtime_rounds(keys, data, model, z, 1, 1)
+    for w in (int(x) for x in args.workers.split(",")):
+        runtime[w] = runtime_rounds(keys, data, model, z, w, args.runtime_rounds)
     _print(rows, args.bits)
+    _print_runtime(runtime, args.bits)
 
 
 def _party_encrypt(keys, data, model, z):
@@ -243,6 +320,26 @@ def _print(rows, bits):
         fresh, pooled = r["encrypt"]
         print(f"{r['model']} | {r['values']:,} | {fresh:.3f} s | {pooled:.4f} s | "
               f"{r['phe']:.2f} s{' (scaled)' if r['scaled'] else ''} | {r['phe'] / fresh:.0f}x")
+
+
+def _print_runtime(r, bits):
+    print(f"\n{r['params']:,}-parameter round through the runtime ({PARTIES} parties, t = "
+          f"{TRUST}, {bits}-bit keys; pools filled before the rounds). Wall seconds per "
+          "round; CPU seconds of this run's processes (all threads) and, in the same time, of "
+          "the machine's other processes (other jobs on a shared machine)")
+    print("runtime | rounds | wall per round: mean (min-max) | each round: wall / CPU ours / "
+          "CPU others | shipping + pool filling (offline) | 'online' (parties in parallel) | "
+          "one machine (CPU sum)")
+    for w in sorted(k for k in r if isinstance(k, int)):
+        per_round, offline = r[w]
+        walls = [x[0] for x in per_round]
+        label = "in-process LocalRuntime()" if w == 1 else f"LocalRuntime(workers={w})"
+        each = ", ".join(f"{wall:.2f} / {ours:.1f} / "
+                         + ("?" if others is None else f"{others:.1f}")
+                         for wall, ours, others in per_round)
+        print(f"{label} | {len(walls)} | {np.mean(walls):.2f} s ({min(walls):.2f}-"
+              f"{max(walls):.2f}) | {each} | {offline:.2f} s | {r['online']:.2f} s | "
+              f"{r['machine']:.2f} s")
 
 
 if __name__ == "__main__":

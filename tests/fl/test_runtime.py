@@ -156,7 +156,7 @@ def test_runs_are_deterministic_under_a_seed_and_independent_of_workers(clients)
             return Federation(data, LogisticRegression(), FedAvg(**strategy), 3, rng=seed,
                               runtime=runtime).run()
 
-    a, b = run(11, 1), run(11, 2)  # workers=2: client work in a process pool
+    a, b = run(11, 1), run(11, 2)  # workers=2: the clients in two worker processes
     np.testing.assert_array_equal(a.params, b.params)
     assert a.metric("aggregated") == b.metric("aggregated")
     assert not np.array_equal(run(12, 1).params, a.params)

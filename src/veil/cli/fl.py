@@ -53,8 +53,7 @@ def _write_run(out_dir: Path, name: str, cfg: Any, history: Any, canaries: Any) 
         cost={"seconds": summary["time"], "rounds": summary["rounds"],
               "bytes": summary["bytes"]},
         arrays=arrays)
-    kind = "dpfedavg" if cfg.has("privacy") else "fedavg"
-    return write_run(out_dir, Run(name=name, kind=kind, records=[record]))
+    return write_run(out_dir, Run(name=name, kind=cfg.kind, records=[record]))
 
 
 Config = Annotated[Path, typer.Argument(help="TOML file describing the run.")]
@@ -72,6 +71,7 @@ def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = F
         report: Report = False) -> None:
     """Train a model across simulated clients; write results.json, plot.png and run.json
     (the run directory `veil audit` reads), plus the privacy report with --report."""
+    from veil.crypto.paillier import MIN_SECURE_BITS
     from veil.dp import Ledger
     from veil.fl import Federation, LocalRuntime
     from veil.fl.config import load_config
@@ -87,9 +87,14 @@ def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = F
     partition_seed, canary_seed = _seeds(state_file, seed, resume)
 
     clients, test = cfg.data(partition_seed)
+    if cfg.kind == "hybrid" and cfg["hybrid"]["key_bits"] < MIN_SECURE_BITS:
+        err_console.print(f"[yellow]warning:[/] an insecure {cfg['hybrid']['key_bits']}-bit "
+                          "threshold key (insecure_ok = true): for tests and demos only")
     strategy = cfg.strategy(clients)
     rounds = cfg["training"]["rounds"]
-    with LocalRuntime(cfg.faults(), workers=cfg["run"]["workers"]) as runtime, Progress(
+    run_options = cfg["run"]
+    with LocalRuntime(cfg.faults(), workers=run_options["workers"],
+                      timeout=run_options["timeout"]) as runtime, Progress(
             TextColumn("[bold]federated rounds"), BarColumn(), MofNCompleteColumn(),
             TextColumn("{task.description}"), TimeElapsedColumn(),
             console=err_console, transient=json_) as progress:

@@ -183,9 +183,28 @@ class PublicKey:
         elif short_exponents:
             raise CryptoError("short_exponents needs a noise_base")
         self.short_exponents = bool(short_exponents)
+        self._fp: bytes | None = None
+        self._init_caches()
+
+    #: attributes rebuilt, not pickled (:meth:`__getstate__`)
+    _CACHES: tuple[str, ...] = ("_table", "_lock")
+
+    def _init_caches(self) -> None:
+        """No fixed-base table yet (it is built on first use, under the lock)."""
         self._table: FixedBase | None = None
         self._lock = threading.Lock()
-        self._fp: bytes | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A copy carries the key's numbers only: locks cannot be pickled, and the tables
+        # (megabytes) are rebuilt on first use in the receiving process.
+        state = self.__dict__.copy()
+        for name in self._CACHES:
+            del state[name]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._init_caches()
 
     @property
     def bits(self) -> int:
@@ -448,7 +467,9 @@ class NoisePool:
     CRT (about 3.5x faster than r^n), for data it encrypts itself only. The background
     thread runs in parallel with the encrypting thread for r^n and CRT noise (GMP's
     batched exponentiation releases the GIL); fixed-base noise is computed in Python and
-    shares the interpreter with it.
+    shares the interpreter with it. Pickling a pool (e.g. with its owner, to another
+    process) gives a new, empty pool for the same key with its own OS-seeded generator:
+    values are never copied, so none can be used in two places.
     """
 
     def __init__(self, public_key: PublicKey, *, capacity: int = 4096,
@@ -462,6 +483,7 @@ class NoisePool:
             raise CryptoError("private_key does not belong to public_key")
         self.public_key = public_key
         self.capacity = capacity
+        self._private_key = private_key
         self._source: Callable[..., list[mpz]] = (
             private_key.noise if private_key is not None else public_key.noise)
         self._rng = check_rng(rng)
@@ -472,6 +494,12 @@ class NoisePool:
 
     def __len__(self) -> int:
         return len(self._values)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A pickled pool is a new, empty pool for the same key: the unused values stay in
+        # this one, and the copy computes its own with its own OS-seeded generator, so no
+        # noise value -- nor a generator state that would repeat one -- is in two places.
+        return (_empty_pool, (self.public_key, self.capacity, self._private_key))
 
     def __repr__(self) -> str:
         state = "running" if self._thread is not None else "idle"
@@ -528,6 +556,12 @@ class NoisePool:
                 self._wake.clear()
                 continue
             self._values.extend(self._source(min(missing, 16), rng=self._rng))
+
+
+def _empty_pool(public_key: PublicKey, capacity: int,
+                private_key: PrivateKey | None) -> NoisePool:
+    """What a pickled :class:`NoisePool` becomes: an empty pool with a secure generator."""
+    return NoisePool(public_key, capacity=capacity, private_key=private_key)
 
 
 # ----------------------------------------------------------------------------- ciphertexts

@@ -107,6 +107,11 @@ class ThresholdPublicKey(PublicKey):
         self._width = (self.bits * 2 + 7) // 8           # bytes of one residue mod n^2
         # |r| for the proofs: |Delta s_i| < |Delta n^2|, plus challenge and statistical bits
         self._proof_bits = (self.delta * self.n2).bit_length() + _CHALLENGE_BITS + _STAT_BITS
+
+    _CACHES = PublicKey._CACHES + ("_v_table", "_v_lock")
+
+    def _init_caches(self) -> None:
+        super()._init_caches()
         self._v_table: FixedBase | None = None
         self._v_lock = threading.Lock()
 

@@ -7,20 +7,36 @@ Sections and keys (every key optional unless marked; unknown sections or keys ar
                 partition (iid | dirichlet | quantity), clients, alpha, min_size,
                 test_fraction (bundled sets; Adult uses UCI's own test split), path
     [model]     type (logistic_regression | softmax_regression | linear_svm), alpha
-    [training]  rounds, strategy (fedavg | fedprox), local_epochs, batch_size (0: full batch),
-                learning_rate, server_learning_rate, fraction, min_clients, weighted, mu
+    [training]  rounds, strategy (fedavg | fedprox | hybrid), local_epochs, batch_size (0: full
+                batch), learning_rate (default 0.1; 1.0 for hybrid), server_learning_rate,
+                fraction, min_clients, weighted, mu
     [privacy]   epsilon*, delta, noise (central | local | distributed), clip_norm, adaptive,
                 target_quantile, clip_learning_rate, accountant (rdp | pld)
     [secagg]    bits, clip_range, neighbours, threshold, min_survivors, prg
+    [hybrid]    trust*, noise (skellam | gaussian | laplace), key_bits, insecure_ok,
+                count_weight, max_records, packed, min_answers
     [faults]    dropout, dropout_stage, dropout_exact, crash, straggler, latency, slowdown,
                 deadline, duplicate, reorder, replay (see veil.fl.runtime.Faults)
     [audit]     canaries, norm, kind (dirac | gaussian), confidence
-    [run]       seed, out, workers
+    [run]       seed, out, workers (processes for the clients, veil.fl.workers), timeout
+                (seconds a worker may take to answer a stage)
 
 A ``[privacy]`` section makes the run differentially private: the noise multiplier is
 calibrated (:func:`veil.dp.accounting.calibrate_noise`) so that all rounds together are
 (epsilon, delta)-DP at the client level, and every round is charged to a ledger persisted
 in the output directory. A ``[secagg]`` section turns on secure aggregation.
+
+``strategy = "hybrid"`` trains with the hybrid approach (Truex et al. 2019,
+:class:`veil.fl.strategies.Hybrid`): every round is one full-batch gradient query whose
+answers are encrypted under a threshold Paillier key dealt at start (``key_bits``; a key
+under 2048 bits only with ``insecure_ok = true``, for tests and demos), each of the
+``clients`` parties adding the noise share for ``trust`` = t honest parties (decryption
+threshold t_bar = clients - t + 1). It needs ``[privacy]`` (epsilon, delta, clip_norm: the
+per-example gradient clip, accountant) and ``[hybrid]``; keys that do not apply to it --
+local training ([training] local_epochs, batch_size, server_learning_rate, fraction,
+min_clients, weighted, mu; [privacy] noise, adaptive, target_quantile, clip_learning_rate),
+``[secagg]`` (the answers are already encrypted) and ``[audit]`` canaries (the parties are
+fixed by the key) -- are refused rather than ignored.
 
 An ``[audit]`` section adds ``canaries`` canary clients (:mod:`veil.fl.canary`): each is in
 or out by a fair coin drawn before training, an included one sends an update of L2 norm
@@ -38,12 +54,13 @@ from __future__ import annotations
 
 import os
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from veil._validation import check_choice, check_delta, check_positive, check_probability
+from veil.crypto.paillier import MIN_SECURE_BITS
 from veil.errors import ConfigError, DataError
 from veil.random import Generator
 
@@ -66,6 +83,9 @@ SCHEMA: dict[str, dict[str, tuple[Any, Any]]] = {
                 "accountant": (str, "rdp")},
     "secagg": {"bits": (int, 32), "clip_range": (_NUM, 1.0), "neighbours": (int, None),
                "threshold": (_NUM, 0.5), "min_survivors": (_NUM, None), "prg": (str, "aes-ctr")},
+    "hybrid": {"trust": (int, None), "noise": (str, "skellam"), "key_bits": (int, 2048),
+               "insecure_ok": (bool, False), "count_weight": (_NUM, 0.25),
+               "max_records": (int, 2 ** 16), "packed": (bool, True), "min_answers": (int, None)},
     "faults": {"dropout": (_NUM, 0.0), "dropout_stage": (str, None),
                "dropout_exact": (bool, False), "crash": (_NUM, 0.0),
                "straggler": (_NUM, 0.0), "latency": (_NUM, 0.01), "slowdown": (_NUM, 1000.0),
@@ -73,10 +93,16 @@ SCHEMA: dict[str, dict[str, tuple[Any, Any]]] = {
                "replay": (_NUM, 0.0)},
     "audit": {"canaries": (int, 100), "norm": (_NUM, None), "kind": (str, "dirac"),
               "confidence": (_NUM, 0.95)},
-    "run": {"seed": (int, None), "out": (str, None), "workers": (int, 1)},
+    "run": {"seed": (int, None), "out": (str, None), "workers": (int, 1),
+            "timeout": (_NUM, 600.0)},
 }
-_REQUIRED = {("data", "dataset"), ("privacy", "epsilon")}
+_REQUIRED = {("data", "dataset"), ("privacy", "epsilon"), ("hybrid", "trust")}
 _MODELS = ("logistic_regression", "softmax_regression", "linear_svm")
+_STRATEGIES = ("fedavg", "fedprox", "hybrid")
+#: what the hybrid strategy does not use (module docstring)
+_NOT_HYBRID = {"training": ("local_epochs", "batch_size", "server_learning_rate", "fraction",
+                            "min_clients", "weighted", "mu"),
+               "privacy": ("noise", "adaptive", "target_quantile", "clip_learning_rate")}
 
 
 @dataclass(frozen=True)
@@ -86,6 +112,7 @@ class FLConfig:
 
     path: str
     sections: dict[str, dict[str, Any]]
+    given: dict[str, frozenset[str]] = field(default_factory=dict)   # keys in the file
 
     def __getitem__(self, section: str) -> dict[str, Any]:
         return self.sections[section]
@@ -140,7 +167,9 @@ class FLConfig:
         from veil.fl.strategies import DPFedAvg, FedAvg, FedProx, SecAgg
 
         t = self["training"]
-        kind = check_choice(t["strategy"], "training.strategy", ("fedavg", "fedprox"))
+        kind = check_choice(t["strategy"], "training.strategy", _STRATEGIES)
+        if kind == "hybrid":
+            return self._hybrid(len(clients))
         weighted = t["weighted"] and not self.has("privacy")
         max_weight = max(len(y) for _, y in clients) if self.has("secagg") and weighted \
             else None
@@ -170,6 +199,28 @@ class FLConfig:
                               neighbours=s["neighbours"], threshold=s["threshold"],
                               min_survivors=s["min_survivors"], prg=s["prg"])
         return strategy
+
+    def _hybrid(self, parties: int) -> Any:
+        """The Hybrid strategy; the dealer generates the threshold key now (secure
+        randomness, whatever the run's seed)."""
+        from veil.fl.strategies import Hybrid
+
+        t, p, h = self["training"], self["privacy"], self["hybrid"]
+        given = self.given.get("training", frozenset())
+        learning_rate = t["learning_rate"] if "learning_rate" in given else 1.0
+        return Hybrid(parties, h["trust"], rounds=t["rounds"], epsilon=p["epsilon"],
+                      delta=p["delta"], noise=h["noise"], learning_rate=learning_rate,
+                      clip_norm=p["clip_norm"], count_weight=h["count_weight"],
+                      max_records=h["max_records"], key_bits=h["key_bits"],
+                      insecure_ok=h["insecure_ok"], packed=h["packed"],
+                      min_answers=h["min_answers"], accountant=p["accountant"])
+
+    @property
+    def kind(self) -> str:
+        """What the run is, for its run directory: hybrid, dpfedavg or fedavg."""
+        if self["training"]["strategy"] == "hybrid":
+            return "hybrid"
+        return "dpfedavg" if self.has("privacy") else "fedavg"
 
     def canaries(self, federation: Any, rng: Any = None) -> Any:
         """Add the ``[audit]`` section's canary clients to ``federation`` (before its first
@@ -225,9 +276,44 @@ def load_config(path: str | os.PathLike) -> FLConfig:
     for section, key in _REQUIRED:
         if section in sections and sections[section][key] is None:
             raise ConfigError(f"{path}: [{section}] needs {key} = ...")
+    given = {name: frozenset(raw.get(name, {})) for name in sections}
+    if sections["training"]["strategy"] == "hybrid" or "hybrid" in sections:
+        _check_hybrid(path, sections, given)
     if "audit" in sections:
         _check_audit(path, sections["audit"], sections.get("privacy"))
-    return FLConfig(path, sections)
+    return FLConfig(path, sections, given)
+
+
+def _check_hybrid(path: str, sections: dict[str, dict[str, Any]],
+                  given: dict[str, frozenset[str]]) -> None:
+    """A hybrid run: the sections it needs, nothing it would ignore, a secure key unless
+    insecure keys are explicitly allowed (module docstring)."""
+    from veil.dp.distributed import NOISES
+
+    strategy = sections["training"]["strategy"]
+    if strategy != "hybrid":
+        raise ConfigError(f"{path}: a [hybrid] section needs [training] strategy = \"hybrid\" "
+                          f"(it is {strategy!r})")
+    for name in ("privacy", "hybrid"):
+        if name not in sections:
+            raise ConfigError(f"{path}: strategy 'hybrid' needs a [{name}] section")
+    for name, why in (("secagg", "its answers are already threshold-encrypted"),
+                      ("audit", "its parties are fixed by the dealt key: no canary clients")):
+        if name in sections:
+            raise ConfigError(f"{path}: [{name}] does not apply to strategy 'hybrid' ({why})")
+    for name, keys in _NOT_HYBRID.items():
+        extra = [k for k in keys if k in given[name]]
+        if extra:
+            raise ConfigError(f"{path}: [{name}] {', '.join(extra)} do(es) not apply to "
+                              "strategy 'hybrid' (one full-batch gradient query per round, "
+                              "noise shares from [hybrid])")
+    h = sections["hybrid"]
+    check_choice(h["noise"], "[hybrid] noise", tuple(NOISES))
+    bits = h["key_bits"]
+    if bits < MIN_SECURE_BITS and not h["insecure_ok"]:
+        raise ConfigError(f"{path}: [hybrid] key_bits={bits} is not allowed: keys under "
+                          f"{MIN_SECURE_BITS} bits are insecure; set insecure_ok = true in "
+                          "[hybrid] to use one anyway (tests and demos only)")
 
 
 def _check_audit(path: str, audit: dict[str, Any], privacy: dict[str, Any] | None) -> None:

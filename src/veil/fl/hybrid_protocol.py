@@ -393,10 +393,13 @@ class HybridClient(ClientProtocol):
 
     ``pool``: a :class:`~veil.crypto.paillier.NoisePool` for the session key (one is made
     when None); fill it ahead of the rounds (:meth:`precompute`) to encrypt online with one
-    multiplication per ciphertext. (A pool does not travel to a runtime's worker process:
-    there the noise is computed when encrypting.) ``clipped`` / ``records_clipped`` count, over all
-    rounds, the values this party clipped into a query's bound (or its noise's tail) and
-    the records whose contribution was clipped; they stay with the party (and are logged).
+    multiplication per ciphertext. A party shipped to a runtime's worker process keeps
+    its key share there, and builds its fixed-base tables and fills its pool there (a
+    pickled pool arrives empty: no noise value is ever in two processes), so fill it where
+    it lives: ``runtime.call(clients, HybridClient.precompute, count)``. ``clipped`` /
+    ``records_clipped`` count, over all rounds, the values this party clipped into a
+    query's bound (or its noise's tail) and the records whose contribution was clipped;
+    they stay with the party (and are logged).
     """
 
     protocol = "hybrid"
@@ -423,23 +426,6 @@ class HybridClient(ClientProtocol):
             NoisePool(key_share.public_key, capacity=1)
         self.clipped = 0
         self.records_clipped = 0
-
-    def __getstate__(self) -> dict[str, Any]:
-        # keys and pools hold locks: the share travels in its serialized form, and the pool
-        # stays home (a runtime's worker process draws fresh noise)
-        state = self.__dict__.copy()
-        state["pool"] = None
-        if self.key_share is not None:
-            state["key_share"] = (serialization.dumps(self.key_share.public_key),
-                                  serialization.dumps(self.key_share))
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        if self.key_share is not None:
-            pk = serialization.loads(self.key_share[0])
-            self.key_share = serialization.loads(self.key_share[1], public_key=pk)
-            self.pool = NoisePool(pk, capacity=1)
 
     def precompute(self, count: int) -> None:
         """Fill the noise pool with ``count`` more encryption noises (offline work)."""

@@ -7,7 +7,10 @@
 default, with its simulated faults), so a decision tree, a linear model or a network is
 trained through threshold-Paillier encryption, noise shares and partial decryptions, and
 every message is serialized and counted. The same class runs the baselines in the clear
-(``Agreement(method="none" | "local" | "central")``).
+(``Agreement(method="none" | "local" | "central")``). With a multi-process runtime
+(``LocalRuntime(workers=k)``) the parties live in the workers: the aggregator reaches them
+there (:meth:`~veil.fl.runtime.LocalRuntime.call`) to fill their noise pools, to hand them
+a new learner and to read their clipping counts.
 """
 
 from __future__ import annotations
@@ -70,11 +73,11 @@ class HybridAggregator(Aggregator):
         self.runtime = runtime if runtime is not None else LocalRuntime()
         self.round = 0
         self.reports: list[RoundReport] = []
+        self._learner: QueryLearner | None = None
 
     def precompute(self, ciphertexts: int) -> None:
         """Fill every party's noise pool with ``ciphertexts`` encryption noises (offline)."""
-        for client in self.clients.values():
-            client.precompute(ciphertexts)
+        self.runtime.call(self.clients, HybridClient.precompute, ciphertexts)
 
     def aggregate(self, query: Query, learner: QueryLearner, *,
                   party_noise: DistributedMechanism | None,
@@ -87,8 +90,9 @@ class HybridAggregator(Aggregator):
                               f"agreed one ({expected!r}, method {self.agreement.method!r})")
         rng = check_rng(rng)
         server_rng, round_rng = rng.spawn(2)
-        for client in self.clients.values():
-            client.learner = learner
+        if learner is not self._learner:   # parties answer from the query and its settings
+            self.runtime.call(self.clients, _give_learner, learner)
+            self._learner = learner
         before = self._clipped()
         server = HybridServer(self.round, sorted(self.clients), query, self.agreement,
                               self.keys.public_key if self.keys is not None else None,
@@ -111,4 +115,12 @@ class HybridAggregator(Aggregator):
                                **report.result.metrics})
 
     def _clipped(self) -> int:
-        return sum(c.clipped + c.records_clipped for c in self.clients.values())
+        return sum(self.runtime.call(self.clients, _clip_count).values())
+
+
+def _give_learner(client: HybridClient, learner: QueryLearner) -> None:
+    client.learner = learner
+
+
+def _clip_count(client: HybridClient) -> int:
+    return client.clipped + client.records_clipped

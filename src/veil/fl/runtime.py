@@ -20,27 +20,36 @@ wire format is exercised and every byte is counted), and faults are simulated fr
 * **replays** — an answer from an earlier round is sent to the server again.
 
 Time is simulated (no sleeping), so runs are fast and reproducible; CPU time is measured.
-Client work can run in a process pool (``workers > 1``): each delivery pickles the client
-object to a worker and back; randomness is derived per delivery from the round's ``rng``
-in a fixed order, so results do not depend on ``workers``.
+
+With ``workers=k > 1`` the clients live in k persistent worker processes
+(:mod:`veil.fl.workers`): each is pickled to its worker once, the first time the runtime
+sees it (in :meth:`LocalRuntime.run_round` or :meth:`LocalRuntime.call`), and keeps its
+state there until :meth:`LocalRuntime.close`; requests and answers travel between server
+and workers as the protocol's bytes, and the workers serve their clients in parallel.
+Faults are simulated here, and randomness is derived per delivery from the round's
+``rng`` in a fixed order, so results do not depend on ``workers``. From then on the
+objects in the caller's ``clients`` mapping keep the state they were shipped with: reach
+the live clients with :meth:`LocalRuntime.call`. A worker that dies or hangs (no answer
+within ``timeout`` seconds) raises :class:`~veil.fl.workers.WorkerLost`, a ProtocolError
+naming the clients it held.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 import math
-import multiprocessing
 import time
+import weakref
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from veil._validation import check_int, check_positive, check_probability
-from veil.errors import ConfigError, ProtocolError, VeilError
+from veil.errors import ConfigError, ProtocolError
 from veil.fl.messages import SERVER, Message
 from veil.fl.protocol import ClientProtocol, RoundResult, ServerRound
+from veil.fl.workers import Served, WorkerLost, Workers, serve
 from veil.random import Generator, check_rng
 
 __all__ = ["Faults", "LocalRuntime", "RoundReport", "Traffic"]
@@ -136,37 +145,31 @@ class RoundReport:
         return {s: (u, d) for s, (u, d) in out.items()}
 
 
-def _deliver(client: ClientProtocol, data: bytes, seed: bytes,
-             seeded: bool) -> tuple[ClientProtocol, list[bytes], float, str | None]:
-    """Run one request on a client (in this process or a worker)."""
-    rng = Generator(seed) if seeded else Generator()
-    start = time.process_time()
-    try:
-        answers = client.handle(Message.from_bytes(data), rng)
-        out, error = [m.to_bytes() for m in answers], None
-    except VeilError as exc:  # the client refuses the request, or fails: no answer
-        out, error = [], f"{type(exc).__name__}: {exc}"
-    return client, out, time.process_time() - start, error
-
-
 class LocalRuntime:
-    """Runs rounds in this process (or a pool for client work), simulating :class:`Faults`.
+    """Runs rounds here, simulating :class:`Faults`; client work in this process, or in
+    ``workers`` persistent worker processes (see the module docstring).
 
     ``record=True`` keeps every message the server received (as bytes) in the report, for
-    inspection. Use as a context manager (or call :meth:`close`) when ``workers > 1``.
+    inspection. ``timeout``: seconds a worker process may take to answer one stage's
+    requests before it is declared hung. With ``workers > 1`` use it as a context manager
+    (or call :meth:`close`): the processes are started now and stopped on exit.
     """
 
     def __init__(self, faults: Faults | None = None, *, workers: int = 1,
-                 record: bool = False) -> None:
+                 record: bool = False, timeout: float = 600.0) -> None:
         self.faults = faults or Faults()
         if not isinstance(self.faults, Faults):
             raise ConfigError(f"faults={faults!r} is not allowed: expected a Faults")
         self.workers = check_int(workers, "workers", low=1)
+        self.timeout = check_positive(timeout, "timeout")
         self.record = bool(record)
         self.crashed: set[int] = set()
         self._late: list[bytes] = []
         self._previous: list[bytes] = []
-        self._pool: concurrent.futures.ProcessPoolExecutor | None = None
+        self._processes: Workers | None = None
+        if self.workers > 1:
+            self._processes = Workers(self.workers, self.timeout)
+            self._stop = weakref.finalize(self, self._processes.close)  # also at exit
 
     def __enter__(self) -> LocalRuntime:
         return self
@@ -175,9 +178,26 @@ class LocalRuntime:
         self.close()
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown()
-            self._pool = None
+        """Stop the worker processes (if any); the runtime then refuses further work."""
+        if self._processes is not None:
+            self._stop()
+
+    @property
+    def pids(self) -> list[int]:
+        """Process ids of the worker processes (empty without, or once closed)."""
+        return self._processes.pids if self._processes is not None else []
+
+    def call(self, clients: Mapping[int, ClientProtocol], fn: Callable[..., Any],
+             *args: Any) -> dict[int, Any]:
+        """``fn(client, *args)`` for every client of ``clients`` where the client lives:
+        here, or in its worker process (shipped there first if new; ``fn`` -- a
+        module-level function or a method -- ``args`` and the results are pickled).
+        Returns the results by client id. E.g. fill every hybrid party's noise pool
+        before the rounds: ``runtime.call(clients, HybridClient.precompute, count)``."""
+        if self._processes is None:
+            return {cid: fn(clients[cid], *args) for cid in sorted(clients)}
+        self._processes.place(clients)
+        return self._processes.call(sorted(clients), fn, args)
 
     def state_dict(self) -> dict[str, Any]:
         """What persists across rounds, for checkpoints: the crashed clients and the
@@ -195,13 +215,16 @@ class LocalRuntime:
                   rng: Any = None) -> RoundReport:
         """Run ``server``'s round to completion or abort; returns the report.
 
-        ``clients`` maps ids to client objects (updated in place when a pool is used).
-        A ProtocolError from the server (the round cannot complete) is caught: the report
-        then has ``error`` set and no result.
+        ``clients`` maps ids to client objects (with ``workers > 1``, those not yet in a
+        worker are shipped now). A ProtocolError from the server (the round cannot
+        complete) is caught: the report then has ``error`` set and no result. A lost
+        worker process (:class:`~veil.fl.workers.WorkerLost`) is raised.
         """
         rng = check_rng(rng)
         report = RoundReport(round=server.round)
         began = time.perf_counter()
+        if self._processes is not None:
+            self._processes.place(clients)
         offline = self._plan(server, rng, report)
         stages = type(server).stages
         this_round: list[bytes] = []
@@ -216,6 +239,8 @@ class LocalRuntime:
                 if server.done:
                     break
             report.result = server.result
+        except WorkerLost:
+            raise
         except ProtocolError as exc:
             report.error = str(exc)
             log.warning("round %d aborted: %s", server.round, exc)
@@ -272,7 +297,8 @@ class LocalRuntime:
         f = self.faults
         arrivals: list[tuple[float, bytes]] = []
         late: list[bytes] = []
-        for cid, answers, cpu, error in self._execute(deliveries, clients, rng.seeded):
+        served = self._execute(deliveries, clients, rng.seeded)
+        for (cid, _, _), (answers, cpu, error) in zip(deliveries, served):
             report.client_cpu[cid] += cpu
             if error is not None:
                 report.rejected.append((cid, error))
@@ -297,20 +323,11 @@ class LocalRuntime:
         return arrivals, late
 
     def _execute(self, deliveries: list[tuple[int, bytes, bytes]],
-                 clients: dict[int, ClientProtocol], seeded: bool):
-        if self.workers == 1 or len(deliveries) < 2:
-            for cid, data, seed in deliveries:
-                yield (cid, *_deliver(clients[cid], data, seed, seeded)[1:])
-            return
-        if self._pool is None:
-            self._pool = concurrent.futures.ProcessPoolExecutor(
-                self.workers, mp_context=multiprocessing.get_context("fork"))
-        futures = [self._pool.submit(_deliver, clients[cid], data, seed, seeded)
-                   for cid, data, seed in deliveries]
-        for (cid, _, _), future in zip(deliveries, futures):
-            client, answers, cpu, error = future.result()
-            clients[cid] = client
-            yield cid, answers, cpu, error
+                 clients: dict[int, ClientProtocol], seeded: bool) -> list[Served]:
+        """Each delivery's (answers, CPU seconds, error), in the order of ``deliveries``."""
+        if self._processes is None:
+            return [serve(clients[cid], data, seed, seeded) for cid, data, seed in deliveries]
+        return self._processes.deliver(deliveries, seeded)
 
     def _receive(self, server: ServerRound, arrivals: list[tuple[float, bytes]],
                  rng: Generator, report: RoundReport) -> None:

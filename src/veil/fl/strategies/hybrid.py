@@ -34,7 +34,14 @@ import numpy as np
 from veil._validation import check_choice, check_delta, check_epsilon, check_int
 from veil.dp.distributed import NOISES, check_trust
 from veil.errors import ConfigError
-from veil.fl.hybrid_protocol import Agreement, HybridClient, HybridKeys, HybridServer, deal_keys
+from veil.fl.hybrid_protocol import (
+    Agreement,
+    HybridClient,
+    HybridKeys,
+    HybridServer,
+    QueryEncoding,
+    deal_keys,
+)
 from veil.fl.protocol import ClientProtocol, ServerRound
 from veil.fl.strategies.base import Strategy
 from veil.fl.trainer import LocalTrainer
@@ -137,6 +144,14 @@ class Hybrid(Strategy):
                     population: int) -> dp_accounting.DpEvent:
         learner, agreement = self._ready()
         return agreement.mechanism(learner.shape).event
+
+    @property
+    def ciphertexts(self) -> int:
+        """Ciphertexts each party sends per round: the encryption noises it needs. Fill the
+        parties' pools for k rounds before they run (offline) with
+        ``runtime.call(federation.clients, HybridClient.precompute, k * ciphertexts)``."""
+        learner, agreement = self._ready()
+        return QueryEncoding(learner.shape, agreement, self.keys.public_key.bits).ciphertexts
 
     @property
     def private(self) -> bool:

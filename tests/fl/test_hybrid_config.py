@@ -1,0 +1,109 @@
+"""``veil fl run`` with ``strategy = "hybrid"``: a tiny run with a small (explicitly
+insecure) key in worker processes, the same model as in one process, and refused configs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from veil.cli.main import main
+from veil.errors import ConfigError
+from veil.fl.checkpoint import Checkpoint
+from veil.fl.config import load_config
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+TINY = """
+[data]
+dataset = "wine"
+clients = 4
+
+[model]
+type = "softmax_regression"
+
+[training]
+strategy = "hybrid"
+rounds = 3
+
+[privacy]
+epsilon = 4.0
+delta = 1e-5
+clip_norm = 1.0
+
+[hybrid]
+trust = 2
+key_bits = 256
+insecure_ok = true
+max_records = 256
+
+[faults]
+dropout = 0.25
+dropout_exact = true
+dropout_stage = "decrypt"
+
+[run]
+seed = 5
+workers = {workers}
+"""
+
+
+def _config(tmp_path: Path, text: str, name: str = "tiny.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_a_hybrid_run_in_worker_processes_matches_one_process(tmp_path, capsys):
+    finals = []
+    for workers in (1, 2):
+        config = _config(tmp_path, TINY.format(workers=workers), f"tiny{workers}.toml")
+        out = tmp_path / f"out{workers}"
+        assert main(["fl", "run", str(config), "--out", str(out), "--json"]) == 0
+        printed = json.loads(capsys.readouterr().out)
+        rounds = printed["rounds"]
+        assert [r["status"] for r in rounds] == ["ok"] * 3
+        # t_bar = 4 - 2 + 1 = 3 partial decryptions, though 1 party drops out each round
+        assert all(r["decryptions"] == 3 and r["dropped"] == 1 for r in rounds)
+        assert 0 < printed["summary"]["epsilon"] <= 4.0 + 1e-9
+        assert json.loads((out / "run.json").read_text())["kind"] == "hybrid"
+        finals.append(Checkpoint(out / "checkpoint.veil").load()["params"])
+    # the key differs between the runs (drawn securely), the noisy sums do not
+    np.testing.assert_array_equal(finals[0], finals[1])
+
+
+def _refused(tmp_path, text, match):
+    with pytest.raises(ConfigError, match=match):
+        load_config(_config(tmp_path, text))
+
+
+def test_hybrid_configs_are_checked_before_anything_runs(tmp_path):
+    good = TINY.format(workers=2)
+    _refused(tmp_path, good.replace("insecure_ok = true\n", ""),
+             r"key_bits=256 is not allowed.*insecure_ok = true")
+    _refused(tmp_path, good.replace("trust = 2\n", ""), r"\[hybrid\] needs trust")
+    _refused(tmp_path, good.replace("trust = 2", "trust = 2\ntrsut = 1"),
+             r"unknown key 'trsut' in \[hybrid\]")
+    _refused(tmp_path, good.replace('strategy = "hybrid"', 'strategy = "fedavg"'),
+             r"\[hybrid\] section needs \[training\] strategy = \"hybrid\"")
+    _refused(tmp_path, good.replace("rounds = 3", "rounds = 3\nbatch_size = 16"),
+             r"\[training\] batch_size do\(es\) not apply to strategy 'hybrid'")
+    _refused(tmp_path, good.replace("clip_norm = 1.0", "clip_norm = 1.0\nnoise = 'local'"),
+             r"\[privacy\] noise do\(es\) not apply")
+    _refused(tmp_path, good + "\n[secagg]\nbits = 32\n", r"\[secagg\] does not apply")
+    _refused(tmp_path, good.replace("[privacy]\nepsilon = 4.0\ndelta = 1e-5\nclip_norm = 1.0\n",
+                                    ""), r"strategy 'hybrid' needs a \[privacy\] section")
+    _refused(tmp_path, good.replace("trust = 2", "trust = 2\nnoise = 'cauchy'"),
+             r"noise='cauchy' is not allowed")
+    _refused(tmp_path, good.replace("workers = 2", "workers = 2\ntimeout = 'soon'"),
+             r"\[run\] timeout='soon'.*expected int or float")
+
+
+def test_the_hybrid_adult_example_is_a_secure_hybrid_run_in_two_processes():
+    cfg = load_config(EXAMPLES / "fl_adult_hybrid.toml")
+    assert cfg.kind == "hybrid"
+    assert cfg["hybrid"]["key_bits"] == 2048 and not cfg["hybrid"]["insecure_ok"]
+    assert cfg["run"]["workers"] == 2
+    assert cfg["hybrid"]["trust"] < cfg["data"]["clients"]
