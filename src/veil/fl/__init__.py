@@ -2,8 +2,12 @@
 
 * :class:`Federation` — ``Federation(clients, model, strategy, rounds).run()``, with
   checkpoints and resume; ``veil fl run CONFIG.toml`` (:mod:`veil.fl.config`);
-* :mod:`veil.fl.strategies` — FedAvg, FedProx, DPFedAvg, SecAgg;
-* :class:`LocalRuntime` and :class:`Faults` — one process, simulated faults, byte counts;
+* :mod:`veil.fl.strategies` — FedAvg, FedProx, DPFedAvg, SecAgg, Hybrid;
+* :class:`LocalRuntime` and :class:`Faults` — the clients in this process or, with
+  ``workers > 1``, in persistent worker processes (:mod:`veil.fl.workers`); simulated
+  faults, byte counts; :class:`~veil.fl.workers.WorkerLost` names the clients of a lost
+  worker;
+* :mod:`veil.fl.canary` — canary clients that audit a run (:mod:`veil.audit`);
 * :mod:`veil.fl.protocol` and :mod:`veil.fl.messages` — the base classes and the wire
   format every protocol (secure aggregation, the hybrid approach) is built on.
 """
@@ -14,7 +18,8 @@ from veil.fl.messages import SERVER, Message
 from veil.fl.protocol import Aggregate, ClientProtocol, ClientUpdate, RoundResult, ServerRound
 from veil.fl.runtime import Faults, LocalRuntime, RoundReport
 from veil.fl.trainer import LocalTrainer
+from veil.fl.workers import WorkerLost
 
 __all__ = ["Aggregate", "ClientProtocol", "ClientUpdate", "Faults", "Federation", "History",
            "LocalRuntime", "LocalTrainer", "Message", "RoundReport", "RoundResult", "SERVER",
-           "ServerRound"]
+           "ServerRound", "WorkerLost"]

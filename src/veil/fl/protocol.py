@@ -3,9 +3,9 @@
 A federated round is a sequence of *stages*. In each stage the server sends requests, the
 clients that are alive answer, and when the stage closes (every answer in, or the
 deadline passed) the server moves on with the answers it has. Nothing here does I/O or
-reads a clock: a runtime (:class:`veil.fl.runtime.LocalRuntime`, later multi-process or
-Flower) moves the :class:`~veil.fl.messages.Message` objects and decides when a stage
-closes, so the same protocol code runs under every runtime.
+reads a clock: a runtime (:class:`veil.fl.runtime.LocalRuntime`, in one process or with the
+clients in worker processes; later Flower) moves the :class:`~veil.fl.messages.Message`
+objects and decides when a stage closes, so the same protocol code runs under every runtime.
 
 * :class:`ServerRound` — one round on the server: :meth:`~ServerRound.start` gives the
   first requests, :meth:`~ServerRound.receive` checks and files one answer (raising
