@@ -2,10 +2,11 @@
 
 Throughput (samples/s) of one training step (sample, forward, backward, clip, noise,
 update) for an MLP 64-128-10 on digits (batch 256) and a small CNN on synthetic 1x28x28
-inputs, all contenders in this process with the same torch thread count; the share of
-veil's step spent drawing its (CSPRNG) noise; and test accuracy on digits at epsilon
-1, 3, 8 (delta 1e-5) with the same hyperparameters for veil and Opacus (each calibrating
-its own noise to the target with its own accountant: veil PLD, Opacus PRV).
+inputs, all contenders in this process with the same torch thread count and the same way
+of gathering a batch (``index_select``); where the time of veil's step goes, phase by
+phase, next to non-private PyTorch's; and test accuracy on digits at epsilon 1, 3, 8
+(delta 1e-5) with the same hyperparameters for veil and Opacus (each calibrating its own
+noise to the target with its own accountant: veil PLD, Opacus PRV).
 
     python benchmarks/bench_dpsgd.py                  # ~2 minutes
     python benchmarks/bench_dpsgd.py --full           # longer timings, 5 accuracy seeds
@@ -24,7 +25,7 @@ from sklearn.datasets import load_digits
 from torch import nn
 
 from veil.learn.dpsgd import make_private
-from veil.random import Generator, check_rng
+from veil.random import Generator
 
 warnings.filterwarnings("ignore")
 
@@ -59,7 +60,7 @@ def plain_step(build, X, y, batch):
     def step() -> int:
         idx = torch.randint(0, len(X), (batch,))
         opt.zero_grad()
-        loss_fn(model(X[idx]), y[idx]).backward()
+        loss_fn(model(X.index_select(0, idx)), y.index_select(0, idx)).backward()
         opt.step()
         return batch
     return step
@@ -103,7 +104,7 @@ def opacus_step(mode):
         def step() -> int:
             idx = torch.randint(0, len(X), (batch,))
             opt.zero_grad()
-            loss_fn(model(X[idx]), y[idx]).backward()
+            loss_fn(model(X.index_select(0, idx)), y.index_select(0, idx)).backward()
             opt.step()
             return batch
         return step
@@ -129,21 +130,76 @@ def throughput(build, X, y, batch, seconds: float, rounds: int) -> dict[str, flo
     return {name: statistics.median(r) for name, r in rates.items()}
 
 
-def noise_share(build, X, y, batch, steps: int = 200) -> tuple[float, float]:
-    """(noise time per step, veil step time) in microseconds."""
-    step = veil_step(build, X, y, batch)
-    for _ in range(10):
-        step()
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    per_step = (time.perf_counter() - start) / steps
-    numel = sum(p.numel() for p in build().parameters())
-    rng = check_rng(None)
-    start = time.perf_counter()
-    for _ in range(steps):
-        torch.from_numpy(rng.standard_normal(numel)).float()
-    return (time.perf_counter() - start) / steps * 1e6, per_step * 1e6
+PHASES = ("sample", "zero_grad", "forward", "backward", "clip", "noise", "update")
+
+
+def phase_times(build, X, y, batch, steps: int, rounds: int) -> dict[str, dict[str, float]]:
+    """Median microseconds per step spent in each phase, for non-private PyTorch and veil.
+
+    veil's ``optimizer.step()`` is split by timing, from the outside, the clipping (the
+    engine's ``clip``) and the noise draw (its ``Rows.next``, which draws a block of several
+    steps' noise every few steps: the figure is the mean per step); "update" is the rest of
+    the step (adding the noise, the wrapped optimizer's update). Non-private "update" is
+    ``optimizer.step()``.
+    """
+    loss_fn = nn.CrossEntropyLoss()
+    plain_model = build()
+    plain_opt = torch.optim.SGD(plain_model.parameters(), lr=0.05)
+
+    def plain_batch():
+        idx = torch.randint(0, len(X), (batch,))
+        return X.index_select(0, idx), y.index_select(0, idx)
+
+    model = build()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    model, opt, loader = make_private(model, opt, (X, y), noise_multiplier=1.0, delta=1e-5,
+                                      max_grad_norm=1.0, epochs=100_000, batch_size=batch)
+    batches = (b for _ in range(100_000) for b in loader)
+    inner: dict[str, float] = {"clip": 0.0, "noise": 0.0}
+
+    def timed(name, fn):
+        def call(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                inner[name] += time.perf_counter() - start
+        return call
+
+    opt.engine.clip = timed("clip", opt.engine.clip)
+    opt._noise.next = timed("noise", opt._noise.next)
+    runs = {"pytorch (non-private)": (plain_model, plain_opt, plain_batch, False),
+            "veil": (model, opt, lambda: next(batches), True)}
+    results: dict[str, dict[str, list[float]]] = {name: {} for name in runs}
+    for _ in range(rounds):
+        for name, (m, o, next_batch, private) in runs.items():
+            total = dict.fromkeys(("sample", "zero_grad", "forward", "backward", "step"), 0.0)
+            inner["clip"] = inner["noise"] = 0.0
+            for i in range(steps + 10):
+                if i == 10:  # warm-up done
+                    total = dict.fromkeys(total, 0.0)
+                    inner["clip"] = inner["noise"] = 0.0
+                t0 = time.perf_counter()
+                xb, yb = next_batch()
+                t1 = time.perf_counter()
+                o.zero_grad()
+                t2 = time.perf_counter()
+                loss = loss_fn(m(xb), yb)
+                t3 = time.perf_counter()
+                loss.backward()
+                t4 = time.perf_counter()
+                o.step()
+                t5 = time.perf_counter()
+                for key, a, b in (("sample", t0, t1), ("zero_grad", t1, t2), ("forward", t2, t3),
+                                  ("backward", t3, t4), ("step", t4, t5)):
+                    total[key] += b - a
+            clip, noise = (inner["clip"], inner["noise"]) if private else (0.0, 0.0)
+            total["clip"], total["noise"] = clip, noise
+            total["update"] = total.pop("step") - clip - noise
+            for key, value in total.items():
+                results[name].setdefault(key, []).append(value / steps * 1e6)
+    return {name: {k: statistics.median(v) for k, v in phases.items()}
+            for name, phases in results.items()}
 
 
 # -- accuracy --------------------------------------------------------------------------
@@ -218,7 +274,7 @@ def main() -> None:
 def compare_throughput(args: argparse.Namespace, X: torch.Tensor, y: torch.Tensor) -> None:
     images = synthetic_images()
     print(f"{'model':<28}{'contender':<24}{'samples/s':>12}{'vs non-private':>16}")
-    summary = {}
+    summary, breakdowns = {}, {}
     for label, build, (data, target) in [("MLP 64-128-10, digits", mlp, (X, y)),
                                          ("CNN, 1x28x28 synthetic", cnn, images)]:
         rates = throughput(build, data, target, 256, args.seconds, args.rounds)
@@ -228,9 +284,14 @@ def compare_throughput(args: argparse.Namespace, X: torch.Tensor, y: torch.Tenso
         best_opacus = max(rates["opacus hooks"], rates["opacus ghost"])
         summary[label] = (rates["veil"] / base, rates["veil"] / rates["opacus hooks"],
                           rates["veil"] / best_opacus)
-        noise_us, step_us = noise_share(build, data, target, 256)
-        print(f"{label:<28}{'veil noise share':<24}{noise_us:>10,.0f}us of {step_us:,.0f}us "
-              f"per step = {noise_us / step_us:.0%}")
+        steps = max(20, int(args.seconds * base / 256))  # about --seconds per round
+        breakdowns[label] = phase_times(build, data, target, 256, steps, args.rounds)
+    print("\nWhere a step's time goes (median us per step of 256)")
+    print(f"{'model':<28}{'contender':<24}{''.join(f'{p:>10}' for p in PHASES)}{'total':>10}")
+    for label, phases in breakdowns.items():
+        for name, times in phases.items():
+            cells = "".join(f"{times[p]:>10.0f}" for p in PHASES)
+            print(f"{label:<28}{name:<24}{cells}{sum(times.values()):>10.0f}")
     print()
     for label, (vs_plain, vs_hooks, vs_best) in summary.items():
         print(f"{label}: veil = {vs_plain:.2f}x non-private, {vs_hooks:.1f}x Opacus hooks, "

@@ -120,3 +120,83 @@ def test_spawn_children_are_independent_and_reproducible():
     b = [c.random_raw(4) for c in Generator(19).spawn(3)]
     assert all(np.array_equal(x, y) for x, y in zip(a, b))
     assert not np.array_equal(a[0], a[1])
+
+
+def test_stream_is_aes_ctr_of_zeros_across_the_plaintext_slices():
+    # a request longer than the 64 KiB plaintext buffer is encrypted in slices: the keystream
+    # must be the one of a single AES-256-CTR pass, followed by the next key
+    import hashlib
+
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+    n = 200_003
+    key = hashlib.sha256(b"veil.random seed:" + (5).to_bytes(2, "big", signed=True)).digest()
+    enc = Cipher(algorithms.AES(key), modes.CTR(bytes(16))).encryptor()
+    stream = enc.update(bytes(n + 32))
+    g = Generator(5)
+    assert g.bytes(n) == stream[:n]
+    nxt = Cipher(algorithms.AES(stream[n:]), modes.CTR(bytes(16))).encryptor()
+    assert g.bytes(10) == nxt.update(bytes(10))
+
+
+@pytest.mark.parametrize("p", [0.0, 1e-12, 0.1, 256 / 1797, 0.5, 1 - 2 ** -40, 1.0, -0.5, 2.0])
+def test_bernoulli_equals_the_comparison_of_a_uniform_with_p(p):
+    # the integer threshold for a scalar p is the same event as U < p, U = (r >> 11) 2^-53
+    draws = Generator(20).bernoulli(p, 5000)
+    u = (Generator(20).random_raw(5000) >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
+    assert np.array_equal(draws, u < p)
+
+
+def test_ziggurat_strips_have_equal_areas():
+    from veil.random import _ZIG_F, _ZIG_R, _ZIG_X
+
+    v = _ZIG_R * _ZIG_F[1] + np.sqrt(2 * np.pi) * stats.norm.sf(_ZIG_R)  # base strip + tail
+    areas = _ZIG_X[1:-1] * (_ZIG_F[2:] - _ZIG_F[1:-1])  # strips 1..255, [0, x_i] wide
+    assert _ZIG_X.size == 257 and _ZIG_X[1] == _ZIG_R and _ZIG_X[-1] == 0
+    assert np.allclose(areas, v, rtol=1e-10, atol=0)  # the top strip closes the table
+    assert _ZIG_X[0] * _ZIG_F[1] == pytest.approx(v, rel=1e-12)  # the base strip's width
+
+
+def test_standard_normal_tails_body_and_float32():
+    g = Generator(21)
+    z = g.standard_normal(2_000_000)
+    # two-sided tail mass beyond r (the base strip's tail draws) and beyond 2: counts are
+    # binomial, so within 5 standard deviations
+    for c in (2.0, 3.6541528853610088, 4.5):
+        p = 2 * stats.norm.sf(c)
+        assert abs(np.count_nonzero(np.abs(z) > c) - z.size * p) < 5 * np.sqrt(z.size * p)
+    tail = np.abs(z[np.abs(z) > 3.6541528853610088])
+    truncated = stats.truncnorm(3.6541528853610088, np.inf)
+    assert stats.kstest(tail, truncated.cdf).pvalue > 1e-3
+    edges = np.linspace(-4, 4, 161)  # fine bins: strip boundaries and wedges
+    observed = np.histogram(z, edges)[0]
+    expected = np.diff(stats.norm.cdf(edges)) * z.size
+    assert stats.chi2(edges.size - 2).sf(((observed - expected) ** 2 / expected).sum()) > 1e-4
+    assert abs(np.mean(z > 0) - 0.5) < 5 * np.sqrt(0.25 / z.size) and not np.any(z == 0)
+    # float32: the float64 draw rounded once, from the same stream
+    assert np.array_equal(Generator(22).standard_normal((3, 70), dtype=np.float32),
+                          Generator(22).standard_normal((3, 70)).astype(np.float32))
+    assert Generator(22).standard_normal(dtype=np.float32).dtype == np.float32
+    assert Generator(23).standard_normal(0).shape == (0,)
+    with pytest.raises(ConfigError, match="dtype"):
+        g.standard_normal(3, dtype=np.int64)
+
+
+def test_small_normal_draws_use_their_spares_and_stay_normal():
+    g = Generator(24)
+    z = np.concatenate([g.standard_normal(k) for k in (1, 2, 3, 5) for _ in range(4000)])
+    assert stats.kstest(z, "norm").pvalue > 1e-3
+
+
+def test_rejected_places_beyond_the_spares_are_drawn_again(monkeypatch):
+    real, sizes = Generator._ziggurat, []
+
+    def reject_all_at_first(self, n):
+        z, rejected = real(self, n)
+        sizes.append(n)
+        return (z, np.arange(n)) if len(sizes) == 1 else (z, rejected)
+
+    monkeypatch.setattr(Generator, "_ziggurat", reject_all_at_first)
+    z = Generator(25).standard_normal(640)
+    assert sizes[:2] == [640 + 10 + 8, 640 + 10 + 8]  # no spare left: all 640 drawn again
+    assert z.shape == (640,) and np.isfinite(z).all() and stats.kstest(z, "norm").pvalue > 1e-3

@@ -16,6 +16,7 @@ from veil.dp import Ledger  # noqa: E402
 from veil.dp.accounting import calibrate_noise, epsilon_for  # noqa: E402
 from veil.errors import BudgetExceededError, ConfigError  # noqa: E402
 from veil.learn.dpsgd import make_private  # noqa: E402
+from veil.learn.dpsgd.draws import BLOCK_VALUES  # noqa: E402
 from veil.random import Generator  # noqa: E402
 
 
@@ -52,11 +53,13 @@ def test_noisy_step_equals_the_formula_with_a_seeded_generator(chunk):
     x, y = toy_data()
     model, opt, loader = private(max_physical_batch_size=chunk)
     before = torch.cat([p.detach().reshape(-1).clone() for p in model.parameters()])
-    # replay the generator: the loader's Bernoulli draw, then the optimizer's noise
-    twin = Generator(7)
-    q = 8 / 40
-    idx = np.flatnonzero(twin.bernoulli(q, 40))
-    noise = torch.from_numpy(twin.standard_normal(before.numel())).float()
+    # replay the generator: make_private spawns a sampling and a noise stream, and each
+    # draws the rows of all 5 planned steps in one call (5 rows fit in a block)
+    sampling, noise_stream = Generator(7).spawn(2)
+    q, d, steps = 8 / 40, before.numel(), 5
+    assert steps <= BLOCK_VALUES // 40 and steps <= BLOCK_VALUES // d
+    idx = np.flatnonzero(sampling.bernoulli(q, steps * 40)[:40])
+    noise = torch.from_numpy(noise_stream.standard_normal(steps * d)[:d]).float()
     ref = per_example_grads(small_model(), x[idx], y[idx])  # same seed: same weights
     clipped = ref * (0.5 / (ref.norm(dim=1) + 1e-6)).clamp(max=1)[:, None]
     expected = before - 0.1 * (clipped.sum(0) + 1.3 * 0.5 * noise) / (q * 40)
@@ -302,3 +305,43 @@ def test_a_dataloader_over_a_map_style_dataset_is_resampled_privately():
         nn.functional.cross_entropy(model(batch["x"]), batch["y"]).backward()
         opt.step()
     assert opt.steps == 5
+
+
+def test_rows_are_handed_out_once_in_order_and_never_drawn_beyond_the_count():
+    from veil.learn.dpsgd.draws import Rows
+
+    calls = []
+
+    def draw(m):
+        calls.append(m)
+        return Generator(12 + len(calls)).standard_normal(m)
+
+    width = BLOCK_VALUES // 3 + 1  # two rows per block
+    rows = Rows(draw, width, count=5)
+    got = [rows.next() for _ in range(7)]
+    assert calls == [2 * width, 2 * width, width, width, width]  # 2 + 2 + 1, then one by one
+    expected = np.concatenate([Generator(12 + k).standard_normal(m)
+                               for k, m in enumerate(calls, start=1)]).reshape(7, width)
+    assert all(np.array_equal(r, e) for r, e in zip(got, expected))
+
+
+def test_each_step_adds_the_next_fresh_noise_row():
+    # zero inputs: every clipped gradient is 0, so step k moves the weights by exactly
+    # -lr sigma C z_k / b, with z_k the k-th row of the noise stream (never one used twice)
+    model = nn.Linear(3, 2, bias=False)
+    x, y = torch.zeros(40, 3), torch.randint(0, 2, (40,))
+    model, opt, loader = private(model=model, data=(x, y), epochs=2, rng=Generator(13))
+    _, noise_stream = Generator(13).spawn(2)
+    steps, d = opt.plan.steps, 6
+    rows = noise_stream.standard_normal(steps * d, dtype=np.float32).reshape(steps, d)
+    moves = []
+    for _ in range(2):
+        for xb, yb in loader:
+            before = model.module.weight.detach().clone()
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(xb), yb).backward()
+            opt.step()
+            moves.append((model.module.weight.detach() - before).reshape(-1))
+    scale = -0.1 * 1.3 * 0.5 / opt.plan.batch_size  # -lr sigma C / b
+    torch.testing.assert_close(torch.stack(moves), scale * torch.from_numpy(rows),
+                               rtol=1e-4, atol=1e-7)

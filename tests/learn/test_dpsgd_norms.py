@@ -109,6 +109,13 @@ def cases():
     yield "fallback-conv-transpose", nn.ConvTranspose2d(2, 3, 2), randn(3, 2, 3, 3), \
         randn(3, 3, 4, 4)
     yield "shared-and-tied", Shared(), ids(5, 4, high=11), randn(5, 11)
+    # in-place activations on the outputs of a tapped (first) and a pre-hooked layer
+    yield "inplace-activations", nn.Sequential(
+        nn.Linear(5, 6), nn.ReLU(inplace=True), nn.Linear(6, 4), nn.LeakyReLU(0.1, inplace=True),
+        nn.Linear(4, 2)), randn(7, 5), randn(7, 2)
+    yield "conv-inplace", nn.Sequential(
+        nn.Conv2d(2, 3, 3, padding=1), nn.ReLU(inplace=True), nn.Conv2d(3, 2, 3),
+        nn.ReLU(inplace=True)), randn(4, 2, 5, 5), randn(4, 2, 3, 3)
 
 
 @pytest.mark.parametrize("name, model, x, y", list(cases()), ids=lambda v: v
@@ -217,3 +224,55 @@ def test_loss_must_be_per_example():
     x = torch.randn(4, 3)
     with pytest.raises(ConfigError, match="reduction='none'"):
         clipped_grad_sum(model, lambda out, y: mse(out, y).mean(), x, torch.zeros(4, 1), 1.0)
+
+
+class FunctionalLinear(nn.Linear):
+    """nn.Linear with its own forward: the engine takes the general torch.func path."""
+
+    def forward(self, x):
+        return super().forward(x)
+
+
+class FunctionalConv2d(nn.Conv2d):
+    def forward(self, x):
+        return super().forward(x)
+
+
+@pytest.mark.parametrize("fast, general, x, y", [
+    (nn.Sequential(nn.Linear(9, 7), nn.Tanh(), nn.Linear(7, 3)),
+     nn.Sequential(FunctionalLinear(9, 7), nn.Tanh(), FunctionalLinear(7, 3)),
+     (30, 9), (30, 3)),
+    (nn.Sequential(nn.Linear(6, 5), nn.Tanh(), nn.Linear(5, 2)),
+     nn.Sequential(FunctionalLinear(6, 5), nn.Tanh(), FunctionalLinear(5, 2)),
+     (12, 4, 6), (12, 4, 2)),
+    (nn.Sequential(nn.Conv2d(2, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 3, 2, stride=2)),
+     nn.Sequential(FunctionalConv2d(2, 4, 3, padding=1), nn.ReLU(),
+                   FunctionalConv2d(4, 3, 2, stride=2)),
+     (10, 2, 6, 6), (10, 3, 3, 3)),
+], ids=["linear-2d", "linear-3d", "conv2d"])
+def test_fast_and_general_paths_give_the_same_norms_and_clipped_sums(fast, general, x, y):
+    """The layer rules (ghost norms, book-keeping sums into the gradient buffer) against the
+    torch.func fallback (materialized per-example gradients) on the same weights."""
+    general.load_state_dict(fast.state_dict())
+    g = torch.Generator().manual_seed(5)
+    x, y = torch.randn(*x, generator=g), torch.randn(*y, generator=g)
+    norms = engine_norms(fast, mse, x, y)
+    torch.testing.assert_close(norms, engine_norms(general, mse, x, y), rtol=1e-5, atol=1e-6)
+    ordered = norms.sort().values  # a threshold between the middle norms clips half
+    c = float(ordered[len(ordered) // 2 - 1] + ordered[len(ordered) // 2]) / 2
+    a, b = clipped_grad_sum(fast, mse, x, y, c), clipped_grad_sum(general, mse, x, y, c)
+    torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-6)
+    assert a.n_clipped == b.n_clipped > 0
+
+
+def test_clip_adds_into_the_given_buffers():
+    torch.manual_seed(6)
+    model = nn.Sequential(nn.Linear(4, 3), nn.Tanh(), nn.Linear(3, 2))
+    x, y = torch.randn(8, 4), torch.randn(8, 2)
+    start = [torch.full_like(p, 0.5) for p in model.parameters()]
+    with PerExampleGradients(model, loss_reduction="sum") as engine:
+        mse(model(x), y).sum().backward()
+        result = engine.clip(0.3, out=[t.clone() for t in start])
+    expected = clipped_grad_sum(model, mse, x, y, 0.3).grad
+    got = torch.cat([(s - t).reshape(-1) for s, t in zip(result.sums, start)])
+    torch.testing.assert_close(got, expected, rtol=RTOL, atol=ATOL)

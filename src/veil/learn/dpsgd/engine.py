@@ -1,17 +1,20 @@
 """Per-example gradient norms and clipped gradient sums for a torch model.
 
 :class:`PerExampleGradients` attaches to a model: every layer owning trainable parameters
-runs with those parameters detached (autograd then computes input gradients only) and its
-output passes through a "tap" that records the gradient ``g`` reaching it in the backward
-pass, next to the layer's input ``a``. From ``(a, g)`` the rules of
-:mod:`veil.learn.dpsgd.layers` give, after ``loss.backward()``:
+runs with those parameters detached (autograd then computes input gradients only), and the
+gradient ``g`` reaching its output in the backward pass is recorded next to the layer's input
+``a``: by a pre-hook on the output's autograd node, or, where no input requires a gradient
+(the first layer), by running the layer inside a "tap" function that gives the output a
+node. From ``(a, g)`` the rules of :mod:`veil.learn.dpsgd.layers` give, after
+``loss.backward()``:
 
 1. the per-example gradient norms ``n_i = sqrt(sum_layers ||G_i||^2)`` (ghost norms where the
    layer allows, materialized per-example gradients where that is cheaper);
 2. the clip factors ``c_i = min(1, C / n_i)`` (Abadi et al., CCS 2016);
 3. the clipped sum ``sum_i c_i G_i`` of every parameter, as one weighted contraction per layer
-   (book-keeping, Bu et al. ICML 2023) — no per-example gradient of a Linear layer is ever
-   built, and autograd never computes the (unclipped) parameter gradients at all.
+   (book-keeping, Bu et al. ICML 2023) added straight into the caller's gradient buffers —
+   no per-example gradient of a Linear layer is ever built, and autograd never computes the
+   (unclipped) parameter gradients at all.
 
 A parameter used by several layers (tied weights) or a layer called several times in one
 forward pass gets its per-example gradients materialized and summed before the norm, so the
@@ -35,6 +38,8 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from veil._validation import check_choice, check_positive
 from veil.errors import ConfigError, DataError
 from veil.learn.dpsgd._torch import nn, torch
@@ -57,7 +62,8 @@ _ATTACHED = "_veil_dpsgd_engine"
 
 
 class ClippedSums(NamedTuple):
-    """The clipped per-example gradients of one batch, summed (one tensor per parameter)."""
+    """The clipped per-example gradients of one batch, summed (one tensor per parameter: the
+    ``out`` tensors of :meth:`PerExampleGradients.clip` when given, the sums added to them)."""
 
     sums: list[Tensor]
     n_examples: int
@@ -74,32 +80,43 @@ class ClippedGradSum(NamedTuple):
 
 
 class _Tap(torch.autograd.Function):
-    """Identity on a layer's outputs whose backward hands ``g`` to the layer's record."""
+    """``fn(*inputs)`` as an autograd node whose backward hands the gradients reaching its
+    outputs to a layer's record, and passes them on to ``inputs`` if ``passthrough``.
+
+    The ``anchor`` (a scalar that requires grad) makes the node part of the graph even when
+    no input requires a gradient. ``fn`` must return new tensors, not views of ``inputs``:
+    autograd forbids in-place changes of a view made in a custom function, and the next
+    layer may be ``ReLU(inplace=True)``.
+    """
 
     @staticmethod
-    def forward(ctx: Any, rec: Record, anchor: Tensor, *outputs: Tensor) -> Any:
-        ctx.rec = rec
-        if len(outputs) == 1:
-            return outputs[0].view_as(outputs[0])
-        return tuple(t.view_as(t) for t in outputs)
+    def forward(ctx: Any, rec: Record, anchor: Tensor, fn: Callable, passthrough: bool,
+                *inputs: Any) -> Any:
+        ctx.rec, ctx.passthrough, ctx.inputs = rec, passthrough, len(inputs)
+        return fn(*inputs)
 
     @staticmethod
     def backward(ctx: Any, *grads: Tensor) -> tuple:
         ctx.rec.add_grads(grads)
-        return (None, None, *grads)
+        return (None,) * 4 + (grads if ctx.passthrough else (None,) * ctx.inputs)
+
+
+def _copies(*tensors: Tensor) -> tuple[Tensor, ...]:
+    return tuple(t.clone() for t in tensors)
 
 
 class _Layer:
     """A hooked layer: its rule, the names of its trainable parameters, its records."""
 
-    __slots__ = ("module", "rule", "names", "params", "records", "original", "had_own",
-                 "bypass", "exclusive")
+    __slots__ = ("module", "rule", "names", "params", "slots", "records", "original",
+                 "had_own", "bypass", "exclusive")
 
     def __init__(self, module: nn.Module, rule: Rule, names: list[str]) -> None:
         self.module = module
         self.rule = rule
         self.names = names
         self.params = [module.get_parameter(n) for n in names]
+        self.slots: list[int] = []  # positions of ``params`` in the engine's parameter list
         self.records: list[Record] = []
         self.had_own = "forward" in module.__dict__
         self.original = module.forward
@@ -145,6 +162,9 @@ class PerExampleGradients:
         self.model = model
         self.loss_reduction = loss_reduction
         self.layers = self._plan(model, {id(p) for p in self.params})
+        position = {id(p): i for i, p in enumerate(self.params)}
+        for layer in self.layers:
+            layer.slots = [position[id(p)] for p in layer.params]
         self._anchor = torch.zeros((), requires_grad=True)
         self._recording = True
         for layer in self.layers:
@@ -210,22 +230,33 @@ class PerExampleGradients:
         if not args or not isinstance(args[0], Tensor):
             raise ConfigError(f"layer {type(layer.module).__name__} was called without a "
                               "tensor as first positional argument (the batch)")
-        rule = layer.rule
+        rule, module = layer.rule, layer.module
+        stored = tuple(a.detach() if isinstance(a, Tensor) else a for a in args)
+        rec = Record(module, rule, stored, kwargs)
+        layer.records.append(rec)
         if isinstance(rule, FunctionalRule):
             layer.bypass = True
             try:
-                out = rule.forward(layer.module, args, kwargs)
+                out = rule.forward(module, args, kwargs)
             finally:
                 layer.bypass = False
+        elif not any(isinstance(a, Tensor) and a.requires_grad for a in args):
+            # no input requires grad (the first layer): the layer runs inside a tap node
+            return _Tap.apply(rec, self._anchor, lambda *a: rule.forward(module, a, kwargs),
+                              False, *args)
         else:
-            out = rule.forward(layer.module, args, kwargs)
-        stored = tuple(a.detach() if isinstance(a, Tensor) else a for a in args)
-        rec = Record(layer.module, rule, stored, kwargs)
-        layer.records.append(rec)
+            out = rule.forward(module, args, kwargs)
+        if isinstance(out, Tensor) and out.grad_fn is not None:
+            # the layer's own backward node: its pre-hook sees g before the node runs, so a
+            # later in-place change of ``out`` (ReLU(inplace=True)) does not affect it
+            index = out.output_nr
+            out.grad_fn.register_prehook(
+                lambda grads: None if grads[index] is None else rec.add_grads((grads[index],)))
+            return out
+        # several outputs, or one without a node: a tap of copies passes the gradients on
+        tapped = list(_Tap.apply(rec, self._anchor, _copies, True, *_tensor_leaves(out)))
         if isinstance(out, Tensor):
-            return _Tap.apply(rec, self._anchor, out)
-        tapped = _Tap.apply(rec, self._anchor, *_tensor_leaves(out))
-        tapped = [tapped] if isinstance(tapped, Tensor) else list(tapped)
+            return tapped[0]
         items = list(out)
         for i, item in enumerate(items):
             if isinstance(item, Tensor) and item.is_floating_point():
@@ -261,21 +292,23 @@ class PerExampleGradients:
         return used, size
 
     def _squared_norms(self, used: list, size: int, ref: Tensor) -> tuple[Tensor, dict]:
-        """``sum_p ||G_i^p||^2`` and the materialized per-example gradients it needed."""
-        terms: list[Tensor] = []
+        """``sum_p ||G_i^p||^2`` and the materialized per-example gradients it needed
+        (parameter position -> ``(B, *shape)``: tied parameters, layers called twice)."""
+        total: Tensor | None = None
         shared: dict[int, Tensor] = {}
         for layer, recs in used:
             if layer.exclusive and len(recs) == 1:
-                terms.extend(layer.rule.sq_norms(recs[0], layer.names))
+                term = layer.rule.sq_norm(recs[0], layer.names)
+                total = term if total is None else total.add_(term)
                 continue
-            for name, p in zip(layer.names, layer.params):
+            for name, i in zip(layer.names, layer.slots):
                 for r in recs:
                     pe = layer.rule.per_example(r, name)
-                    shared[id(p)] = pe if id(p) not in shared else shared[id(p)] + pe
-        terms.extend(pe.flatten(1).square().sum(1) for pe in shared.values())
-        if not terms:
-            return ref.new_zeros(size), shared
-        return torch.stack(terms).sum(0), shared
+                    shared[i] = pe if i not in shared else shared[i] + pe
+        for pe in shared.values():
+            term = pe.flatten(1).square().sum(1)
+            total = term if total is None else total.add_(term)
+        return (ref.new_zeros(size) if total is None else total), shared
 
     def norms(self) -> Tensor:
         """The per-example gradient norms of the last backward pass, shape ``(B,)``."""
@@ -292,65 +325,73 @@ class PerExampleGradients:
         return sq.sqrt() * scale
 
     def clip(self, max_grad_norm: float, *, nonfinite: str = "skip",
-             expected_batch_size: int | None = None, scale: float = 1.0) -> ClippedSums:
+             expected_batch_size: int | None = None, scale: float = 1.0,
+             out: Sequence[Tensor] | None = None) -> ClippedSums:
         """Clip each example's gradient to ``max_grad_norm``, sum, multiply by ``scale``;
         forget the records.
 
         ``expected_batch_size``, when given, must equal the batch the layers saw (the private
-        loader passes the size of the batch it sampled).
+        loader passes the size of the batch it sampled). ``out``, when given (one tensor per
+        parameter, in order), receives the sums: they are added to it, in place.
         """
         check_choice(nonfinite, "nonfinite", ("skip", "raise"))
+        if out is None:
+            out = [torch.zeros_like(p) for p in self.params]
         self._recording = False
         try:
-            return self._clip(float(max_grad_norm), nonfinite, expected_batch_size, scale)
+            return self._clip(float(max_grad_norm), nonfinite, expected_batch_size, scale,
+                              list(out))
         finally:
             self._recording = True
             self.reset()
 
     def _clip(self, max_norm: float, nonfinite: str, expected: int | None,
-              scale: float) -> ClippedSums:
+              scale: float, out: list[Tensor]) -> ClippedSums:
         used, size = self._backed()
         if size is None:
             if expected:
                 raise ConfigError(f"step() on a batch of {expected} examples without gradients: "
                                   "call loss.backward() before optimizer.step()")
-            return ClippedSums([torch.zeros_like(p) for p in self.params], 0, 0, 0)
+            return ClippedSums(out, 0, 0, 0)
         if expected is not None and size != expected:
             raise DataError(f"the model saw a batch of {size} examples but the private loader "
                             f"sampled {expected}: train on the loader's batches unchanged")
         if size == 0:
-            return ClippedSums([torch.zeros_like(p) for p in self.params], 0, 0, 0)
+            return ClippedSums(out, 0, 0, 0)
         sq, shared = self._squared_norms(used, size, self.params[0])
+        # The (B,) arithmetic runs in numpy on the host (float32, or float64 for float64
+        # models): a dozen small torch operations would cost more in dispatch than it does.
         reduction = size if self.loss_reduction == "mean" else 1
-        norms = sq.sqrt_().mul_(reduction)
+        host = torch.float64 if sq.dtype == torch.float64 else torch.float32
+        norms = np.sqrt(sq.detach().to("cpu", host).numpy())  # no copy: float32 on the CPU
+        norms *= reduction
         n_skipped = 0
         if not math.isfinite(float(norms.sum())):  # NaN and inf propagate into the sum
-            finite = torch.isfinite(norms)
-            n_skipped = int((~finite).sum())
+            finite = np.isfinite(norms)
+            n_skipped = int(size - np.count_nonzero(finite))
             if nonfinite == "raise":
                 raise DataError(f"{n_skipped} of {size} examples have a NaN or infinite "
                                 "gradient (nonfinite='raise')")
             log.warning("DP-SGD: dropped %d of %d examples with a non-finite gradient",
                         n_skipped, size)
+            keep = torch.from_numpy(finite).to(sq.device)
             for _, recs in used:
                 for r in recs:
-                    r.keep_rows(finite)
-            shared = {k: torch.where(finite.view(-1, *([1] * (v.dim() - 1))), v, 0)
+                    r.keep_rows(keep)
+            shared = {k: torch.where(keep.view(-1, *([1] * (v.dim() - 1))), v, 0)
                       for k, v in shared.items()}
-            norms = torch.where(finite, norms, math.inf)  # clip factor 0
+            norms[~finite] = np.inf  # clip factor 0
         # c_i = min(1, C / n_i); the 1e-6 keeps c_i n_i <= C where n_i rounds low
-        coef = (max_norm / (norms + 1e-6)).clamp_(max=1.0)
-        n_clipped = int((norms > max_norm).sum()) - n_skipped
-        if reduction * scale != 1:
-            coef.mul_(reduction * scale)
-        sums: dict[int, Tensor] = {k: torch.tensordot(coef, v, dims=1) for k, v in shared.items()}
+        coef = np.minimum(max_norm / (norms + 1e-6), 1.0)
+        n_clipped = int(np.count_nonzero(norms > max_norm)) - n_skipped
+        coef *= reduction * scale
+        coef = torch.from_numpy(coef).to(sq.device, sq.dtype)
+        for i, pe in shared.items():
+            out[i].add_(torch.tensordot(coef, pe, dims=1))
         for layer, recs in used:
-            for name, p in zip(layer.names, layer.params):
-                if id(p) in shared:
-                    continue
-                s = layer.rule.weighted_sum(recs[0], name, coef)
-                sums[id(p)] = s if id(p) not in sums else sums[id(p)] + s
-        out = [sums[id(p)] if id(p) in sums else torch.zeros_like(p) for p in self.params]
+            if layer.exclusive and len(recs) == 1:
+                for name, i in zip(layer.names, layer.slots):
+                    layer.rule.add_weighted_sum(recs[0], name, coef, out[i])
         return ClippedSums(out, size, n_clipped, n_skipped)
 
 

@@ -4,12 +4,13 @@ For a layer used once in a forward pass, example i's gradient is a function of t
 example's input ``a_i`` and of the gradient ``g_i = dL_i/dy_i`` that reaches the layer's
 output. Each rule below knows, for its layer type, three things:
 
-* ``sq_norms``: ``||G_i||^2`` for every example, without building ``G_i`` when the layer
+* ``sq_norm``: ``||G_i||^2`` for every example, without building ``G_i`` when the layer
   allows it ("ghost" norms, Goodfellow 2015; Li, Tramer, Liang & Hashimoto 2022);
 * ``per_example``: the gradients ``G_i`` themselves, shape ``(B, *param.shape)``;
-* ``weighted_sum``: ``sum_i c_i G_i`` for clip factors ``c``, as one contraction, which is
-  the "book-keeping" step of Bu, Wang, Zha & Karypis (ICML 2023): the clipped sum costs one
-  ordinary weight-gradient product, with no second backward pass.
+* ``add_weighted_sum``: ``out += sum_i c_i G_i`` for clip factors ``c``, as one contraction,
+  which is the "book-keeping" step of Bu, Wang, Zha & Karypis (ICML 2023): the clipped sum
+  costs one ordinary weight-gradient product, with no second backward pass, accumulated
+  straight into the caller's gradient buffer.
 
 Formulas (``B`` examples, ``T`` positions per example, bias gradient = ``sum_t g_it``):
 
@@ -33,7 +34,7 @@ Layers mixing the examples of a batch (batch normalization) have no per-example 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from veil.errors import ConfigError
@@ -97,13 +98,21 @@ class Rule:
     def per_example(self, rec: Record, name: str) -> Tensor:
         raise NotImplementedError
 
-    def sq_norms(self, rec: Record, names: Sequence[str]) -> list[Tensor]:
-        """``(B,)`` tensors whose sum is ``||G_i||^2`` over the named parameters."""
-        return [self.per_example(rec, n).flatten(1).square().sum(1) for n in names]
+    def sq_norm(self, rec: Record, names: Sequence[str]) -> Tensor:
+        """``sum_{p in names} ||G_i^p||^2`` per example: a new ``(B,)`` tensor."""
+        return _sum(self.per_example(rec, n).flatten(1).square().sum(1) for n in names)
 
-    def weighted_sum(self, rec: Record, name: str, coef: Tensor) -> Tensor:
-        """``sum_i coef_i G_i``."""
-        return torch.tensordot(coef, self.per_example(rec, name), dims=1)
+    def add_weighted_sum(self, rec: Record, name: str, coef: Tensor, out: Tensor) -> None:
+        """``out += sum_i coef_i G_i``."""
+        out.add_(torch.tensordot(coef, self.per_example(rec, name), dims=1))
+
+
+def _sum(terms: Iterable[Tensor]) -> Tensor:
+    """The sum of new tensors, accumulated in place into the first."""
+    total = None
+    for t in terms:
+        total = t if total is None else total.add_(t)
+    return total
 
 
 def _single_input(module: nn.Module, args: tuple, kwargs: dict) -> Tensor:
@@ -160,38 +169,33 @@ class LinearRule(Rule):
             out = rec.cache[key] = out
         return out
 
-    def sq_norms(self, rec: Record, names: Sequence[str]) -> list[Tensor]:
+    def sq_norm(self, rec: Record, names: Sequence[str]) -> Tensor:
         a, g = self._ag(rec)
-        out = []
         if a.dim() == 2:  # ||g a^T||^2 + ||g||^2 = ||g||^2 (||a||^2 + 1)
             g2 = torch.linalg.vector_norm(g, dim=1).square_()
             if "weight" not in names:
-                return [g2]
+                return g2
             a2 = torch.linalg.vector_norm(a, dim=1).square_()
-            return [torch.addcmul(g2, g2, a2) if "bias" in names else a2.mul_(g2)]
-        for name in names:
-            if name == "bias":
-                out.append(g.sum(1).square().sum(1))
-            elif _ghost_cheaper(a.shape[1], a.shape[2], g.shape[2]):
-                out.append(_ghost_sq_norms(a, g))
-            else:
-                out.append(self.per_example(rec, name).flatten(1).square().sum(1))
-        return out
+            return torch.addcmul(g2, g2, a2) if "bias" in names else a2.mul_(g2)
+        return _sum(g.sum(1).square().sum(1) if name == "bias"
+                    else _ghost_sq_norms(a, g)
+                    if _ghost_cheaper(a.shape[1], a.shape[2], g.shape[2])
+                    else self.per_example(rec, name).flatten(1).square().sum(1)
+                    for name in names)
 
-    def weighted_sum(self, rec: Record, name: str, coef: Tensor) -> Tensor:
-        cached = rec.cache.get("pe_" + name)
-        if cached is not None:
-            return torch.tensordot(coef, cached, dims=1)
+    def add_weighted_sum(self, rec: Record, name: str, coef: Tensor, out: Tensor) -> None:
+        if "pe_" + name in rec.cache:
+            return super().add_weighted_sum(rec, name, coef, out)
         a, g = self._ag(rec)
-        if rec.cache.get("coef") is not coef:  # g scaled by the clip factors, for all names
-            rec.cache["coef"] = coef
-            rec.cache["gc"] = g * (coef[:, None] if g.dim() == 2 else coef[:, None, None])
-        gc = rec.cache["gc"]
-        if gc.dim() == 2:
-            return gc.sum(0) if name == "bias" else torch.mm(gc.t(), a)
-        if name == "bias":
-            return gc.sum((0, 1))
-        return torch.mm(gc.reshape(-1, gc.shape[-1]).t(), a.reshape(-1, a.shape[-1]))
+        if name == "bias":  # sum_i c_i sum_t g_it
+            out.addmv_((g if g.dim() == 2 else g.sum(1)).t(), coef)
+            return None
+        if g.dim() == 2:
+            out.addmm_((g * coef[:, None]).t(), a)
+        else:
+            gc = g * coef[:, None, None]
+            out.addmm_(gc.reshape(-1, gc.shape[-1]).t(), a.reshape(-1, a.shape[-1]))
+        return None
 
 
 class ConvRule(Rule):
@@ -261,30 +265,33 @@ class ConvRule(Rule):
         a = a.reshape(b, m.groups, -1, a.shape[-1])
         return a, g.reshape(b, m.groups, -1, a.shape[-1])
 
-    def sq_norms(self, rec: Record, names: Sequence[str]) -> list[Tensor]:
+    def sq_norm(self, rec: Record, names: Sequence[str]) -> Tensor:
+        return _sum(self._ghost_sq_norm(rec) if self._ghost(rec, name)
+                    else self.per_example(rec, name).flatten(1).square().sum(1)
+                    for name in names)
+
+    @staticmethod
+    def _ghost(rec: Record, name: str) -> bool:
         m, g = rec.module, rec.grads[0]
         positions = g[0].numel() // g.shape[1] if g.shape[0] else 0
-        d_in = m.weight[0].numel()
-        out = []
-        for name in names:
-            if name == "weight" and len(m.kernel_size) <= 2 and \
-                    _ghost_cheaper(positions, d_in, m.weight.shape[0] // m.groups):
-                a, g_unfolded = self._unfolded(rec)
-                out.append(_ghost_sq_norms(a.transpose(-1, -2), g_unfolded.transpose(-1, -2)))
-            else:
-                out.append(self.per_example(rec, name).flatten(1).square().sum(1))
-        return out
+        return name == "weight" and len(m.kernel_size) <= 2 and \
+            _ghost_cheaper(positions, m.weight[0].numel(), m.weight.shape[0] // m.groups)
 
-    def weighted_sum(self, rec: Record, name: str, coef: Tensor) -> Tensor:
-        cached = rec.cache.get("pe_" + name)
-        if cached is not None:
-            return torch.tensordot(coef, cached, dims=1)
+    def _ghost_sq_norm(self, rec: Record) -> Tensor:
+        a, g = self._unfolded(rec)
+        return _ghost_sq_norms(a.transpose(-1, -2), g.transpose(-1, -2))
+
+    def add_weighted_sum(self, rec: Record, name: str, coef: Tensor, out: Tensor) -> None:
+        if "pe_" + name in rec.cache:
+            return super().add_weighted_sum(rec, name, coef, out)
         m, g = rec.module, rec.grads[0]
         if name == "bias":
-            return coef @ g.flatten(2).sum(2)
+            out.addmv_(g.flatten(2).sum(2).t(), coef)
+            return None
         x, padding = self._padded(rec)
         scaled = g * coef.view(-1, *([1] * (g.dim() - 1)))
-        return self._weight_grad(m, x, scaled, padding, m.groups, tuple(m.weight.shape))
+        out.add_(self._weight_grad(m, x, scaled, padding, m.groups, tuple(m.weight.shape)))
+        return None
 
 
 class EmbeddingRule(Rule):
@@ -307,12 +314,12 @@ class EmbeddingRule(Rule):
             out = rec.cache["ids_g"] = (ids, g)
         return out
 
-    def sq_norms(self, rec: Record, names: Sequence[str]) -> list[Tensor]:
+    def sq_norm(self, rec: Record, names: Sequence[str]) -> Tensor:
         ids, g = self._ids_g(rec)
         if ids.shape[1] == 1:
-            return [g.square().sum((1, 2))]
+            return g.square().sum((1, 2))
         same = ids.unsqueeze(2) == ids.unsqueeze(1)
-        return [(torch.matmul(g, g.transpose(1, 2)) * same).sum((1, 2))]
+        return (torch.matmul(g, g.transpose(1, 2)) * same).sum((1, 2))
 
     def per_example(self, rec: Record, name: str) -> Tensor:
         ids, g = self._ids_g(rec)
@@ -320,11 +327,9 @@ class EmbeddingRule(Rule):
         out = g.new_zeros(b, rec.module.num_embeddings, dim)
         return out.scatter_add_(1, ids.unsqueeze(-1).expand(-1, -1, dim), g)
 
-    def weighted_sum(self, rec: Record, name: str, coef: Tensor) -> Tensor:
+    def add_weighted_sum(self, rec: Record, name: str, coef: Tensor, out: Tensor) -> None:
         ids, g = self._ids_g(rec)
-        dim = g.shape[-1]
-        out = g.new_zeros(rec.module.num_embeddings, dim)
-        return out.index_add_(0, ids.reshape(-1), (g * coef[:, None, None]).reshape(-1, dim))
+        out.index_add_(0, ids.reshape(-1), (g * coef[:, None, None]).reshape(-1, g.shape[-1]))
 
 
 class NormRule(Rule):

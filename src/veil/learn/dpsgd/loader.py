@@ -3,8 +3,9 @@
 Two samplers, each accounted as what it is:
 
 * **Poisson** (default; Abadi et al. 2016): every step, each of the ``N`` examples joins the
-  batch independently with probability ``q`` (a Bernoulli draw from ``veil.random``), so
-  batch sizes vary around ``qN`` and may be 0. Accounted as ``PoissonSampledDpEvent(q, ...)``.
+  batch independently with probability ``q`` (a Bernoulli draw from ``veil.random``; the
+  ``N`` trials of several steps are drawn in one call, each step's used once), so batch
+  sizes vary around ``qN`` and may be 0. Accounted as ``PoissonSampledDpEvent(q, ...)``.
 * **Fixed size**: every step, a uniformly random subset of exactly ``B`` distinct examples.
   Accounted by :func:`veil.dp.accounting.subsampled_gaussian_event` with
   ``sampling="without_replacement"`` (a coupling bound at twice the sensitivity), never as
@@ -30,6 +31,7 @@ import numpy as np
 
 from veil.errors import BudgetExceededError, ConfigError, DataError
 from veil.learn.dpsgd._torch import torch
+from veil.learn.dpsgd.draws import Rows
 from veil.random import Generator
 
 __all__ = ["PrivateLoader", "StepCounter", "as_source"]
@@ -81,7 +83,7 @@ class _Tensors:
 
     def take(self, index: np.ndarray) -> Any:
         idx = torch.from_numpy(index)
-        batch = [t[idx] for t in self.tensors]
+        batch = [t.index_select(0, idx) for t in self.tensors]  # cheaper than t[idx]
         return batch[0] if self.single else tuple(batch)
 
 
@@ -141,6 +143,8 @@ class PrivateLoader:
         self.counter = counter
         self.rng = rng
         self.max_physical_batch_size = max_physical_batch_size
+        self._trials = Rows(lambda m: rng.bernoulli(plan.sample_rate, m), source.size,
+                            plan.steps)
 
     def __len__(self) -> int:
         """Logical batches per epoch (each may come in several physical chunks)."""
@@ -153,10 +157,9 @@ class PrivateLoader:
 
     def sample_indices(self) -> np.ndarray:
         """The indices of one logical batch (ascending)."""
-        n = self.source.size
-        if self.plan.sampling == "poisson":
-            return np.flatnonzero(self.rng.bernoulli(self.plan.sample_rate, n))
-        return np.sort(self.rng.choice(n, self.plan.batch_size, replace=False))
+        if self.plan.sampling == "poisson":  # N Bernoulli(q) trials, drawn for several steps
+            return np.flatnonzero(self._trials.next())
+        return np.sort(self.rng.choice(self.source.size, self.plan.batch_size, replace=False))
 
     def __iter__(self) -> Iterator[Any]:
         for _ in range(self.plan.steps_per_epoch):

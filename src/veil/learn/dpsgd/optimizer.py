@@ -11,8 +11,10 @@ and then the wrapped optimizer (SGD, Adam, ...) takes its step with these gradie
 post-processing of the noisy sum (Abadi et al. 2016, Algorithm 1).
 
 The noise ``z`` is one draw of ``D = sum_p numel(p)`` standard normals from ``veil.random``
-(the AES-CTR CSPRNG by default; a seeded generator in tests), in float64, cast to the
-parameters' dtype (one dtype and device for all) and laid over them in their order.
+(the AES-CTR CSPRNG by default; a seeded generator in tests), computed in float64 and rounded
+once to the parameters' dtype (one dtype and device for all), laid over them in their order.
+The draws of several steps are made in one call (:class:`~veil.learn.dpsgd.draws.Rows`); each
+step's ``z`` is a fresh row, used once.
 """
 
 from __future__ import annotations
@@ -21,8 +23,11 @@ import logging
 from collections import OrderedDict, defaultdict
 from typing import Any
 
+import numpy as np
+
 from veil.errors import ConfigError
 from veil.learn.dpsgd._torch import torch
+from veil.learn.dpsgd.draws import Rows
 from veil.learn.dpsgd.engine import PerExampleGradients
 from veil.learn.dpsgd.loader import StepCounter
 from veil.random import Generator
@@ -61,6 +66,10 @@ class PrivateOptimizer(torch.optim.Optimizer):
         self._numel = sum(p.numel() for p in self._params)
         first = self._params[0]
         self._grad = first.new_zeros(self._numel)  # the flat noisy gradient, reused
+        # the normals are computed in float64 and rounded once to the parameters' dtype
+        dtype = np.float32 if first.dtype == torch.float32 else np.float64
+        self._noise = Rows(lambda m: rng.standard_normal(m, dtype=dtype), self._numel,
+                           plan.steps)
         self._views = [g.view(p.shape) for p, g in
                        zip(self._params, self._grad.split([p.numel() for p in self._params]))]
         self._batch: int | None = None
@@ -118,8 +127,8 @@ class PrivateOptimizer(torch.optim.Optimizer):
         self.engine.discard_gradients()
 
     def step(self, closure: Any = None) -> None:  # type: ignore[override]
-        """Clip and sum this chunk's gradients; after a logical batch's last chunk, add the
-        noise and update the parameters."""
+        """Clip and sum this chunk's gradients, on top of the noise drawn for its logical
+        batch at the first chunk; after the last chunk, update the parameters."""
         if closure is not None:
             raise ConfigError("closure is not allowed: DP-SGD takes one step per sampled batch "
                               "(optimizers that re-evaluate the loss, such as LBFGS, are not "
@@ -133,23 +142,21 @@ class PrivateOptimizer(torch.optim.Optimizer):
                     "(e.g. a weight passed to a torch.nn.functional call); route it through "
                     "its module")
         divisor = self.plan.batch_size
-        result = self.engine.clip(self.plan.max_grad_norm, nonfinite=self.nonfinite,
-                                  expected_batch_size=size, scale=1.0 / divisor)
         if self._batch != batch:  # a new logical batch (a partial one left is dropped)
-            torch.cat([t.reshape(-1) for t in result.sums], out=self._grad)
+            # grad = (sigma C z + sum) / b: the buffer starts as the noise, the sums add to it
+            noise = torch.from_numpy(self._noise.next()).to(self._grad)  # no-op: float32 on CPU
+            torch.mul(noise, self.plan.noise_multiplier * self.plan.max_grad_norm / divisor,
+                      out=self._grad)
             self._batch = batch
-        else:
-            self._grad += torch.cat([t.reshape(-1) for t in result.sums])
+        result = self.engine.clip(self.plan.max_grad_norm, nonfinite=self.nonfinite,
+                                  expected_batch_size=size, scale=1.0 / divisor,
+                                  out=self._views)
         self.examples += result.n_examples
         self.clipped += result.n_clipped
         self.skipped += result.n_skipped
         if not last:
             return None
         self._batch = None
-        # grad = (sum + sigma C z) / b, the sum already divided by b
-        noise = torch.from_numpy(self.rng.standard_normal(self._numel)).to(self._grad)
-        self._grad.add_(noise, alpha=self.plan.noise_multiplier * self.plan.max_grad_norm
-                        / divisor)
         for p, view in zip(self._params, self._views):
             p.grad = view
         self.original_optimizer.step()

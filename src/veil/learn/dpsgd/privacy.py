@@ -289,7 +289,10 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data: Any, 
     log.info("DP-SGD plan: %d steps, q=%.4g, sigma=%.4g, epsilon=%.4g at delta=%g (%s)",
              steps, q, sigma, spent, delta, accountant)
     counter = StepCounter(steps)
-    loader = PrivateLoader(source, plan, counter, generator, max_physical_batch_size)
-    private_optimizer = PrivateOptimizer(optimizer, engine, plan, counter, generator,
+    # independent streams for the sampling and the noise, so that drawing either for several
+    # steps at once leaves a seeded run reproducible
+    sampling_rng, noise_rng = generator.spawn(2)
+    loader = PrivateLoader(source, plan, counter, sampling_rng, max_physical_batch_size)
+    private_optimizer = PrivateOptimizer(optimizer, engine, plan, counter, noise_rng,
                                          ledger=ledger, nonfinite=nonfinite)
     return PrivateModel(model, engine), private_optimizer, loader
