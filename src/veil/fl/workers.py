@@ -32,6 +32,12 @@ on one machine run them on all its cores, as a deployment runs them on their own
 
 Functions given to :meth:`Workers.call` travel by reference: a module-level function or
 a method (``HybridClient.precompute``), never a lambda.
+
+Trust: the pipes join the runtime to processes it forked itself, on one machine, in one
+trust domain; pickle (which ``multiprocessing`` connections use anyway) carries Python
+objects between them and never bytes from another party. What the parties say to each
+other inside a request or an answer is the protocol's bytes, parsed and validated as in a
+deployment.
 """
 
 from __future__ import annotations
