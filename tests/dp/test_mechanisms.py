@@ -21,7 +21,14 @@ from veil.dp import (
     SparseVector,
     pure_dp_event,
 )
-from veil.dp.gaussian import analytic_gaussian_sigma, classical_gaussian_sigma, gaussian_delta
+from veil.dp.accounting import make_accountant
+from veil.dp.accounting.rdp import DEFAULT_ORDERS
+from veil.dp.gaussian import (
+    analytic_gaussian_sigma,
+    classical_gaussian_sigma,
+    gaussian_delta,
+    zcdp_rho,
+)
 from veil.errors import BudgetExceededError, ConfigError, DataError
 from veil.random import Generator
 
@@ -112,7 +119,13 @@ def test_discrete_laplace_mechanism():
 def test_discrete_gaussian_mechanism():
     mech = DiscreteGaussian(epsilon=1.0, delta=1e-5, sensitivity=1.0)
     rho = mech.rho
-    assert rho + 2 * math.sqrt(rho * math.log(1e5)) <= 1.0
+    # the certificate: CKS 2020 Prop. 12 at some order alpha of rho-zCDP's RDP curve
+    alphas = np.array([a for a in DEFAULT_ORDERS if a > 1.01])
+    assert np.min(alphas * rho + np.log1p(-1 / alphas) - np.log(1e-5 * alphas) / (alphas - 1)) \
+        <= 1.0
+    # tighter than Bun & Steinke's conversion, whose largest rho is below
+    log_inv = math.log(1e5)
+    assert (math.sqrt(log_inv + 1.0) - math.sqrt(log_inv)) ** 2 < 0.7 * rho
     assert mech.event == de.ZCDpEvent(rho)
     assert 1.0 / (2 * mech.sigma ** 2) <= rho  # sigma rounded up: true rho <= event rho
     out = mech._randomize(np.zeros(100_000, dtype=int), Generator(4))
@@ -120,7 +133,26 @@ def test_discrete_gaussian_mechanism():
     assert abs(out.var() - mech.sigma ** 2) < 5 * math.sqrt(2 / out.size) * mech.sigma ** 2
     ledger = Ledger(2.0, 1e-5, accountant="rdp")
     ledger.release(mech, 3, rng=4)
-    assert ledger.spent()[0] <= 1.0
+    assert 1.0 - 1e-9 <= ledger.spent()[0] <= 1.0  # certified at epsilon, not below
+
+
+@pytest.mark.parametrize("epsilon", [0.05, 0.3, 1.0, 4.0, 16.0])
+@pytest.mark.parametrize("delta", [1e-3, 1e-6, 1e-10])
+def test_zcdp_rho_is_the_largest_rho_the_rdp_accountant_certifies(epsilon, delta):
+    rho = zcdp_rho(epsilon, delta)
+    log_inv = math.log(1 / delta)
+    bun_steinke = (math.sqrt(log_inv + epsilon) - math.sqrt(log_inv)) ** 2
+    assert rho >= bun_steinke * (1 - 1e-12)
+
+    def certified(r):
+        acc = make_accountant("rdp")
+        acc.compose(de.ZCDpEvent(r))
+        return acc.get_epsilon(delta)
+    if rho > bun_steinke:  # the RDP conversion: exactly at epsilon, and no slack left
+        assert epsilon * (1 - 1e-9) <= certified(rho) <= epsilon
+        assert certified(rho * (1 + 1e-6)) > epsilon
+    else:  # tiny epsilon at tiny delta: no order of the grid helps, Bun & Steinke holds
+        assert rho + 2 * math.sqrt(rho * log_inv) <= epsilon
 
 
 def test_exponential_mechanism_frequencies():
