@@ -52,11 +52,8 @@ def synthetic_images(n: int = 2048) -> tuple[torch.Tensor, torch.Tensor]:
 
 # -- contenders: each returns step() -> number of samples processed ---------------------
 
-def plain_step(build, X, y, batch):
-    model = build()
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    loss_fn = nn.CrossEntropyLoss()
-
+def random_rows_step(model, opt, loss_fn, X, y, batch):
+    """A step on ``batch`` random rows (non-private PyTorch and Opacus alike)."""
     def step() -> int:
         idx = torch.randint(0, len(X), (batch,))
         opt.zero_grad()
@@ -64,6 +61,12 @@ def plain_step(build, X, y, batch):
         opt.step()
         return batch
     return step
+
+
+def plain_step(build, X, y, batch):
+    model = build()
+    return random_rows_step(model, torch.optim.SGD(model.parameters(), lr=0.05),
+                            nn.CrossEntropyLoss(), X, y, batch)
 
 
 def veil_step(build, X, y, batch):
@@ -100,14 +103,7 @@ def opacus_step(mode):
             model, opt, loss_fn, _ = out
         else:
             model, opt, _ = out
-
-        def step() -> int:
-            idx = torch.randint(0, len(X), (batch,))
-            opt.zero_grad()
-            loss_fn(model(X.index_select(0, idx)), y.index_select(0, idx)).backward()
-            opt.step()
-            return batch
-        return step
+        return random_rows_step(model, opt, loss_fn, X, y, batch)
     return make
 
 

@@ -152,9 +152,7 @@ def nonuniform_entropy(original: pd.DataFrame, released: pd.DataFrame,
     generalization without suppression (then n(x, g) = a(x)), and its natural extension
     (conditional entropy) to local recodings such as Mondrian's.
     """
-    if len(original) != len(released):
-        raise DataError(f"original ({len(original)} rows) and released ({len(released)} "
-                        "rows) tables must be row-aligned")
+    _check_aligned(original, released)
     total = 0.0
     for col in quasi_identifiers:
         x, g, _ = _pair_counts(original[col], released[col])
@@ -164,6 +162,12 @@ def nonuniform_entropy(original: pd.DataFrame, released: pd.DataFrame,
         ratio = pair_counts / g_counts[pair // (x.max() + 1)]
         total += _truncate(-float(np.sum(pair_counts * np.log(ratio))) / _LOG2)
     return total
+
+
+def _check_aligned(original: pd.DataFrame, released: pd.DataFrame) -> None:
+    if len(original) != len(released):
+        raise DataError(f"original ({len(original)} rows) and released ({len(released)} "
+                        "rows) tables must be row-aligned")
 
 
 def _coverage_loss(x_codes: np.ndarray, g_codes: np.ndarray, n_groups: int,
@@ -190,9 +194,7 @@ def generalization_loss(original: pd.DataFrame, released: pd.DataFrame,
                         quasi_identifiers: Sequence[str]) -> float:
     """Iyengar's loss metric (NCP) of ``released`` against the row-aligned ``original``."""
     qis = list(quasi_identifiers)
-    if len(original) != len(released):
-        raise DataError(f"original ({len(original)} rows) and released ({len(released)} "
-                        "rows) tables must be row-aligned")
+    _check_aligned(original, released)
     total = 0.0
     for col in qis:
         x, g, labels = _pair_counts(original[col], released[col])
