@@ -127,3 +127,62 @@ def test_an_allowed_import_passes(tmp_path, source, module):
     path = tmp_path / "m.py"
     path.write_text(source)
     assert forbidden(path, module) == []
+
+
+def _runtime_imports(path: Path, module: str) -> set[str]:
+    """The veil modules ``module`` imports at run time (at load or in a function; not under
+    ``if TYPE_CHECKING``), each resolved to the most specific module that exists."""
+    known = {m for _, m in _modules()}
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = set()
+    for node in _walk_runtime(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = (package.rsplit(".", node.level - 1)[0] if node.level else "")
+            target = ".".join(x for x in (base, node.module) if x)
+            found |= {f"{target}.{a.name}" if f"{target}.{a.name}" in known else target
+                      for a in node.names}
+    return {m for m in found if m in known and m != module}
+
+
+def _walk_runtime(node: ast.AST):
+    """ast.walk without the bodies of ``if TYPE_CHECKING:`` (annotations only)."""
+    yield node
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+            yield from (n for orelse in child.orelse for n in _walk_runtime(orelse))
+            continue
+        yield from _walk_runtime(child)
+
+
+#: cycles kept on purpose, with the reason
+ALLOWED_CYCLES = {
+    # SharedTensor.sigmoid() / .max() delegate to the protocols built on SharedTensor, so a
+    # secret-shared value behaves like a number (MPyC's convention); imported on first call
+    ("veil.mpc.tensor", "veil.mpc.protocols"),
+}
+
+
+def test_no_import_cycles():
+    """Not even through an import inside a function: a cycle is a layering smell."""
+    graph = {m: _runtime_imports(p, m) for p, m in _modules()}
+    for a, b in ALLOWED_CYCLES:
+        graph[a].discard(b)
+    state: dict[str, int] = {}   # 1: on the stack, 2: done
+    cycles = []
+
+    def visit(m: str, stack: list[str]) -> None:
+        state[m] = 1
+        for n in sorted(graph[m]):
+            if state.get(n) == 1:
+                cycles.append(" -> ".join(stack[stack.index(n):] + [m, n]) if n in stack
+                              else f"{m} -> {n}")
+            elif n not in state:
+                visit(n, stack + [m])
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [])
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)

@@ -19,7 +19,7 @@ dp_accounting's fine default (``1e-4``, ``e^-50``) at about a quarter of its cos
 Leaves: Gaussian, Laplace, discrete Laplace, randomized response (replace-one, see
 :mod:`~veil.dp.accounting.events`), and Poisson-subsampled Gaussian (or a tree of
 Gaussians on the same batch) or Laplace; any other pure eps-DP event by its randomized
-response stand-in (:func:`~veil.dp.accounting.events.pure_stand_in`). A fixed-size
+response stand-in (:func:`~veil.dp.accounting.guarantees.pure_stand_in`). A fixed-size
 batch arrives already rewritten by the coupling bound. A parallel composition of
 identical events costs one of them; of different events, their sequential composition
 (a sound over-estimate). An event with no PLD but an RDP curve (a zCDP event such as the
@@ -41,14 +41,10 @@ from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dp_accounting.pld import privacy_loss_mechanism as plm
 
 from veil.dp.accounting.base import Accountant
-from veil.dp.accounting.events import (
-    cached_leaf,
-    describe,
-    fold,
-    gaussian_noise_multiplier,
-    pure_stand_in,
-)
+from veil.dp.accounting.events import describe
+from veil.dp.accounting.guarantees import gaussian_noise_multiplier, pure_stand_in
 from veil.dp.accounting.rdp import RDPAccountant
+from veil.dp.accounting.traversal import cached_leaf, fold
 from veil.errors import ConfigError
 
 __all__ = ["PLDAccountant", "DEFAULT_INTERVAL"]
