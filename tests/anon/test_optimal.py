@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from veil.anon import KAnonymity, LDiversity, TCloseness, anonymize, check
+from veil.anon import Hierarchy, KAnonymity, LDiversity, TCloseness, anonymize, check
 from veil.anon.encoding import SensitiveDomain
 from veil.anon.metrics import (
     discernibility,
@@ -173,13 +173,33 @@ def test_search_is_exact_when_tables_are_evicted(make_table, monkeypatch, models
 
 def test_unsatisfiable_reports_the_best_achievable(make_table):
     df, hierarchies = make_table(n=60, seed=1)
+    women = int((df["sex"] == "F").sum())
+    hierarchies["sex"] = Hierarchy([["M"], ["F"]], name="sex")    # never generalized
     with pytest.raises(DataError) as info:
-        anonymize(df, hierarchies, "disease", [KAnonymity(2), LDiversity(7)])
+        anonymize(df, hierarchies, "disease", [KAnonymity(women + 1)])
     message = str(info.value)
     assert "cannot be met within suppression_limit=0" in message
-    assert "l_distinct=" in message and "Raise suppression_limit" in message
-    with pytest.raises(DataError, match="k=60"):
-        anonymize(df, hierarchies, "disease", [KAnonymity(61)])
+    assert f"k={women}" in message
+    assert f"Raise suppression_limit to at least {women / 60:.4g}" in message
+
+
+def test_impossible_models_say_so(make_table):
+    """k above the records or l above the distinct values: no advice to suppress."""
+    df, hierarchies = make_table(n=60, seed=1)
+    for algorithm in ("optimal", "mondrian", "mdav"):
+        qis = hierarchies if algorithm == "optimal" else ["age"]
+        with pytest.raises(DataError, match="61-anonymity is impossible: the table has only "
+                                            "60 records"):
+            anonymize(df, qis, "disease", [KAnonymity(61)], algorithm=algorithm)
+    with pytest.raises(DataError, match="distinct 7-diversity is impossible: sensitive column "
+                                        "'disease' holds only 6 distinct values"):
+        anonymize(df, hierarchies, "disease", [KAnonymity(2), LDiversity(7)])
+    # every record violates entropy 6-diversity even in one class: suppression cannot help
+    with pytest.raises(DataError) as info:
+        anonymize(df, hierarchies, "disease", [LDiversity(6, "entropy")],
+                  suppression_limit=0.5)
+    message = str(info.value)
+    assert "No suppression limit can help" in message and "at least 1" not in message
 
 
 def test_suppression_is_used_within_the_limit(make_table):

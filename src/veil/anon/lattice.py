@@ -3,21 +3,31 @@
 The lattice holds every transformation (one level per quasi-identifier); x <= y when every
 level of x is at most y's. The search returns the transformation that satisfies the privacy
 models within the suppression limit ("anonymous") with the least loss, ties broken by the
-lower lattice height (as ARX does). It is exact, and prunes in three ways:
+lower lattice height (as ARX does). It is exact, and prunes in four ways:
 
-* **utility bound** — nodes are visited in increasing order of a lower bound of their
-  loss (for additive metrics such as non-uniform entropy the bound is the loss itself
-  when nothing is suppressed); the search stops when the bound reaches the best loss
-  found. With no suppression every metric is monotone, so a node's loss also bounds every
-  generalization of it, and a node with an anonymous direct specialization is skipped.
-* **predictive tagging** (Samarati 2001; Flash, Kohlmayer et al. 2012) — for the models
-  that are monotone under the suppression limit (:mod:`veil.anon.models`; all of them
-  without suppression), a node that satisfies them makes all its generalizations satisfy
-  them, and a node that does not makes all its specializations fail (and so non-anonymous
-  whatever the other models say). An unknown node is resolved Flash-style: a path is built
-  upwards from it through unknown nodes and binary-searched for the lowest node that
-  satisfies the monotone models, so that few nodes are ever checked; a node that passes
-  them is then checked against the non-monotone models, if any.
+* **predictive tagging** (Samarati 2001; Flash, Kohlmayer et al. 2012) on the models that
+  are monotone under the suppression limit (:mod:`veil.anon.models`; all of them without
+  suppression). k-anonymity with at most s suppressed records is monotone: if node x
+  leaves at most s records in classes smaller than k, a generalization y >= x merges each
+  class of x into one class of y, at least as large, so every record kept at x (in a class
+  of size >= k) is in a class of size >= k at y too; the records y must suppress are a
+  subset of those x suppresses, at most s. (Distinct l-diversity likewise: a merged class
+  holds every value of its parts.) So a node that satisfies these models makes all its
+  generalizations satisfy them, and a node that does not makes all its specializations
+  fail (and so non-anonymous whatever the other models say). An unknown node is resolved
+  Flash-style: a path is built upwards from it through unknown nodes and binary-searched
+  for the lowest node that satisfies the monotone models, so that few nodes are ever
+  checked. The other models (entropy or recursive l-diversity, t-closeness under
+  suppression) are checked only on nodes that pass the monotone ones, and only on the
+  classes those keep.
+* **utility bounds** — nodes are visited in increasing order of a static lower bound of
+  their loss (:class:`~veil.anon.metrics.Objective`: for non-uniform entropy the loss
+  without suppression; for DM* ``n^2 / classes``); each checked node, anonymous or not,
+  raises the bound of all its generalizations to a bound computed from its classes
+  (DM*: ``sum c max(c, k)``); the search stops when the bound reaches the best loss found.
+* **dominance** — when the loss is monotone among anonymous nodes (no suppression, or
+  ARX's monotonic variants), an anonymous node's loss bounds all its generalizations, and
+  a node with an anonymous direct specialization is skipped.
 * **roll-up** (Incognito, LeFevre et al. 2005) — a node's classes are computed from the
   smallest class table of an already checked specialization, not from the rows.
 """
@@ -102,13 +112,12 @@ class LatticeSearch:
         self.monotone = np.zeros(size, dtype=np.int8)
         self._mono_models = [m for m in self.models if self.max_suppressed == 0
                              or m.monotone_with_suppression]
-        self.tagging = len(self._mono_models) == len(self.models)
-        bounds = objective.column_bounds
-        k = max([m.k for m in self.models if isinstance(m, KAnonymity)], default=1)
-        if bounds is None:
-            self.bound = np.full(size, objective.floor(k))
-        else:
-            self.bound = sum(b[self.nodes[:, j]] for j, b in enumerate(bounds))
+        self._other_models = [m for m in self.models if m not in self._mono_models]
+        self.tagging = not self._other_models
+        self.k = max([m.k for m in self.models if isinstance(m, KAnonymity)], default=1)
+        # static lower bounds (the visiting order) and the bounds raised by checked nodes
+        self.bound = objective.static_bounds(self.nodes, self.k, self.max_suppressed)
+        self.lower = self.bound.astype(np.float64)
         self._evaluated: dict[int, Evaluation] = {}
         self._cached_levels = np.empty((0, len(shape)), dtype=np.int64)
         self._cached_ids: list[int] = []
@@ -130,9 +139,14 @@ class LatticeSearch:
         for model in self._mono_models:
             kept &= model.satisfied(table.counts, table.hist, domain)
         mono_ok = int(table.counts[~kept].sum()) <= self.max_suppressed
-        for model in self.models:
-            if model not in self._mono_models:
-                kept &= model.satisfied(table.counts, table.hist, domain)
+        if mono_ok and self._other_models:
+            # the other models only decide among the classes the monotone ones keep
+            rows = np.flatnonzero(kept)
+            hist = None if table.hist is None else table.hist[rows]
+            ok = np.ones(rows.size, dtype=bool)
+            for model in self._other_models:
+                ok &= model.satisfied(table.counts[rows], hist, domain)
+            kept[rows[~ok]] = False
         return table, kept, mono_ok
 
     def _cache(self, idx: int, ev: Evaluation) -> None:
@@ -161,8 +175,9 @@ class LatticeSearch:
         ev = Evaluation(levels, table, kept, suppressed, suppressed <= self.max_suppressed)
         self._evaluated[idx] = ev
         self._cache(idx, ev)
+        above = self._above(levels)
         if mono_ok:
-            self.monotone[(self.nodes >= levels).all(axis=1)] = 1
+            self.monotone[above] = 1
         else:
             below = (self.nodes <= levels).all(axis=1)
             self.monotone[below] = -1
@@ -171,7 +186,17 @@ class LatticeSearch:
             self.status[:] = self.monotone
         else:
             self.status[idx] = 1 if ev.anonymous else -1
+        lift = self.objective.lift_bound(table, self.k)
+        if lift is not None:
+            self._raise(above, lift)
         return ev
+
+    def _above(self, levels: np.ndarray) -> np.ndarray:
+        """Mask of the generalizations of ``levels`` (itself included)."""
+        return (self.nodes >= levels).all(axis=1)
+
+    def _raise(self, mask: np.ndarray, value: float) -> None:
+        np.maximum(self.lower, value, out=self.lower, where=mask)
 
     def _resolve(self, idx: int) -> None:
         """Find out whether ``idx`` is anonymous, checking as few nodes as possible.
@@ -212,22 +237,22 @@ class LatticeSearch:
         top = self.evaluate(len(self.nodes) - 1)
         if self.monotone[-1] < 0:
             raise Unsatisfiable(top)
-        monotone = self.max_suppressed == 0
-        bound = self.bound.copy()
+        monotone = self.objective.monotone(self.max_suppressed)
         best_loss, best_height, best_idx = math.inf, 0, -1
         order = np.lexsort((self.height, self.bound))
         pos = 0
         while pos < order.size:
             # the next node in bound order that may still beat the best: not known to be
-            # non-anonymous, and neither its static nor its propagated bound reaches it
+            # non-anonymous, and neither its static nor its raised bound reaches it
             rest = order[pos:]
             h = self.height[rest]
             beaten = (self.bound[rest] > best_loss) | (
                 (self.bound[rest] == best_loss) & (h >= best_height))
             stop = int(np.argmax(beaten)) if beaten.any() else rest.size
             rest, h = rest[:stop], h[:stop]
-            live = (self.status[rest] >= 0) & ~((bound[rest] > best_loss) | (
-                (bound[rest] == best_loss) & (h >= best_height)))
+            lower = self.lower[rest]
+            live = (self.status[rest] >= 0) & ~((lower > best_loss) | (
+                (lower == best_loss) & (h >= best_height)))
             if not live.any():
                 break
             step = int(np.argmax(live))
@@ -237,13 +262,14 @@ class LatticeSearch:
                 self._resolve(idx)
             if self.status[idx] < 0 or (monotone and self._dominated(idx)):
                 continue
+            if (self.lower[idx], self.height[idx]) >= (best_loss, best_height):
+                continue                          # raised by the nodes checked to resolve it
             ev = self.evaluate(idx)
             loss = self.objective.loss(ev.levels, ev.table, ev.kept)
             if (loss, self.height[idx]) < (best_loss, best_height):
                 best_loss, best_height, best_idx = loss, int(self.height[idx]), idx
             if monotone:
-                above = (self.nodes >= ev.levels).all(axis=1)
-                bound[above] = np.maximum(bound[above], loss)
+                self._raise(self._above(ev.levels), loss)
         if best_idx < 0:
             raise Unsatisfiable(self.evaluate(len(self.nodes) - 1))
         log.info("lattice of %d nodes: %d checked, optimum %s (loss %.10g)", len(self.nodes),

@@ -181,7 +181,7 @@ class TCloseness(PrivacyModel):
                             f"{domain.name!r} is categorical: use distance='equal' or "
                             "'hierarchical'")
         if kind == "hierarchical":
-            self._tree = (domain, HierarchyTree(self.hierarchy, domain.labels))
+            self._tree = (domain, HierarchyTree(self.hierarchy, domain.labels, domain.name))
 
     def distances(self, hist: np.ndarray, domain: SensitiveDomain) -> np.ndarray:
         """EMD of each class's distribution to the table's."""
