@@ -20,11 +20,14 @@ lower lattice height (as ARX does). It is exact, and prunes in four ways:
   checked. The other models (entropy or recursive l-diversity, t-closeness under
   suppression) are checked only on nodes that pass the monotone ones, and only on the
   classes those keep.
-* **utility bounds** — nodes are visited in increasing order of a static lower bound of
-  their loss (:class:`~veil.anon.metrics.Objective`: for non-uniform entropy the loss
-  without suppression; for DM* ``n^2 / classes``); each checked node, anonymous or not,
-  raises the bound of all its generalizations to a bound computed from its classes
-  (DM*: ``sum c max(c, k)``); the search stops when the bound reaches the best loss found.
+* **utility bounds** — best first: the next node is the one with the least lower bound of
+  its loss. Bounds start static (:class:`~veil.anon.metrics.Objective`: for non-uniform
+  entropy the loss without suppression; for DM* ``n^2 / possible classes``) and are
+  raised by every checked node, anonymous or not: its classes bound the loss of all its
+  generalizations (DM*: ``sum c max(c, k)``), and the records it must suppress for
+  k-anonymity are suppressed by all its specializations too, which bounds what
+  suppression adds there (non-uniform entropy). The search stops when no node's bound
+  is below the best loss found.
 * **dominance** — when the loss is monotone among anonymous nodes (no suppression, or
   ARX's monotonic variants), an anonymous node's loss bounds all its generalizations, and
   a node with an anonymous direct specialization is skipped.
@@ -118,15 +121,21 @@ class LatticeSearch:
         # static lower bounds (the visiting order) and the bounds raised by checked nodes
         self.bound = objective.static_bounds(self.nodes, self.k, self.max_suppressed)
         self.lower = self.bound.astype(np.float64)
+        # a lower bound of the loss that suppression adds to ``bound`` (see evaluate)
+        self.penalty = np.zeros(size)
+        self.monotone_loss = objective.monotone(self.max_suppressed)
+        self._edges: list[int] = []
+        # the best anonymous node checked so far: (loss, height, index)
+        self.best: tuple[float, int, int] = (math.inf, 0, -1)
         self._evaluated: dict[int, Evaluation] = {}
         self._cached_levels = np.empty((0, len(shape)), dtype=np.int64)
         self._cached_ids: list[int] = []
         self._cached_sizes: list[int] = []
 
     # -- checking one node ----------------------------------------------------------------
-    def _classes(self, levels: np.ndarray) -> tuple[ClassTable, np.ndarray, bool]:
+    def _classes(self, levels: np.ndarray) -> tuple[ClassTable, np.ndarray, np.ndarray]:
         """Classes at ``levels`` (rolled up from the smallest cached specialization), which
-        classes all models keep, and whether the monotone models alone are satisfied."""
+        classes all models keep, and which the monotone models alone keep."""
         below = np.flatnonzero((self._cached_levels <= levels).all(axis=1))
         if below.size:
             source = self._evaluated[self._cached_ids[below[np.argmin(
@@ -138,8 +147,8 @@ class LatticeSearch:
         kept = np.ones(len(table), dtype=bool)
         for model in self._mono_models:
             kept &= model.satisfied(table.counts, table.hist, domain)
-        mono_ok = int(table.counts[~kept].sum()) <= self.max_suppressed
-        if mono_ok and self._other_models:
+        mono_kept = kept.copy()
+        if self._other_models and int(table.counts[~kept].sum()) <= self.max_suppressed:
             # the other models only decide among the classes the monotone ones keep
             rows = np.flatnonzero(kept)
             hist = None if table.hist is None else table.hist[rows]
@@ -147,7 +156,7 @@ class LatticeSearch:
             for model in self._other_models:
                 ok &= model.satisfied(table.counts[rows], hist, domain)
             kept[rows[~ok]] = False
-        return table, kept, mono_ok
+        return table, kept, mono_kept
 
     def _cache(self, idx: int, ev: Evaluation) -> None:
         """Keep ``ev``'s table as a roll-up source, dropping the largest ones over budget."""
@@ -170,7 +179,8 @@ class LatticeSearch:
                 self._cache(idx, ev)
             return ev
         levels = self.nodes[idx]
-        table, kept, mono_ok = self._classes(levels)
+        table, kept, mono_kept = self._classes(levels)
+        mono_ok = int(table.counts[~mono_kept].sum()) <= self.max_suppressed
         suppressed = int(table.counts[~kept].sum())
         ev = Evaluation(levels, table, kept, suppressed, suppressed <= self.max_suppressed)
         self._evaluated[idx] = ev
@@ -189,6 +199,19 @@ class LatticeSearch:
         lift = self.objective.lift_bound(table, self.k)
         if lift is not None:
             self._raise(above, lift)
+        if not mono_kept.all():
+            # the records the monotone models suppress here are suppressed at every
+            # specialization too (their classes only split)
+            cost = self.objective.suppression_bound(table, ~mono_kept)
+            if cost:
+                below = (self.nodes <= levels).all(axis=1)
+                np.maximum(self.penalty, cost, out=self.penalty, where=below)
+        if ev.anonymous:
+            # every anonymous node checked (also on the way to others) is a candidate
+            loss = self.objective.loss(levels, table, kept)
+            self.best = min(self.best, (loss, int(self.height[idx]), idx))
+            if self.monotone_loss:
+                self._raise(above, loss)
         return ev
 
     def _above(self, levels: np.ndarray) -> np.ndarray:
@@ -201,8 +224,10 @@ class LatticeSearch:
     def _resolve(self, idx: int) -> None:
         """Find out whether ``idx`` is anonymous, checking as few nodes as possible.
 
-        The monotone models are resolved Flash-style (binary search on an upward path of
-        nodes unknown to them); the others, if any, by checking the node itself.
+        The monotone models are resolved Flash-style: a path is built upwards from
+        ``idx`` through nodes unknown to them (cheapest bound first) and binary-searched
+        for its lowest node that satisfies them; the other models, if any, by checking
+        the node itself.
         """
         if self.monotone[idx] == 0:
             path = [idx]
@@ -216,6 +241,17 @@ class LatticeSearch:
                 node = min(up, key=lambda u: (self.bound[u], u))
                 path.append(node)
             lo, hi = 0, len(path) - 1
+            if self._edges and not self.monotone_loss:
+                # probe first at the height where paths crossed the border before: a
+                # failing probe settles idx at once. (With a monotone loss the anonymous
+                # nodes the binary search finds above are worth it: they dominate.)
+                guess = int(np.median(self._edges))
+                mid = min(max(guess - int(self.height[idx]), 0), hi)
+                self.evaluate(path[mid])
+                if self.monotone[path[mid]] < 0:
+                    lo = hi + 1
+                else:
+                    hi = mid - 1
             while lo <= hi:
                 mid = (lo + hi) // 2
                 if self.monotone[path[mid]] == 0:
@@ -224,6 +260,8 @@ class LatticeSearch:
                     hi = mid - 1
                 else:
                     lo = mid + 1
+            if lo > 0 and lo <= len(path) - 1 and self.monotone[path[lo]] > 0:
+                self._edges.append(int(self.height[path[lo - 1]]))
         if self.status[idx] == 0:
             self.evaluate(idx)
 
@@ -237,39 +275,26 @@ class LatticeSearch:
         top = self.evaluate(len(self.nodes) - 1)
         if self.monotone[-1] < 0:
             raise Unsatisfiable(top)
-        monotone = self.objective.monotone(self.max_suppressed)
-        best_loss, best_height, best_idx = math.inf, 0, -1
-        order = np.lexsort((self.height, self.bound))
-        pos = 0
-        while pos < order.size:
-            # the next node in bound order that may still beat the best: not known to be
-            # non-anonymous, and neither its static nor its raised bound reaches it
-            rest = order[pos:]
-            h = self.height[rest]
-            beaten = (self.bound[rest] > best_loss) | (
-                (self.bound[rest] == best_loss) & (h >= best_height))
-            stop = int(np.argmax(beaten)) if beaten.any() else rest.size
-            rest, h = rest[:stop], h[:stop]
-            lower = self.lower[rest]
-            live = (self.status[rest] >= 0) & ~((lower > best_loss) | (
-                (lower == best_loss) & (h >= best_height)))
-            if not live.any():
+        open_ = np.ones(len(self.nodes), dtype=bool)
+        while True:
+            # best first: the open node with the least lower bound (then the least height)
+            # that is not known to be non-anonymous and may still beat the best
+            best_loss, best_height, _ = self.best
+            lower = np.maximum(self.lower, self.bound + self.penalty)
+            relevant = (lower < best_loss) | ((lower == best_loss) & (
+                self.height < best_height))
+            ids = np.flatnonzero(open_ & (self.status >= 0) & relevant)
+            if not ids.size:
                 break
-            step = int(np.argmax(live))
-            idx = int(rest[step])
-            pos += step + 1
+            ids = ids[lower[ids] == lower[ids].min()]
+            idx = int(ids[np.argmin(self.height[ids])])
             if self.status[idx] == 0:
-                self._resolve(idx)
-            if self.status[idx] < 0 or (monotone and self._dominated(idx)):
+                self._resolve(idx)        # may raise bounds: choose again
                 continue
-            if (self.lower[idx], self.height[idx]) >= (best_loss, best_height):
-                continue                          # raised by the nodes checked to resolve it
-            ev = self.evaluate(idx)
-            loss = self.objective.loss(ev.levels, ev.table, ev.kept)
-            if (loss, self.height[idx]) < (best_loss, best_height):
-                best_loss, best_height, best_idx = loss, int(self.height[idx]), idx
-            if monotone:
-                self._raise(self._above(ev.levels), loss)
+            open_[idx] = False
+            if idx not in self._evaluated and not (self.monotone_loss and self._dominated(idx)):
+                self.evaluate(idx)                # anonymous: a candidate
+        best_loss, _, best_idx = self.best
         if best_idx < 0:
             raise Unsatisfiable(self.evaluate(len(self.nodes) - 1))
         log.info("lattice of %d nodes: %d checked, optimum %s (loss %.10g)", len(self.nodes),

@@ -240,6 +240,10 @@ class Objective:
     * ``lift_bound(table, k)``: from a checked node's classes (kept or not), a lower bound
       of the loss of every anonymous generalization of it, the node included; None when
       it adds nothing to the static bounds.
+    * ``suppression_bound(table, gone)``: the classes ``gone`` fail k-anonymity (or
+      another model monotone under suppression) at a checked node, so their records are
+      suppressed at every specialization of it too (a specialization splits them into
+      smaller classes); this bounds from below what they add to the static bound there.
 
     ``monotone(s)``: the loss never decreases from an anonymous node to an anonymous
     generalization of it, so that a checked node's loss bounds everything above it. Every
@@ -270,6 +274,11 @@ class Objective:
     def lift_bound(self, table: ClassTable, k: int) -> float | None:
         return None
 
+    def suppression_bound(self, table: ClassTable, gone: np.ndarray) -> float:
+        """A lower bound of what suppressing (at least) the records of the classes ``gone``
+        adds to the static bound, at this node and every specialization of it."""
+        return 0.0
+
     def loss(self, levels: np.ndarray, table: ClassTable, kept: np.ndarray) -> float:
         raise NotImplementedError
 
@@ -277,7 +286,16 @@ class Objective:
 class _Entropy(Objective):
     """Non-uniform entropy. With suppression (non-monotonic) the suppressed records add
     their entropy within the suppressed set, which is >= 0: the no-suppression value,
-    monotone under generalization, is a lower bound everywhere (``column_bounds``)."""
+    monotone under generalization, is a lower bound everywhere (``column_bounds``).
+
+    Suppression bound: attribute j's added term is ``F(c) = sum_g c_g log2(s / c_g)``
+    over the suppressed records' values g (s = sum c). F never decreases when records are
+    added (dF/dc_g = log2(s / c_g) >= 0) nor when values are split into finer ones
+    (grouping never increases entropy). A specialization suppresses a superset of the
+    records suppressed for k-anonymity here, at finer or equal levels, so F of those
+    records at this node's levels bounds its term from below (less a 1e-10 per attribute
+    for the 10-decimal truncation).
+    """
 
     name = "entropy"
 
@@ -289,6 +307,8 @@ class _Entropy(Objective):
             self._g.append([-float(np.sum(a * np.log(a / col.counts[level][col.lift(0, level)])))
                             / _LOG2 for level in range(col.height + 1)])
         self.column_bounds = [np.array([_truncate(v) for v in g]) for g in self._g]
+        # code offsets that make the codes of all attributes (at any level) distinct
+        self._offsets = np.cumsum([0] + [int(c.sizes[0]) for c in enc.columns[:-1]])
 
     def loss(self, levels, table, kept):
         gone = ~kept
@@ -302,6 +322,18 @@ class _Entropy(Objective):
                 value -= float(np.sum(c * np.log(c / s))) / _LOG2
             total += _truncate(value)
         return total
+
+    def suppression_bound(self, table, gone):
+        if self.monotonic:
+            return 0.0
+        # every attribute at once: sum_j F_j = q s log s - sum_{j,g} c_jg log c_jg
+        q = len(self.enc.columns)
+        c_rows = table.counts[gone].astype(np.float64)
+        s = float(c_rows.sum())
+        c = np.bincount((table.codes[gone] + self._offsets).ravel(),
+                        weights=np.repeat(c_rows, q))
+        c = c[c > 0]
+        return max((q * s * math.log(s) - float(c @ np.log(c))) / _LOG2 - q * 1e-10, 0.0)
 
 
 class _Precision(Objective):
