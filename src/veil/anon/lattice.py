@@ -57,7 +57,7 @@ __all__ = ["Evaluation", "LatticeSearch", "SearchResult", "Unsatisfiable"]
 MAX_NODES = 2_000_000
 #: class-table rows kept as roll-up sources; beyond it the largest tables are dropped (and
 #: rebuilt from a finer one if needed again)
-CACHE_ROWS = 200_000
+CACHE_ROWS = 1_000_000
 
 
 @dataclass
@@ -124,7 +124,6 @@ class LatticeSearch:
         # a lower bound of the loss that suppression adds to ``bound`` (see evaluate)
         self.penalty = np.zeros(size)
         self.monotone_loss = objective.monotone(self.max_suppressed)
-        self._edges: list[int] = []
         # the best anonymous node checked so far: (loss, height, index)
         self.best: tuple[float, int, int] = (math.inf, 0, -1)
         self._evaluated: dict[int, Evaluation] = {}
@@ -203,9 +202,12 @@ class LatticeSearch:
             # the records the monotone models suppress here are suppressed at every
             # specialization too (their classes only split)
             cost = self.objective.suppression_bound(table, ~mono_kept)
-            if cost:
+            floor = self.objective.suppression_floor(int(table.counts[~mono_kept].sum()),
+                                                     self.k)
+            if cost or floor:
                 below = (self.nodes <= levels).all(axis=1)
                 np.maximum(self.penalty, cost, out=self.penalty, where=below)
+                self._raise(below, floor)
         if ev.anonymous:
             # every anonymous node checked (also on the way to others) is a candidate
             loss = self.objective.loss(levels, table, kept)
@@ -241,17 +243,6 @@ class LatticeSearch:
                 node = min(up, key=lambda u: (self.bound[u], u))
                 path.append(node)
             lo, hi = 0, len(path) - 1
-            if self._edges and not self.monotone_loss:
-                # probe first at the height where paths crossed the border before: a
-                # failing probe settles idx at once. (With a monotone loss the anonymous
-                # nodes the binary search finds above are worth it: they dominate.)
-                guess = int(np.median(self._edges))
-                mid = min(max(guess - int(self.height[idx]), 0), hi)
-                self.evaluate(path[mid])
-                if self.monotone[path[mid]] < 0:
-                    lo = hi + 1
-                else:
-                    hi = mid - 1
             while lo <= hi:
                 mid = (lo + hi) // 2
                 if self.monotone[path[mid]] == 0:
@@ -260,8 +251,6 @@ class LatticeSearch:
                     hi = mid - 1
                 else:
                     lo = mid + 1
-            if lo > 0 and lo <= len(path) - 1 and self.monotone[path[lo]] > 0:
-                self._edges.append(int(self.height[path[lo - 1]]))
         if self.status[idx] == 0:
             self.evaluate(idx)
 

@@ -243,7 +243,8 @@ class Objective:
     * ``suppression_bound(table, gone)``: the classes ``gone`` fail k-anonymity (or
       another model monotone under suppression) at a checked node, so their records are
       suppressed at every specialization of it too (a specialization splits them into
-      smaller classes); this bounds from below what they add to the static bound there.
+      smaller classes); this bounds from below what they add to the static bound there
+      (``suppression_floor``: the loss itself, from their number alone).
 
     ``monotone(s)``: the loss never decreases from an anonymous node to an anonymous
     generalization of it, so that a checked node's loss bounds everything above it. Every
@@ -277,6 +278,11 @@ class Objective:
     def suppression_bound(self, table: ClassTable, gone: np.ndarray) -> float:
         """A lower bound of what suppressing (at least) the records of the classes ``gone``
         adds to the static bound, at this node and every specialization of it."""
+        return 0.0
+
+    def suppression_floor(self, suppressed: int, k: int) -> float:
+        """A lower bound of the loss of an anonymous node that suppresses at least
+        ``suppressed`` records."""
         return 0.0
 
     def loss(self, levels: np.ndarray, table: ClassTable, kept: np.ndarray) -> float:
@@ -398,6 +404,8 @@ class _Discernibility(Objective):
       minimum on [0, s] is at t* = clip(n - n Q / 2, 0, s) (t* = 0 when Q >= 2); and every
       record costs at least k (kept classes hold k, a suppressed record n >= k). So
       ``loss >= max(n k, f(t*))``; the monotonic variant's ``sum c^2 >= max(n, n^2 / Q)``.
+    * suppression floor: a node that suppresses t records keeps n - t in classes of at
+      least k: ``loss >= k (n - t) + n t = n k + (n - k) t``.
     """
 
     name = "discernibility"
@@ -415,6 +423,11 @@ class _Discernibility(Objective):
     def lift_bound(self, table, k):
         c = table.counts.astype(np.float64)
         return float(c @ (c if self.monotonic else np.maximum(c, k)))
+
+    def suppression_floor(self, suppressed, k):
+        if self.monotonic:
+            return 0.0
+        return float(self.enc.n * k + (self.enc.n - k) * suppressed)
 
     def loss(self, levels, table, kept):
         c = table.counts
