@@ -126,15 +126,17 @@ class LatticeSearch:
         self.monotone_loss = objective.monotone(self.max_suppressed)
         # the best anonymous node checked so far: (loss, height, index)
         self.best: tuple[float, int, int] = (math.inf, 0, -1)
+        self._scored: set[int] = set()
         self._evaluated: dict[int, Evaluation] = {}
         self._cached_levels = np.empty((0, len(shape)), dtype=np.int64)
         self._cached_ids: list[int] = []
         self._cached_sizes: list[int] = []
 
     # -- checking one node ----------------------------------------------------------------
-    def _classes(self, levels: np.ndarray) -> tuple[ClassTable, np.ndarray, np.ndarray]:
+    def _classes(self, levels: np.ndarray) -> tuple[ClassTable, np.ndarray, np.ndarray, int]:
         """Classes at ``levels`` (rolled up from the smallest cached specialization), which
-        classes all models keep, and which the monotone models alone keep."""
+        classes all models keep, which the monotone models alone keep, and how many
+        records every specialization must suppress (:meth:`PrivacyModel.assess`)."""
         below = np.flatnonzero((self._cached_levels <= levels).all(axis=1))
         if below.size:
             source = self._evaluated[self._cached_ids[below[np.argmin(
@@ -147,15 +149,20 @@ class LatticeSearch:
         for model in self._mono_models:
             kept &= model.satisfied(table.counts, table.hist, domain)
         mono_kept = kept.copy()
-        if self._other_models and int(table.counts[~kept].sum()) <= self.max_suppressed:
+        forced = int(table.counts[~kept].sum())
+        if self._other_models and forced <= self.max_suppressed:
             # the other models only decide among the classes the monotone ones keep
             rows = np.flatnonzero(kept)
             hist = None if table.hist is None else table.hist[rows]
             ok = np.ones(rows.size, dtype=bool)
+            least = np.zeros(rows.size, dtype=np.int64)
             for model in self._other_models:
-                ok &= model.satisfied(table.counts[rows], hist, domain)
+                ok_m, least_m = model.assess(table.counts[rows], hist, domain)
+                ok &= ok_m
+                least = np.maximum(least, least_m)
             kept[rows[~ok]] = False
-        return table, kept, mono_kept
+            forced += int(least.sum())
+        return table, kept, mono_kept, forced
 
     def _cache(self, idx: int, ev: Evaluation) -> None:
         """Keep ``ev``'s table as a roll-up source, dropping the largest ones over budget."""
@@ -174,11 +181,11 @@ class LatticeSearch:
         ev = self._evaluated.get(idx)
         if ev is not None:
             if ev.table is None:
-                ev.table, ev.kept, _ = self._classes(ev.levels)
+                ev.table, ev.kept, _, _ = self._classes(ev.levels)
                 self._cache(idx, ev)
             return ev
         levels = self.nodes[idx]
-        table, kept, mono_kept = self._classes(levels)
+        table, kept, mono_kept, forced = self._classes(levels)
         mono_ok = int(table.counts[~mono_kept].sum()) <= self.max_suppressed
         suppressed = int(table.counts[~kept].sum())
         ev = Evaluation(levels, table, kept, suppressed, suppressed <= self.max_suppressed)
@@ -198,23 +205,36 @@ class LatticeSearch:
         lift = self.objective.lift_bound(table, self.k)
         if lift is not None:
             self._raise(above, lift)
-        if not mono_kept.all():
-            # the records the monotone models suppress here are suppressed at every
-            # specialization too (their classes only split)
+        if forced:
+            # every specialization suppresses at least ``forced`` records, among them all
+            # those the monotone models suppress here (their classes only split)
+            below = (self.nodes <= levels).all(axis=1)
+            if forced > self.max_suppressed:
+                self.status[below] = -1
             cost = self.objective.suppression_bound(table, ~mono_kept)
-            floor = self.objective.suppression_floor(int(table.counts[~mono_kept].sum()),
-                                                     self.k)
-            if cost or floor:
-                below = (self.nodes <= levels).all(axis=1)
-                np.maximum(self.penalty, cost, out=self.penalty, where=below)
-                self._raise(below, floor)
-        if ev.anonymous:
-            # every anonymous node checked (also on the way to others) is a candidate
-            loss = self.objective.loss(levels, table, kept)
-            self.best = min(self.best, (loss, int(self.height[idx]), idx))
-            if self.monotone_loss:
-                self._raise(above, loss)
+            np.maximum(self.penalty, cost, out=self.penalty, where=below)
+            self._raise(below, self.objective.suppression_floor(forced, self.k))
+        self._score(idx)
         return ev
+
+    def _score(self, idx: int) -> None:
+        """Offer a checked anonymous node as the optimum: every one is a candidate (also
+        those checked on the way to others), scored once and only if its bound may
+        still beat the best."""
+        ev = self._evaluated[idx]
+        if not ev.anonymous or idx in self._scored or not self._promising(idx):
+            return
+        self._scored.add(idx)
+        if ev.table is None:
+            self.evaluate(idx)
+        loss = self.objective.loss(ev.levels, ev.table, ev.kept)
+        self.best = min(self.best, (loss, int(self.height[idx]), idx))
+        if self.monotone_loss:
+            self._raise(self._above(ev.levels), loss)
+
+    def _promising(self, idx: int) -> bool:
+        lower = max(self.lower[idx], self.bound[idx] + self.penalty[idx])
+        return (lower, int(self.height[idx])) < self.best[:2]
 
     def _above(self, levels: np.ndarray) -> np.ndarray:
         """Mask of the generalizations of ``levels`` (itself included)."""
@@ -281,8 +301,10 @@ class LatticeSearch:
                 self._resolve(idx)        # may raise bounds: choose again
                 continue
             open_[idx] = False
-            if idx not in self._evaluated and not (self.monotone_loss and self._dominated(idx)):
-                self.evaluate(idx)                # anonymous: a candidate
+            if idx in self._evaluated:
+                self._score(idx)
+            elif not (self.monotone_loss and self._dominated(idx)):
+                self.evaluate(idx)                # anonymous: scored
         best_loss, _, best_idx = self.best
         if best_idx < 0:
             raise Unsatisfiable(self.evaluate(len(self.nodes) - 1))

@@ -313,33 +313,34 @@ class _Entropy(Objective):
             self._g.append([-float(np.sum(a * np.log(a / col.counts[level][col.lift(0, level)])))
                             / _LOG2 for level in range(col.height + 1)])
         self.column_bounds = [np.array([_truncate(v) for v in g]) for g in self._g]
-        # code offsets that make the codes of all attributes (at any level) distinct
-        self._offsets = np.cumsum([0] + [int(c.sizes[0]) for c in enc.columns[:-1]])
+        # code offsets that make the codes of all attributes (at any level) distinct, and
+        # the end of the last
+        self._offsets = np.cumsum([0] + [int(c.sizes[0]) for c in enc.columns])
+
+    def _suppressed_terms(self, table: ClassTable, gone: np.ndarray) -> np.ndarray:
+        """``F_j = sum_g c_g log2(s / c_g)`` of the records of classes ``gone``, for every
+        attribute j at once (one bincount over the attributes' offset codes)."""
+        q = len(self.enc.columns)
+        c_rows = table.counts[gone].astype(np.float64)
+        s = float(c_rows.sum())
+        if s == 0:
+            return np.zeros(q)
+        c = np.bincount((table.codes[gone] + self._offsets[:-1]).ravel(),
+                        weights=np.repeat(c_rows, q), minlength=self._offsets[-1])
+        clogc = c * np.log(np.where(c > 0, c, 1.0))
+        return (s * math.log(s) - np.add.reduceat(clogc, self._offsets[:-1])) / _LOG2
 
     def loss(self, levels, table, kept):
-        gone = ~kept
-        s = 0.0 if self.monotonic else float(table.counts[gone].sum())
-        total = 0.0
-        for j, level in enumerate(levels):
-            value = self._g[j][level]
-            if s:
-                c = np.bincount(table.codes[gone, j], weights=table.counts[gone])
-                c = c[c > 0]
-                value -= float(np.sum(c * np.log(c / s))) / _LOG2
-            total += _truncate(value)
-        return total
+        values = [self._g[j][level] for j, level in enumerate(levels)]
+        if not self.monotonic and not kept.all():
+            values = np.asarray(values) + self._suppressed_terms(table, ~kept)
+        return float(sum(_truncate(v) for v in values))
 
     def suppression_bound(self, table, gone):
         if self.monotonic:
             return 0.0
-        # every attribute at once: sum_j F_j = q s log s - sum_{j,g} c_jg log c_jg
-        q = len(self.enc.columns)
-        c_rows = table.counts[gone].astype(np.float64)
-        s = float(c_rows.sum())
-        c = np.bincount((table.codes[gone] + self._offsets).ravel(),
-                        weights=np.repeat(c_rows, q))
-        c = c[c > 0]
-        return max((q * s * math.log(s) - float(c @ np.log(c))) / _LOG2 - q * 1e-10, 0.0)
+        terms = self._suppressed_terms(table, gone)
+        return max(float(terms.sum()) - len(terms) * 1e-10, 0.0)
 
 
 class _Precision(Objective):
