@@ -19,15 +19,20 @@ lower lattice height (as ARX does). It is exact, and prunes in four ways:
   for the lowest node that satisfies the monotone models, so that few nodes are ever
   checked. The other models (entropy or recursive l-diversity, t-closeness under
   suppression) are checked only on nodes that pass the monotone ones, and only on the
-  classes those keep.
+  classes those keep. They are not monotone, but a class that fails one still forces
+  suppression below it: split into parts, the parts that satisfy entropy l-diversity
+  (concave) or t-closeness (convex EMD) can hold only part of its records
+  (:meth:`~veil.anon.models.PrivacyModel.assess`), so a node whose forced suppression
+  exceeds the limit makes all its specializations non-anonymous too.
 * **utility bounds** — best first: the next node is the one with the least lower bound of
   its loss. Bounds start static (:class:`~veil.anon.metrics.Objective`: for non-uniform
   entropy the loss without suppression; for DM* ``n^2 / possible classes``) and are
   raised by every checked node, anonymous or not: its classes bound the loss of all its
-  generalizations (DM*: ``sum c max(c, k)``), and the records it must suppress for
-  k-anonymity are suppressed by all its specializations too, which bounds what
-  suppression adds there (non-uniform entropy). The search stops when no node's bound
-  is below the best loss found.
+  generalizations (DM*: ``sum c max(c, k)``), and the records it must suppress are
+  suppressed by all its specializations too, which bounds what suppression adds there
+  (non-uniform entropy: their entropy; DM*: ``n k + (n - k) t`` for t of them). Every
+  anonymous node checked, also on the way to another, is a candidate. The search stops
+  when no node's bound is below the best loss found.
 * **dominance** — when the loss is monotone among anonymous nodes (no suppression, or
   ARX's monotonic variants), an anonymous node's loss bounds all its generalizations, and
   a node with an anonymous direct specialization is skipped.
@@ -57,7 +62,7 @@ __all__ = ["Evaluation", "LatticeSearch", "SearchResult", "Unsatisfiable"]
 MAX_NODES = 2_000_000
 #: class-table rows kept as roll-up sources; beyond it the largest tables are dropped (and
 #: rebuilt from a finer one if needed again)
-CACHE_ROWS = 1_000_000
+CACHE_ROWS = 200_000
 
 
 @dataclass
@@ -118,7 +123,7 @@ class LatticeSearch:
         self._other_models = [m for m in self.models if m not in self._mono_models]
         self.tagging = not self._other_models
         self.k = max([m.k for m in self.models if isinstance(m, KAnonymity)], default=1)
-        # static lower bounds (the visiting order) and the bounds raised by checked nodes
+        # static lower bounds of the loss, and the bounds raised by checked nodes
         self.bound = objective.static_bounds(self.nodes, self.k, self.max_suppressed)
         self.lower = self.bound.astype(np.float64)
         # a lower bound of the loss that suppression adds to ``bound`` (see evaluate)

@@ -18,7 +18,10 @@ monotone under generalization (a union of classes that satisfy them satisfies th
 counts add, distinct values unite, entropy is concave, recursive (c,l) is proved monotone
 by Machanavajjhala et al., and the EMD is convex in the distribution). With suppression
 only k-anonymity and distinct l-diversity remain monotone: a failing class merged with a
-passing one passes, so the suppressed records can only shrink.
+passing one passes, so the suppressed records can only shrink. For the others,
+:meth:`PrivacyModel.assess` bounds how many records of a failing class every
+specialization must still suppress (from the concavity of entropy and the convexity of
+the EMD), which the search uses to rule out specializations.
 """
 
 from __future__ import annotations
