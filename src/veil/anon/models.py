@@ -194,6 +194,7 @@ class TCloseness(PrivacyModel):
             raise ConfigError(f"hierarchy={hierarchy!r} is not allowed: pass a Hierarchy")
         self.hierarchy = hierarchy
         self._tree: tuple[SensitiveDomain, HierarchyTree] | None = None
+        self._top: tuple[SensitiveDomain, float] | None = None   # the largest distance
 
     def resolved_distance(self, domain: SensitiveDomain) -> str:
         if self.distance != "auto":
@@ -236,7 +237,9 @@ class TCloseness(PrivacyModel):
         d = self.distances(hist, domain)
         t = self.t + _TOL
         ok = d <= t
-        top = float(self.distances(np.eye(domain.size), domain).max())
+        if self._top is None or self._top[0] is not domain:
+            self._top = (domain, float(self.distances(np.eye(domain.size), domain).max()))
+        top = self._top[1]
         if top <= t:
             return ok, np.zeros_like(counts)
         share = np.clip((d - t) / (top - t), 0, 1)
