@@ -8,9 +8,9 @@ from veil.errors import ConfigError, DataError
 def test_input_is_never_modified(table):
     df, hierarchies = table
     before = df.copy()
-    for algorithm in ("optimal", "mondrian"):
-        anonymize(df, hierarchies, "disease", [KAnonymity(5), LDiversity(2)],
-                  algorithm=algorithm)
+    anonymize(df, hierarchies, "disease", [KAnonymity(5), LDiversity(2)])
+    anonymize(df, {**hierarchies, "age": None, "zip": None}, "disease",
+              [KAnonymity(5), LDiversity(2)], algorithm="mondrian")
     anonymize(df, ["age"], models=[KAnonymity(5)], algorithm="mdav")
     anonymize(df, list(hierarchies), "disease", [LDiversity(2)], algorithm="anatomy", rng=1)
     pd.testing.assert_frame_equal(df, before)
@@ -78,3 +78,29 @@ def test_hierarchies_may_be_given_as_rows(table):
     with pytest.raises(ConfigError, match="pass a Hierarchy"):
         anonymize(df, {"age": 5}, models=[KAnonymity(4)])
     assert isinstance(hierarchies["age"], Hierarchy)
+
+
+def test_sensitive_hierarchy_missing_a_value_names_the_column(table):
+    df, hierarchies = table
+    partial = Hierarchy([["flu", "respiratory", "*"], ["bronchitis", "respiratory", "*"],
+                         ["pneumonia", "respiratory", "*"], ["gastritis", "stomach", "*"],
+                         ["ulcer", "stomach", "*"]])                # no 'cancer', no name
+    with pytest.raises(DataError, match="value 'cancer' of column 'disease' is missing"):
+        anonymize(df, hierarchies, "disease", [KAnonymity(2), TCloseness(0.3,
+                                                                        hierarchy=partial)])
+
+
+def test_mondrian_refuses_a_hierarchy_for_a_numeric_column(table):
+    df, hierarchies = table
+    with pytest.raises(ConfigError, match=r"quasi_identifiers\['age'\]: a hierarchy was "
+                                          r"given for a numeric column.*'age': None"):
+        anonymize(df, hierarchies, "disease", [KAnonymity(5)], algorithm="mondrian")
+
+
+def test_monotonic_option_is_checked(table):
+    df, hierarchies = table
+    with pytest.raises(ConfigError, match="monotonic='yes' is not allowed"):
+        anonymize(df, hierarchies, models=[KAnonymity(2)], monotonic="yes")
+    with pytest.raises(ConfigError, match="monotonic=True is not allowed with "
+                                          "metric='aecs'"):
+        anonymize(df, hierarchies, models=[KAnonymity(2)], metric="aecs", monotonic=True)

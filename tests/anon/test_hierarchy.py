@@ -18,10 +18,26 @@ def test_arx_file_round_trip(tmp_path):
     assert out.read_text() == path.read_text()
 
 
-def test_separator_is_detected(tmp_path):
+def test_arx_files_are_semicolon_separated_with_commas_in_labels(tmp_path):
+    """ARX's own hierarchies hold commas in labels (``[0,4]``): never split on them."""
+    path = tmp_path / "age.csv"
+    path.write_text("1;[0,4];*\n2;[0,4];*\n7;[5,9];*\n")
+    h = Hierarchy.from_csv(path)
+    assert h.n_levels == 3 and h.labels(1).tolist() == ["[0,4]", "[0,4]", "[5,9]"]
+    fars = tmp_path / "injury.csv"
+    fars.write_text("No;0-1;*\nFatal Injury;2-3;*\nInj, Sev Unk;2-3;*\n")
+    assert Hierarchy.from_csv(fars).values.tolist() == ["No", "Fatal Injury", "Inj, Sev Unk"]
+
+
+def test_other_separators_are_explicit(tmp_path):
     path = tmp_path / "h.csv"
     path.write_text("a,x,*\nb,x,*\nc,y,*\n")
-    assert Hierarchy.from_csv(path).labels(1).tolist() == ["x", "x", "y"]
+    with pytest.raises(DataError, match=r"has no ';' separator but every row holds ','.*"
+                                        r"sep=','.*--hierarchy-sep"):
+        Hierarchy.from_csv(path)
+    assert Hierarchy.from_csv(path, sep=",").labels(1).tolist() == ["x", "x", "y"]
+    with pytest.raises(ConfigError, match="sep=';;' is not allowed"):
+        Hierarchy.from_csv(path, sep=";;")
     assert sniff_separator("a;b;c\nd;e;f\n") == ";"
 
 
@@ -39,9 +55,29 @@ def test_not_a_tree_is_rejected():
         Hierarchy([["a", "x", "p", "*"], ["b", "x", "q", "*"]])
 
 
-def test_duplicate_and_empty_cells_are_rejected():
-    with pytest.raises(DataError, match="'a' more than once"):
-        Hierarchy([["a", "*"], ["a", "*"]])
+def test_repeated_rows_are_accepted_conflicting_ones_refused():
+    h = Hierarchy([["a", "x", "*"], ["b", "x", "*"], ["a", "x", "*"]])    # as ARX accepts
+    assert h.values.tolist() == ["a", "b"] and h.labels(1).tolist() == ["x", "x"]
+    with pytest.raises(DataError, match=r"'a' twice with different generalizations: row 1 "
+                                        r"\['a', 'x', '\*'\] and row 3 \['a', 'y', '\*'\]"):
+        Hierarchy([["a", "x", "*"], ["b", "x", "*"], ["a", "y", "*"]])
+
+
+def test_values_print_plainly():
+    """numpy strings print as 'Bachelors', not np.str_('Bachelors')."""
+    h = Hierarchy(np.array([["Bachelors", "x"], ["Masters", "x"]]), name="education")
+    assert type(h.values[0]) is str
+    with pytest.raises(DataError) as info:
+        h.positions(np.array(["Bachelors", "PhD"]))
+    assert "value 'PhD' of column 'education'" in str(info.value)
+    assert "np.str_" not in str(info.value)
+    assert type(value_keys(np.array(["Bachelors"]))[0]) is str
+    with pytest.raises(DataError) as info:
+        Hierarchy(np.array([["a", "x", "p"], ["b", "x", "q"]]))
+    assert "label 'x' at level 1 generalizes to ['p', 'q']" in str(info.value)
+
+
+def test_empty_cells_are_rejected():
     with pytest.raises(DataError, match="empty cell"):
         Hierarchy([["a", ""], ["b", "*"]])
 

@@ -57,9 +57,14 @@ def test_summary_table_and_other_algorithms(tmp_path, capsys):
                  "disease", "--k", "4", "--l", "2", "--suppress", "0.05"]) == 0
     printed = capsys.readouterr().out
     assert "levels" in printed and "entropy" in printed and "classes" in printed
-    assert main(["anonymize", str(table), *qis, "--qi", "sex", "--sensitive", "disease",
-                 "--k", "4", "--algorithm", "mondrian", "--json"]) == 0
+    assert main(["anonymize", str(table), "--qi", "age", "--qi", "zip", "--qi", "sex",
+                 "--sensitive", "disease", "--k", "4", "--algorithm", "mondrian",
+                 "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["k"] >= 4
+    # Mondrian cuts numbers by value: a hierarchy for one is refused, not ignored
+    assert main(["anonymize", str(table), *qis, "--qi", "sex", "--sensitive", "disease",
+                 "--k", "4", "--algorithm", "mondrian"]) == 2
+    assert "hierarchy was given for a numeric column" in capsys.readouterr().err
     out = tmp_path / "qit.csv"
     assert main(["anonymize", str(table), *qis, "--qi", "sex", "--sensitive", "disease",
                  "--l", "3", "--algorithm", "anatomy", "--out", str(out)]) == 0
@@ -92,3 +97,34 @@ def test_cli_errors_are_messages(tmp_path, capsys):
     for argv, message in cases:
         assert main(argv) == 2
         assert message in capsys.readouterr().err.replace("\n", " ")
+
+
+def test_arx_hierarchy_files_with_commas_and_other_separators(tmp_path, capsys):
+    """ARX hierarchies are ';'-separated and their labels hold commas (``[20,24]``)."""
+    table = tmp_path / "t.csv"
+    rows = [(20 + i % 20, "FM"[i % 3 > 0], ["flu", "ulcer", "cancer"][i % 3])
+            for i in range(90)]
+    pd.DataFrame(rows, columns=["age", "sex", "disease"]).to_csv(table, index=False)
+    age = tmp_path / "age.csv"
+    age.write_text("".join(f"{a};[{a - a % 5},{a - a % 5 + 4}];[{a - a % 10},"
+                           f"{a - a % 10 + 9}];*\n" for a in range(20, 40)))
+    out = tmp_path / "out.csv"
+    assert main(["anonymize", str(table), "--qi", f"age={age}", "--sensitive", "disease",
+                 "--k", "10", "--out", str(out), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["levels"] == {"age": 1} and summary["k"] >= 10
+    assert set(pd.read_csv(out, dtype=str)["age"]) == {"[20,24]", "[25,29]", "[30,34]",
+                                                       "[35,39]"}
+    sex = tmp_path / "sex.csv"
+    sex.write_text("M,*\nF,*\nM,*\n")          # comma-separated, one row repeated
+    args = ["anonymize", str(table), "--qi", f"sex={sex}", "--sensitive", "disease",
+            "--k", "50", "--json"]
+    assert main(args) == 2
+    assert "pass sep=','" in capsys.readouterr().err.replace("\n", " ")
+    assert main([*args, "--hierarchy-sep", ","]) == 0
+    assert json.loads(capsys.readouterr().out)["levels"] == {"sex": 1}
+    assert main([*args, "--hierarchy-sep", ",", "--suppress", "0.5", "--metric",
+                 "discernibility", "--monotonic"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["levels"] == {"sex": 0} and summary["suppressed"] == 30
+    assert summary["discernibility"] == 60 ** 2 + 30 ** 2     # monotonic: as if kept

@@ -29,6 +29,7 @@ from veil.anon.encoding import EncodedTable, SensitiveDomain
 from veil.anon.hierarchy import Hierarchy
 from veil.anon.lattice import LatticeSearch, Unsatisfiable
 from veil.anon.metrics import (
+    MONOTONIC_VARIANTS,
     OBJECTIVES,
     SUPPRESSED,
     class_ids,
@@ -146,8 +147,8 @@ def _privacy_metrics(report: CheckReport, sizes: np.ndarray,
 def anonymize(df: pd.DataFrame, quasi_identifiers: Mapping[str, Any] | Sequence[str],
               sensitive: str | None = None, models: Sequence[PrivacyModel] = (), *,
               algorithm: str = "optimal", suppression_limit: float = 0.0,
-              metric: str = "entropy", strict: bool = False, risk_threshold: float = 0.2,
-              rng: Any = None) -> AnonymizationResult:
+              metric: str = "entropy", monotonic: bool = False, strict: bool = False,
+              risk_threshold: float = 0.2, rng: Any = None) -> AnonymizationResult:
     """Anonymize ``df`` so that every model in ``models`` holds.
 
     Parameters
@@ -160,12 +161,18 @@ def anonymize(df: pd.DataFrame, quasi_identifiers: Mapping[str, Any] | Sequence[
     suppression_limit : share of records that may be suppressed (``"optimal"`` only).
     metric : objective of ``"optimal"``: ``"entropy"`` (non-uniform entropy, ARX's),
         ``"discernibility"`` (DM*), ``"aecs"``, ``"loss"`` (LM/NCP) or ``"precision"``.
+    monotonic : ARX's monotonic variant of ``"entropy"`` and ``"discernibility"`` under
+        suppression: a suppressed record costs what it would cost in its class, as if it
+        were kept (ARX's ``createEntropyMetric(true)`` and ``MetricSDDiscernability``).
+        The default (False) is ARX's non-monotonic variant, which charges suppression:
+        :mod:`veil.anon.metrics` states both. Without suppression they coincide.
     strict : Mondrian's strict (non-overlapping) cuts instead of relaxed ones.
     risk_threshold : records whose prosecutor risk exceeds it count as at risk.
     rng : randomness of anatomy (:mod:`veil.random`; secure by default).
 
     Raises DataError when the models cannot be met (within the suppression limit), with
-    the best achievable values.
+    the best achievable values, or cannot be met by any algorithm (k above the number of
+    records, l above the number of distinct sensitive values).
     """
     if algorithm not in ALGORITHMS:
         raise ConfigError(f"algorithm={algorithm!r} is not allowed: choose one of "
@@ -180,13 +187,37 @@ def anonymize(df: pd.DataFrame, quasi_identifiers: Mapping[str, Any] | Sequence[
     if suppression_limit and algorithm != "optimal":
         raise ConfigError(f"suppression_limit={suppression_limit!r} is not allowed with "
                           f"algorithm={algorithm!r}: only 'optimal' suppresses records")
+    if not isinstance(monotonic, bool):
+        raise ConfigError(f"monotonic={monotonic!r} is not allowed: pass True or False")
+    if monotonic and metric not in MONOTONIC_VARIANTS:
+        raise ConfigError(f"monotonic=True is not allowed with metric={metric!r}: only "
+                          f"{' and '.join(map(repr, MONOTONIC_VARIANTS))} have a monotonic "
+                          "variant")
     risk_from_sizes(np.ones(1), risk_threshold)  # validates the threshold
     qis = _validate(df, quasi_identifiers, sensitive, models)
     models = tuple(models)
+    _check_possible(df, sensitive, models)
     runner = {"optimal": _optimal, "mondrian": _mondrian, "mdav": _mdav,
               "anatomy": _anatomy}[algorithm]
     return runner(df, qis, sensitive, models, suppression_limit=suppression_limit,
-                  metric=metric, strict=strict, risk_threshold=risk_threshold, rng=rng)
+                  metric=metric, monotonic=monotonic, strict=strict,
+                  risk_threshold=risk_threshold, rng=rng)
+
+
+def _check_possible(df: pd.DataFrame, sensitive: str | None,
+                    models: Sequence[PrivacyModel]) -> None:
+    """Refuse models no algorithm can meet: every kept class needs k records and l
+    distinct sensitive values (entropy and recursive l-diversity need them too)."""
+    for model in models:
+        if isinstance(model, KAnonymity) and model.k > len(df):
+            raise DataError(f"{model} is impossible: the table has only {len(df)} records, "
+                            f"and every released class must hold at least k={model.k}")
+        if isinstance(model, LDiversity):
+            distinct = int(df[sensitive].nunique())
+            if model.l > distinct:
+                raise DataError(f"{model} is impossible: sensitive column {sensitive!r} "
+                                f"holds only {distinct} distinct values, and every released "
+                                f"class needs at least l={model.l}")
 
 
 def _domain(df: pd.DataFrame, sensitive: str | None,
@@ -197,8 +228,8 @@ def _domain(df: pd.DataFrame, sensitive: str | None,
     return domain
 
 
-def _optimal(df, qis, sensitive, models, *, suppression_limit, metric, risk_threshold,
-             **_) -> AnonymizationResult:
+def _optimal(df, qis, sensitive, models, *, suppression_limit, metric, monotonic,
+             risk_threshold, **_) -> AnonymizationResult:
     missing = [c for c, h in qis.items() if h is None]
     if missing:
         raise ConfigError(f"algorithm='optimal' needs a hierarchy for every quasi-identifier; "
@@ -209,7 +240,7 @@ def _optimal(df, qis, sensitive, models, *, suppression_limit, metric, risk_thre
                        histograms=any(m.needs_sensitive for m in models))
     encoded = time.perf_counter()
     limit = max_suppressed(suppression_limit, len(df))
-    search = LatticeSearch(enc, models, limit, OBJECTIVES[metric](enc))
+    search = LatticeSearch(enc, models, limit, OBJECTIVES[metric](enc, monotonic=monotonic))
     try:
         found = search.run()
     except Unsatisfiable as exc:
@@ -227,8 +258,8 @@ def _optimal(df, qis, sensitive, models, *, suppression_limit, metric, risk_thre
     classes = pd.DataFrame({col.name: col.labels[ev.levels[j]][table.codes[kept, j]]
                             for j, col in enumerate(enc.columns)})
     classes["size"] = table.counts[kept]
-    metrics = {name: OBJECTIVES[name](enc).loss(ev.levels, table, kept)
-               for name in ("entropy", "discernibility", "aecs", "loss")}
+    metrics = {name: OBJECTIVES[name](enc, monotonic=monotonic and name == metric).loss(
+        ev.levels, table, kept) for name in ("entropy", "discernibility", "aecs", "loss")}
     metrics["discernibility"] = int(metrics["discernibility"])
     metrics["precision"] = 1.0 - OBJECTIVES["precision"](enc).loss(ev.levels, table, kept)
     sizes = table.counts[kept]
@@ -255,12 +286,14 @@ def _unsatisfiable(top, enc: EncodedTable, models, suppression_limit: float,
                          for k, v in report.as_dict().items()
                          if k in ("k", "l_distinct", "l_entropy", "c", "t"))
     share = top.suppressed / enc.n
+    advice = (f"Raise suppression_limit to at least {share:.4g} or relax the models."
+              if top.suppressed < enc.n else "No suppression limit can help (it would "
+              "suppress every record): relax the models.")
     return (f"the privacy models [{', '.join(map(str, models))}] cannot be met within "
             f"suppression_limit={suppression_limit:g} ({limit} of {enc.n} records): the most "
             f"general transformation {dict(zip(enc.names, top.levels.tolist()))} still has "
             f"{top.suppressed} records ({share:.2%}) in classes that violate them. Best "
-            f"achievable there: {achieved}. Raise suppression_limit to at least "
-            f"{share:.4g} or relax the models.")
+            f"achievable there: {achieved}. {advice}")
 
 
 def _released_result(df: pd.DataFrame, released: pd.DataFrame, qis: Sequence[str],
@@ -331,8 +364,6 @@ def _mdav(df, qis, sensitive, models, *, risk_threshold, **_):
                             f"holds non-numeric values such as {df[c][x.isna()].iloc[0]!r}")
         values.append(x.to_numpy(dtype=np.float64))
     X = np.stack(values, axis=1)
-    if len(df) < k:
-        raise _unmet(models, check(df, list(qis)), "the whole table")
     Z = standardize(X)
     groups = mdav(Z, k)
     counts = np.bincount(groups)

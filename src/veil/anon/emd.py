@@ -44,8 +44,9 @@ class HierarchyTree:
     (levels count up from the leaves, which are the domain values in the given order).
     """
 
-    def __init__(self, hierarchy: Hierarchy, domain_labels: np.ndarray) -> None:
-        pos = hierarchy.positions(domain_labels)
+    def __init__(self, hierarchy: Hierarchy, domain_labels: np.ndarray,
+                 column: str | None = None) -> None:
+        pos = hierarchy.positions(domain_labels, column)
         self.height = hierarchy.height
         self.up: list[np.ndarray] = []
         prev, size = np.arange(len(pos)), len(pos)

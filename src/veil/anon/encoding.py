@@ -41,26 +41,37 @@ class ClassTable:
         return self.counts.shape[0]
 
 
-def classify(codes: np.ndarray, radices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Class index of every row of ``codes`` and the codes of each class (in key order)."""
+def _strides(radices: np.ndarray) -> np.ndarray:
+    """Mixed-radix place values: the key of a code tuple is ``codes @ strides``."""
     strides = np.ones(len(radices), dtype=np.int64)
     for j in range(len(radices) - 2, -1, -1):
         strides[j] = strides[j + 1] * radices[j + 1]
-    space = math.prod(int(r) for r in radices)
-    if space >= 1 << 62:                       # keys would overflow: group the tuples
+    return strides
+
+
+def _fits(radices: np.ndarray) -> bool:
+    """Whether every key of this radix system fits in an int64."""
+    return math.prod(int(r) for r in radices) < 1 << 62
+
+
+def classify(codes: np.ndarray, radices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Class index of every row of ``codes`` and the codes of each class (in key order)."""
+    if not _fits(radices):                     # keys would overflow: group the tuples
         unique, inverse = np.unique(codes, axis=0, return_inverse=True)
         return inverse.ravel(), unique
-    key = codes @ strides
+    return classify_keys(codes @ _strides(radices), radices)
+
+
+def classify_keys(key: np.ndarray, radices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`classify` of rows given by their keys (``codes @ strides``)."""
+    strides = _strides(radices)
+    space = math.prod(int(r) for r in radices)
     if space <= min(_DENSE_LIMIT, 8 * key.size + 4096):
         occupied = np.bincount(key, minlength=space) > 0
         present = np.flatnonzero(occupied)
         return (np.cumsum(occupied) - 1)[key], (present[:, None] // strides) % radices
-    order = np.argsort(key, kind="stable")
-    sorted_key = key[order]
-    starts = np.flatnonzero(np.r_[True, sorted_key[1:] != sorted_key[:-1]])
-    inverse = np.empty(key.size, dtype=np.int64)
-    inverse[order] = np.repeat(np.arange(starts.size), np.diff(np.r_[starts, key.size]))
-    return inverse, codes[order[starts]]
+    present, inverse = np.unique(key, return_inverse=True)
+    return inverse.ravel(), (present[:, None] // strides) % radices
 
 
 def group(codes: np.ndarray, radices: np.ndarray, counts: np.ndarray | None = None,
@@ -71,13 +82,20 @@ def group(codes: np.ndarray, radices: np.ndarray, counts: np.ndarray | None = No
     ``counts`` (None: each row counts 1) and ``hist`` (classes x m) are summed; rows may
     instead carry one ``sensitive`` code each (histograms with ``n_sensitive`` bins).
     """
-    inverse, new_codes = classify(codes, radices)
+    return _merge(*classify(codes, radices), counts, hist, sensitive, n_sensitive)
+
+
+def _merge(inverse: np.ndarray, new_codes: np.ndarray, counts: np.ndarray | None,
+           hist: np.ndarray | None, sensitive: np.ndarray | None,
+           n_sensitive: int) -> ClassTable:
     size = new_codes.shape[0]
     new_counts = np.bincount(inverse, weights=counts, minlength=size).astype(np.int64)
     new_hist = None
-    if hist is not None:
-        new_hist = np.stack([np.bincount(inverse, weights=hist[:, s], minlength=size)
-                             for s in range(hist.shape[1])], axis=1).astype(np.int64)
+    if hist is not None:                       # one bincount for all sensitive values
+        m = hist.shape[1]
+        cells = (inverse[:, None] * m + np.arange(m)).ravel()
+        new_hist = np.bincount(cells, weights=hist.ravel(), minlength=size * m).reshape(
+            size, m).astype(np.int64)
     elif sensitive is not None:
         new_hist = np.bincount(inverse * n_sensitive + sensitive,
                                minlength=size * n_sensitive).reshape(size, n_sensitive)
@@ -187,11 +205,18 @@ class EncodedTable:
 
     def rollup(self, table: ClassTable, source: np.ndarray, target: np.ndarray) -> ClassTable:
         """Classes at ``target`` levels from the classes at the finer ``source`` levels."""
-        codes = table.codes.copy()
-        for j, (a, b) in enumerate(zip(source, target)):
-            if a != b:
-                codes[:, j] = self.columns[j].lift(int(a), int(b))[codes[:, j]]
-        return group(codes, self.radices(target), table.counts, table.hist)
+        radices = self.radices(target)
+        if not _fits(radices):
+            codes = table.codes.copy()
+            for j, (a, b) in enumerate(zip(source, target)):
+                if a != b:
+                    codes[:, j] = self.columns[j].lift(int(a), int(b))[codes[:, j]]
+            return group(codes, radices, table.counts, table.hist)
+        key = np.zeros(len(table), dtype=np.int64)   # the lifted codes' keys, directly
+        for j, (a, b, stride) in enumerate(zip(source, target, _strides(radices))):
+            lifted = self.columns[j].lift(int(a), int(b)) * stride
+            key += lifted[table.codes[:, j]]
+        return _merge(*classify_keys(key, radices), table.counts, table.hist, None, 0)
 
     def row_codes(self, levels: np.ndarray) -> np.ndarray:
         """Codes of every row at ``levels`` (rows x columns)."""

@@ -67,7 +67,7 @@ def value_keys(values: Iterable) -> np.ndarray:
         if np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
             return arr.astype(np.int64).astype(str).astype(object)
         return np.array([_fmt_number(x) for x in arr], dtype=object)
-    return np.array([v if isinstance(v, str) else (_fmt_number(v) if isinstance(
+    return np.array([str(v) if isinstance(v, str) else (_fmt_number(v) if isinstance(
         v, numbers.Real) and not isinstance(v, bool) else str(v)) for v in series], dtype=object)
 
 
@@ -80,8 +80,9 @@ class Hierarchy:
         column 0 holds the original values.
     name : used in error messages (the column the hierarchy belongs to).
 
-    Raises :class:`~veil.errors.DataError` for ragged rows, empty cells, duplicate original
-    values or a table that is not a tree.
+    Raises :class:`~veil.errors.DataError` for ragged rows, empty cells, an original value
+    listed twice with different generalizations (exact repeats of a row are dropped, as
+    ARX does) or a table that is not a tree.
     """
 
     def __init__(self, rows: Sequence[Sequence[object]] | np.ndarray | pd.DataFrame, *,
@@ -105,10 +106,7 @@ class Hierarchy:
         if width < 1:
             raise DataError(f"{label} has no levels")
         arr = np.array([[_cell(c) for c in row] for row in table], dtype=object)
-        values, counts = np.unique(arr[:, 0].astype(str), return_counts=True)
-        if np.any(counts > 1):
-            duplicate = str(values[counts > 1][0])
-            raise DataError(f"{label} lists the original value {duplicate!r} more than once")
+        arr = _drop_repeated_rows(arr, label)
         for level in range(width - 1):
             pairs = pd.DataFrame({"a": arr[:, level], "b": arr[:, level + 1]}).drop_duplicates()
             dup = pairs["a"].duplicated(keep=False)
@@ -122,15 +120,29 @@ class Hierarchy:
 
     # -- construction ------------------------------------------------------------------
     @classmethod
-    def from_csv(cls, path: str | os.PathLike, *, sep: str | None = None,
+    def from_csv(cls, path: str | os.PathLike, *, sep: str = ";",
                  name: str | None = None) -> Hierarchy:
-        """Read an ARX-style hierarchy file (no header; ``sep`` sniffed when None)."""
+        """Read a hierarchy file as ARX writes and reads it: no header, ``;``-separated.
+
+        The separator is never guessed: ARX's labels often hold commas (``[0,4]``,
+        ``Inj, Sev Unk``), so a file of comma-separated rows needs ``sep=","``. A file
+        whose rows are all single fields while each holds another separator is refused
+        with that advice rather than read as a one-level hierarchy.
+        """
+        if not isinstance(sep, str) or len(sep) != 1 or sep in "\r\n\"":
+            raise ConfigError(f"sep={sep!r} is not allowed: pass one character such as "
+                              "';' (ARX), ',' or '\\t'")
         try:
             text = Path(path).read_text(encoding="utf-8-sig")
         except (OSError, UnicodeDecodeError) as exc:
             raise DataError(f"hierarchy file {str(path)!r} cannot be read: {exc}") from None
-        sep = sep or sniff_separator(text[:8192])
         rows = [row for row in csv.reader(io.StringIO(text), delimiter=sep) if row]
+        if rows and all(len(row) == 1 for row in rows):
+            other = [s for s in SEPARATORS if s != sep and all(s in row[0] for row in rows)]
+            if other:
+                raise DataError(f"hierarchy file {str(path)!r} has no {sep!r} separator but "
+                                f"every row holds {other[0]!r}: pass sep={other[0]!r} (CLI: "
+                                f"--hierarchy-sep {other[0]!r})")
         return cls(rows, name=name or Path(path).stem)
 
     @classmethod
@@ -248,4 +260,18 @@ def _missing(cell: object) -> bool:
 
 
 def _cell(cell: object) -> str:
-    return cell if isinstance(cell, str) else value_keys([cell])[0]
+    return str(cell) if isinstance(cell, str) else value_keys([cell])[0]
+
+
+def _drop_repeated_rows(arr: np.ndarray, label: str) -> np.ndarray:
+    """Rows without exact repeats (ARX accepts them); one value with two paths is refused."""
+    frame = pd.DataFrame(arr)
+    unique = frame.drop_duplicates()
+    clash = unique[0].duplicated(keep=False)
+    if clash.any():
+        value = unique[0][clash].iloc[0]
+        where = np.flatnonzero(arr[:, 0] == value)[:2]
+        raise DataError(f"{label} lists the original value {value!r} twice with different "
+                        f"generalizations: row {where[0] + 1} {arr[where[0]].tolist()} and "
+                        f"row {where[1] + 1} {arr[where[1]].tolist()}")
+    return arr if len(unique) == len(frame) else arr[np.sort(unique.index.to_numpy())]

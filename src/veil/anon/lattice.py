@@ -3,21 +3,39 @@
 The lattice holds every transformation (one level per quasi-identifier); x <= y when every
 level of x is at most y's. The search returns the transformation that satisfies the privacy
 models within the suppression limit ("anonymous") with the least loss, ties broken by the
-lower lattice height (as ARX does). It is exact, and prunes in three ways:
+lower lattice height (as ARX does). It is exact, and prunes in four ways:
 
-* **utility bound** — nodes are visited in increasing order of a lower bound of their
-  loss (for additive metrics such as non-uniform entropy the bound is the loss itself
-  when nothing is suppressed); the search stops when the bound reaches the best loss
-  found. With no suppression every metric is monotone, so a node's loss also bounds every
-  generalization of it, and a node with an anonymous direct specialization is skipped.
-* **predictive tagging** (Samarati 2001; Flash, Kohlmayer et al. 2012) — for the models
-  that are monotone under the suppression limit (:mod:`veil.anon.models`; all of them
-  without suppression), a node that satisfies them makes all its generalizations satisfy
-  them, and a node that does not makes all its specializations fail (and so non-anonymous
-  whatever the other models say). An unknown node is resolved Flash-style: a path is built
-  upwards from it through unknown nodes and binary-searched for the lowest node that
-  satisfies the monotone models, so that few nodes are ever checked; a node that passes
-  them is then checked against the non-monotone models, if any.
+* **predictive tagging** (Samarati 2001; Flash, Kohlmayer et al. 2012) on the models that
+  are monotone under the suppression limit (:mod:`veil.anon.models`; all of them without
+  suppression). k-anonymity with at most s suppressed records is monotone: if node x
+  leaves at most s records in classes smaller than k, a generalization y >= x merges each
+  class of x into one class of y, at least as large, so every record kept at x (in a class
+  of size >= k) is in a class of size >= k at y too; the records y must suppress are a
+  subset of those x suppresses, at most s. (Distinct l-diversity likewise: a merged class
+  holds every value of its parts.) So a node that satisfies these models makes all its
+  generalizations satisfy them, and a node that does not makes all its specializations
+  fail (and so non-anonymous whatever the other models say). An unknown node is resolved
+  Flash-style: a path is built upwards from it through unknown nodes and binary-searched
+  for the lowest node that satisfies the monotone models, so that few nodes are ever
+  checked. The other models (entropy or recursive l-diversity, t-closeness under
+  suppression) are checked only on nodes that pass the monotone ones, and only on the
+  classes those keep. They are not monotone, but a class that fails one still forces
+  suppression below it: split into parts, the parts that satisfy entropy l-diversity
+  (concave) or t-closeness (convex EMD) can hold only part of its records
+  (:meth:`~veil.anon.models.PrivacyModel.assess`), so a node whose forced suppression
+  exceeds the limit makes all its specializations non-anonymous too.
+* **utility bounds** — best first: the next node is the one with the least lower bound of
+  its loss. Bounds start static (:class:`~veil.anon.metrics.Objective`: for non-uniform
+  entropy the loss without suppression; for DM* ``n^2 / possible classes``) and are
+  raised by every checked node, anonymous or not: its classes bound the loss of all its
+  generalizations (DM*: ``sum c max(c, k)``), and the records it must suppress are
+  suppressed by all its specializations too, which bounds what suppression adds there
+  (non-uniform entropy: their entropy; DM*: ``n k + (n - k) t`` for t of them). Every
+  anonymous node checked, also on the way to another, is a candidate. The search stops
+  when no node's bound is below the best loss found.
+* **dominance** — when the loss is monotone among anonymous nodes (no suppression, or
+  ARX's monotonic variants), an anonymous node's loss bounds all its generalizations, and
+  a node with an anonymous direct specialization is skipped.
 * **roll-up** (Incognito, LeFevre et al. 2005) — a node's classes are computed from the
   smallest class table of an already checked specialization, not from the rows.
 """
@@ -102,22 +120,28 @@ class LatticeSearch:
         self.monotone = np.zeros(size, dtype=np.int8)
         self._mono_models = [m for m in self.models if self.max_suppressed == 0
                              or m.monotone_with_suppression]
-        self.tagging = len(self._mono_models) == len(self.models)
-        bounds = objective.column_bounds
-        k = max([m.k for m in self.models if isinstance(m, KAnonymity)], default=1)
-        if bounds is None:
-            self.bound = np.full(size, objective.floor(k))
-        else:
-            self.bound = sum(b[self.nodes[:, j]] for j, b in enumerate(bounds))
+        self._other_models = [m for m in self.models if m not in self._mono_models]
+        self.tagging = not self._other_models
+        self.k = max([m.k for m in self.models if isinstance(m, KAnonymity)], default=1)
+        # static lower bounds of the loss, and the bounds raised by checked nodes
+        self.bound = objective.static_bounds(self.nodes, self.k, self.max_suppressed)
+        self.lower = self.bound.astype(np.float64)
+        # a lower bound of the loss that suppression adds to ``bound`` (see evaluate)
+        self.penalty = np.zeros(size)
+        self.monotone_loss = objective.monotone(self.max_suppressed)
+        # the best anonymous node checked so far: (loss, height, index)
+        self.best: tuple[float, int, int] = (math.inf, 0, -1)
+        self._scored: set[int] = set()
         self._evaluated: dict[int, Evaluation] = {}
         self._cached_levels = np.empty((0, len(shape)), dtype=np.int64)
         self._cached_ids: list[int] = []
         self._cached_sizes: list[int] = []
 
     # -- checking one node ----------------------------------------------------------------
-    def _classes(self, levels: np.ndarray) -> tuple[ClassTable, np.ndarray, bool]:
+    def _classes(self, levels: np.ndarray) -> tuple[ClassTable, np.ndarray, np.ndarray, int]:
         """Classes at ``levels`` (rolled up from the smallest cached specialization), which
-        classes all models keep, and whether the monotone models alone are satisfied."""
+        classes all models keep, which the monotone models alone keep, and how many
+        records every specialization must suppress (:meth:`PrivacyModel.assess`)."""
         below = np.flatnonzero((self._cached_levels <= levels).all(axis=1))
         if below.size:
             source = self._evaluated[self._cached_ids[below[np.argmin(
@@ -129,11 +153,21 @@ class LatticeSearch:
         kept = np.ones(len(table), dtype=bool)
         for model in self._mono_models:
             kept &= model.satisfied(table.counts, table.hist, domain)
-        mono_ok = int(table.counts[~kept].sum()) <= self.max_suppressed
-        for model in self.models:
-            if model not in self._mono_models:
-                kept &= model.satisfied(table.counts, table.hist, domain)
-        return table, kept, mono_ok
+        mono_kept = kept.copy()
+        forced = int(table.counts[~kept].sum())
+        if self._other_models and forced <= self.max_suppressed:
+            # the other models only decide among the classes the monotone ones keep
+            rows = np.flatnonzero(kept)
+            hist = None if table.hist is None else table.hist[rows]
+            ok = np.ones(rows.size, dtype=bool)
+            least = np.zeros(rows.size, dtype=np.int64)
+            for model in self._other_models:
+                ok_m, least_m = model.assess(table.counts[rows], hist, domain)
+                ok &= ok_m
+                least = np.maximum(least, least_m)
+            kept[rows[~ok]] = False
+            forced += int(least.sum())
+        return table, kept, mono_kept, forced
 
     def _cache(self, idx: int, ev: Evaluation) -> None:
         """Keep ``ev``'s table as a roll-up source, dropping the largest ones over budget."""
@@ -152,17 +186,19 @@ class LatticeSearch:
         ev = self._evaluated.get(idx)
         if ev is not None:
             if ev.table is None:
-                ev.table, ev.kept, _ = self._classes(ev.levels)
+                ev.table, ev.kept, _, _ = self._classes(ev.levels)
                 self._cache(idx, ev)
             return ev
         levels = self.nodes[idx]
-        table, kept, mono_ok = self._classes(levels)
+        table, kept, mono_kept, forced = self._classes(levels)
+        mono_ok = int(table.counts[~mono_kept].sum()) <= self.max_suppressed
         suppressed = int(table.counts[~kept].sum())
         ev = Evaluation(levels, table, kept, suppressed, suppressed <= self.max_suppressed)
         self._evaluated[idx] = ev
         self._cache(idx, ev)
+        above = self._above(levels)
         if mono_ok:
-            self.monotone[(self.nodes >= levels).all(axis=1)] = 1
+            self.monotone[above] = 1
         else:
             below = (self.nodes <= levels).all(axis=1)
             self.monotone[below] = -1
@@ -171,13 +207,54 @@ class LatticeSearch:
             self.status[:] = self.monotone
         else:
             self.status[idx] = 1 if ev.anonymous else -1
+        lift = self.objective.lift_bound(table, self.k)
+        if lift is not None:
+            self._raise(above, lift)
+        if forced:
+            # every specialization suppresses at least ``forced`` records, among them all
+            # those the monotone models suppress here (their classes only split)
+            below = (self.nodes <= levels).all(axis=1)
+            if forced > self.max_suppressed:
+                self.status[below] = -1
+            cost = self.objective.suppression_bound(table, ~mono_kept)
+            np.maximum(self.penalty, cost, out=self.penalty, where=below)
+            self._raise(below, self.objective.suppression_floor(forced, self.k))
+        self._score(idx)
         return ev
+
+    def _score(self, idx: int) -> None:
+        """Offer a checked anonymous node as the optimum: every one is a candidate (also
+        those checked on the way to others), scored once and only if its bound may
+        still beat the best."""
+        ev = self._evaluated[idx]
+        if not ev.anonymous or idx in self._scored or not self._promising(idx):
+            return
+        self._scored.add(idx)
+        if ev.table is None:
+            self.evaluate(idx)
+        loss = self.objective.loss(ev.levels, ev.table, ev.kept)
+        self.best = min(self.best, (loss, int(self.height[idx]), idx))
+        if self.monotone_loss:
+            self._raise(self._above(ev.levels), loss)
+
+    def _promising(self, idx: int) -> bool:
+        lower = max(self.lower[idx], self.bound[idx] + self.penalty[idx])
+        return (lower, int(self.height[idx])) < self.best[:2]
+
+    def _above(self, levels: np.ndarray) -> np.ndarray:
+        """Mask of the generalizations of ``levels`` (itself included)."""
+        return (self.nodes >= levels).all(axis=1)
+
+    def _raise(self, mask: np.ndarray, value: float) -> None:
+        np.maximum(self.lower, value, out=self.lower, where=mask)
 
     def _resolve(self, idx: int) -> None:
         """Find out whether ``idx`` is anonymous, checking as few nodes as possible.
 
-        The monotone models are resolved Flash-style (binary search on an upward path of
-        nodes unknown to them); the others, if any, by checking the node itself.
+        The monotone models are resolved Flash-style: a path is built upwards from
+        ``idx`` through nodes unknown to them (cheapest bound first) and binary-searched
+        for its lowest node that satisfies them; the other models, if any, by checking
+        the node itself.
         """
         if self.monotone[idx] == 0:
             path = [idx]
@@ -212,38 +289,28 @@ class LatticeSearch:
         top = self.evaluate(len(self.nodes) - 1)
         if self.monotone[-1] < 0:
             raise Unsatisfiable(top)
-        monotone = self.max_suppressed == 0
-        bound = self.bound.copy()
-        best_loss, best_height, best_idx = math.inf, 0, -1
-        order = np.lexsort((self.height, self.bound))
-        pos = 0
-        while pos < order.size:
-            # the next node in bound order that may still beat the best: not known to be
-            # non-anonymous, and neither its static nor its propagated bound reaches it
-            rest = order[pos:]
-            h = self.height[rest]
-            beaten = (self.bound[rest] > best_loss) | (
-                (self.bound[rest] == best_loss) & (h >= best_height))
-            stop = int(np.argmax(beaten)) if beaten.any() else rest.size
-            rest, h = rest[:stop], h[:stop]
-            live = (self.status[rest] >= 0) & ~((bound[rest] > best_loss) | (
-                (bound[rest] == best_loss) & (h >= best_height)))
-            if not live.any():
+        open_ = np.ones(len(self.nodes), dtype=bool)
+        while True:
+            # best first: the open node with the least lower bound (then the least height)
+            # that is not known to be non-anonymous and may still beat the best
+            best_loss, best_height, _ = self.best
+            lower = np.maximum(self.lower, self.bound + self.penalty)
+            relevant = (lower < best_loss) | ((lower == best_loss) & (
+                self.height < best_height))
+            ids = np.flatnonzero(open_ & (self.status >= 0) & relevant)
+            if not ids.size:
                 break
-            step = int(np.argmax(live))
-            idx = int(rest[step])
-            pos += step + 1
+            ids = ids[lower[ids] == lower[ids].min()]
+            idx = int(ids[np.argmin(self.height[ids])])
             if self.status[idx] == 0:
-                self._resolve(idx)
-            if self.status[idx] < 0 or (monotone and self._dominated(idx)):
+                self._resolve(idx)        # may raise bounds: choose again
                 continue
-            ev = self.evaluate(idx)
-            loss = self.objective.loss(ev.levels, ev.table, ev.kept)
-            if (loss, self.height[idx]) < (best_loss, best_height):
-                best_loss, best_height, best_idx = loss, int(self.height[idx]), idx
-            if monotone:
-                above = (self.nodes >= ev.levels).all(axis=1)
-                bound[above] = np.maximum(bound[above], loss)
+            open_[idx] = False
+            if idx in self._evaluated:
+                self._score(idx)
+            elif not (self.monotone_loss and self._dominated(idx)):
+                self.evaluate(idx)                # anonymous: scored
+        best_loss, _, best_idx = self.best
         if best_idx < 0:
             raise Unsatisfiable(self.evaluate(len(self.nodes) - 1))
         log.info("lattice of %d nodes: %d checked, optimum %s (loss %.10g)", len(self.nodes),

@@ -9,10 +9,13 @@ Utility (lower is better unless said):
   number with generalized value g. For a full-domain generalization this is the
   conditional entropy H(original | released) in bits, summed over records. Suppressed
   records (ARX's non-monotonic variant) add ``-sum_g c(g) log2(c(g)/s)`` over the s
-  suppressed records, c(g) of which had generalized value g. Like ARX, each attribute's
+  suppressed records, c(g) of which had generalized value g; ARX's monotonic variant
+  (``monotonic=True``, its ``createEntropyMetric(true)``) charges them nothing beyond
+  their generalized value, as if kept. Like ARX, each attribute's
   value is truncated to 10 decimals and NUE is the sum over attributes.
 * **DM\\*** (discernibility; Bayardo & Agrawal 2005, as in ARX): ``sum over classes of
-  |E|^2`` plus ``n`` for each suppressed record.
+  |E|^2`` over kept classes plus ``n`` for each suppressed record; the monotonic variant
+  (``monotonic=True``) is ``sum over all classes of |E|^2``, suppressed ones included.
 * **AECS** (LeFevre et al. 2006): n / number of classes, the suppressed records counted as
   one class (they share the all-``*`` tuple).
 * **loss** (Iyengar 2002's LM, called NCP by Xu et al. 2006): the mean over cells of
@@ -43,9 +46,9 @@ from veil.anon.hierarchy import value_keys
 from veil.errors import ConfigError, DataError
 
 __all__ = [
-    "OBJECTIVES", "RiskReport", "average_class_size", "class_ids", "class_sizes", "discernibility",
-    "generalization_loss", "information_loss", "nonuniform_entropy", "reidentification_risk",
-    "risk_from_sizes",
+    "MONOTONIC_VARIANTS", "OBJECTIVES", "RiskReport", "average_class_size", "class_ids",
+    "class_sizes", "discernibility", "generalization_loss", "information_loss",
+    "nonuniform_entropy", "reidentification_risk", "risk_from_sizes",
 ]
 
 _LOG2 = math.log(2.0)
@@ -219,24 +222,67 @@ def information_loss(values: np.ndarray, groups: np.ndarray) -> float:
 
 
 # -- objectives of the optimal search --------------------------------------------------
+#: metrics with ARX's monotonic variant under suppression (``monotonic=True``)
+MONOTONIC_VARIANTS = ("entropy", "discernibility")
+
+
 class Objective:
     """A utility metric for the lattice search over an encoded table (lower is better).
 
-    ``column_bounds[j][l]`` is attribute j's additive share at level l when nothing is
-    suppressed (None when the metric is not additive over attributes); then the sum over
-    attributes is the exact loss without suppression and a lower bound with it.
-    ``floor(k)`` bounds every transformation's loss otherwise. ``loss`` is the exact value
-    of a transformation given its classes and which of them are kept. Every objective is
-    monotone under generalization when nothing is suppressed.
+    ``loss`` is the exact value of a transformation given its classes and which of them
+    are kept. The search prunes with three lower bounds, each proved below for its metric:
+
+    * ``column_bounds[j][l]``: attribute j's additive share at level l when nothing is
+      suppressed (None when the metric is not additive over attributes); their sum is the
+      exact loss without suppression and a lower bound with it.
+    * ``static_bounds(nodes, k, s)``: a lower bound of each node's loss from the lattice
+      alone (k the largest k-anonymity required, s the records that may be suppressed).
+    * ``lift_bound(table, k)``: from a checked node's classes (kept or not), a lower bound
+      of the loss of every anonymous generalization of it, the node included; None when
+      it adds nothing to the static bounds.
+    * ``suppression_bound(table, gone)``: the classes ``gone`` fail k-anonymity (or
+      another model monotone under suppression) at a checked node, so their records are
+      suppressed at every specialization of it too (a specialization splits them into
+      smaller classes); this bounds from below what they add to the static bound there
+      (``suppression_floor``: the loss itself, from their number alone).
+
+    ``monotone(s)``: the loss never decreases from an anonymous node to an anonymous
+    generalization of it, so that a checked node's loss bounds everything above it. Every
+    objective is monotone without suppression (s = 0); with suppression only the
+    monotonic variants are (``monotonic=True``: a suppressed record costs what it would
+    cost kept in its class, ARX's monotonic metrics).
     """
 
     name = ""
     column_bounds: list[np.ndarray] | None = None
 
-    def __init__(self, enc: EncodedTable) -> None:
+    def __init__(self, enc: EncodedTable, *, monotonic: bool = False) -> None:
+        if monotonic and self.name not in MONOTONIC_VARIANTS:
+            raise ConfigError(f"monotonic=True is not allowed with metric={self.name!r}: "
+                              f"only {' and '.join(map(repr, MONOTONIC_VARIANTS))} have a "
+                              "monotonic variant")
         self.enc = enc
+        self.monotonic = monotonic
 
-    def floor(self, k: int) -> float:
+    def monotone(self, max_suppressed: int) -> bool:
+        return max_suppressed == 0 or self.monotonic
+
+    def static_bounds(self, nodes: np.ndarray, k: int, max_suppressed: int) -> np.ndarray:
+        if self.column_bounds is None:
+            return np.zeros(len(nodes))
+        return sum(b[nodes[:, j]] for j, b in enumerate(self.column_bounds))
+
+    def lift_bound(self, table: ClassTable, k: int) -> float | None:
+        return None
+
+    def suppression_bound(self, table: ClassTable, gone: np.ndarray) -> float:
+        """A lower bound of what suppressing (at least) the records of the classes ``gone``
+        adds to the static bound, at this node and every specialization of it."""
+        return 0.0
+
+    def suppression_floor(self, suppressed: int, k: int) -> float:
+        """A lower bound of the loss of an anonymous node that suppresses at least
+        ``suppressed`` records."""
         return 0.0
 
     def loss(self, levels: np.ndarray, table: ClassTable, kept: np.ndarray) -> float:
@@ -244,29 +290,57 @@ class Objective:
 
 
 class _Entropy(Objective):
+    """Non-uniform entropy. With suppression (non-monotonic) the suppressed records add
+    their entropy within the suppressed set, which is >= 0: the no-suppression value,
+    monotone under generalization, is a lower bound everywhere (``column_bounds``).
+
+    Suppression bound: attribute j's added term is ``F(c) = sum_g c_g log2(s / c_g)``
+    over the suppressed records' values g (s = sum c). F never decreases when records are
+    added (dF/dc_g = log2(s / c_g) >= 0) nor when values are split into finer ones
+    (grouping never increases entropy). A specialization suppresses a superset of the
+    records suppressed for k-anonymity here, at finer or equal levels, so F of those
+    records at this node's levels bounds its term from below (less a 1e-10 per attribute
+    for the 10-decimal truncation).
+    """
+
     name = "entropy"
 
-    def __init__(self, enc):
-        super().__init__(enc)
+    def __init__(self, enc, *, monotonic=False):
+        super().__init__(enc, monotonic=monotonic)
         self._g = []
         for col in enc.columns:
             a = col.counts[0].astype(np.float64)
             self._g.append([-float(np.sum(a * np.log(a / col.counts[level][col.lift(0, level)])))
                             / _LOG2 for level in range(col.height + 1)])
         self.column_bounds = [np.array([_truncate(v) for v in g]) for g in self._g]
+        # code offsets that make the codes of all attributes (at any level) distinct, and
+        # the end of the last
+        self._offsets = np.cumsum([0] + [int(c.sizes[0]) for c in enc.columns])
+
+    def _suppressed_terms(self, table: ClassTable, gone: np.ndarray) -> np.ndarray:
+        """``F_j = sum_g c_g log2(s / c_g)`` of the records of classes ``gone``, for every
+        attribute j at once (one bincount over the attributes' offset codes)."""
+        q = len(self.enc.columns)
+        c_rows = table.counts[gone].astype(np.float64)
+        s = float(c_rows.sum())
+        if s == 0:
+            return np.zeros(q)
+        c = np.bincount((table.codes[gone] + self._offsets[:-1]).ravel(),
+                        weights=np.repeat(c_rows, q), minlength=self._offsets[-1])
+        clogc = c * np.log(np.where(c > 0, c, 1.0))
+        return (s * math.log(s) - np.add.reduceat(clogc, self._offsets[:-1])) / _LOG2
 
     def loss(self, levels, table, kept):
-        gone = ~kept
-        s = float(table.counts[gone].sum())
-        total = 0.0
-        for j, level in enumerate(levels):
-            value = self._g[j][level]
-            if s:
-                c = np.bincount(table.codes[gone, j], weights=table.counts[gone])
-                c = c[c > 0]
-                value -= float(np.sum(c * np.log(c / s))) / _LOG2
-            total += _truncate(value)
-        return total
+        values = [self._g[j][level] for j, level in enumerate(levels)]
+        if not self.monotonic and not kept.all():
+            values = np.asarray(values) + self._suppressed_terms(table, ~kept)
+        return float(sum(_truncate(v) for v in values))
+
+    def suppression_bound(self, table, gone):
+        if self.monotonic:
+            return 0.0
+        terms = self._suppressed_terms(table, gone)
+        return max(float(terms.sum()) - len(terms) * 1e-10, 0.0)
 
 
 class _Precision(Objective):
@@ -274,8 +348,8 @@ class _Precision(Objective):
 
     name = "precision"
 
-    def __init__(self, enc):
-        super().__init__(enc)
+    def __init__(self, enc, *, monotonic=False):
+        super().__init__(enc, monotonic=monotonic)
         q = len(enc.columns)
         self.column_bounds = [np.arange(h + 1) / max(h, 1) / q for h in enc.heights]
 
@@ -288,8 +362,8 @@ class _Precision(Objective):
 class _Loss(Objective):
     name = "loss"
 
-    def __init__(self, enc):
-        super().__init__(enc)
+    def __init__(self, enc, *, monotonic=False):
+        super().__init__(enc, monotonic=monotonic)
         self._lm: list[list[np.ndarray]] = []
         self._base: list[np.ndarray] = []
         for col in enc.columns:
@@ -314,21 +388,67 @@ class _Loss(Objective):
 
 
 class _Discernibility(Objective):
+    """DM*: ``sum over kept classes of |E|^2 + n * suppressed`` (non-monotonic, ARX's
+    ``MetricSDNMDiscernability``), or ``sum over all classes of |E|^2`` (monotonic, ARX's
+    ``MetricSDDiscernability``).
+
+    Bounds, for k the k-anonymity required and at most s suppressed records:
+
+    * lift: a class of size c at node X lies inside one class of any generalization Y;
+      at an anonymous Y each of its records is either kept, in a class of size
+      C >= max(c, k) (C >= c since Y's class contains X's, C >= k since it is kept), or
+      suppressed at cost n >= max(c, k). So ``loss(Y) >= sum over X's classes of
+      c * max(c, k)`` (for the monotonic variant the exact ``sum c^2``, monotone).
+    * static: a node has at most Q = prod_j |labels of attribute j at its level| classes;
+      keeping n - t records (t <= s) in at most Q classes costs at least
+      ``f(t) = (n - t)^2 / Q + n t`` (Cauchy-Schwarz), a convex function of t whose
+      minimum on [0, s] is at t* = clip(n - n Q / 2, 0, s) (t* = 0 when Q >= 2); and every
+      record costs at least k (kept classes hold k, a suppressed record n >= k). So
+      ``loss >= max(n k, f(t*))``; the monotonic variant's ``sum c^2 >= max(n, n^2 / Q)``.
+    * suppression floor: a node that suppresses t records keeps n - t in classes of at
+      least k: ``loss >= k (n - t) + n t = n k + (n - k) t``.
+    """
+
     name = "discernibility"
 
-    def floor(self, k):
-        return float(self.enc.n * k)
+    def static_bounds(self, nodes, k, max_suppressed):
+        n = float(self.enc.n)
+        q = np.ones(len(nodes))
+        for j, col in enumerate(self.enc.columns):
+            q *= col.sizes.astype(np.float64)[nodes[:, j]]
+        if self.monotonic:
+            return np.maximum(n * n / q, n)
+        t = np.clip(n - n * q / 2, 0.0, float(max_suppressed))    # f's minimum on [0, s]
+        return np.maximum((n - t) ** 2 / q + n * t, n * k)
+
+    def lift_bound(self, table, k):
+        c = table.counts.astype(np.float64)
+        return float(c @ (c if self.monotonic else np.maximum(c, k)))
+
+    def suppression_floor(self, suppressed, k):
+        if self.monotonic:
+            return 0.0
+        return float(self.enc.n * k + (self.enc.n - k) * suppressed)
 
     def loss(self, levels, table, kept):
         c = table.counts
+        if self.monotonic:
+            return float(np.sum(c.astype(np.float64) ** 2))
         return float(np.sum(c[kept] ** 2) + c[~kept].sum() * self.enc.n)
 
 
 class _AECS(Objective):
+    """n / (kept classes + 1 if any record is suppressed). A generalization Y of a
+    checked node X has at most as many classes, and its kept classes plus the (non-empty)
+    class of suppressed records are at most all of them: ``aecs(Y) >= n / classes(X)``."""
+
     name = "aecs"
 
-    def floor(self, k):
-        return 1.0
+    def static_bounds(self, nodes, k, max_suppressed):
+        return np.ones(len(nodes))
+
+    def lift_bound(self, table, k):
+        return self.enc.n / len(table)
 
     def loss(self, levels, table, kept):
         return self.enc.n / (int(kept.sum()) + (0 if kept.all() else 1))

@@ -18,7 +18,10 @@ monotone under generalization (a union of classes that satisfy them satisfies th
 counts add, distinct values unite, entropy is concave, recursive (c,l) is proved monotone
 by Machanavajjhala et al., and the EMD is convex in the distribution). With suppression
 only k-anonymity and distinct l-diversity remain monotone: a failing class merged with a
-passing one passes, so the suppressed records can only shrink.
+passing one passes, so the suppressed records can only shrink. For the others,
+:meth:`PrivacyModel.assess` bounds how many records of a failing class every
+specialization must still suppress (from the concavity of entropy and the convexity of
+the EMD), which the search uses to rule out specializations.
 """
 
 from __future__ import annotations
@@ -56,6 +59,17 @@ class PrivacyModel(ABC):
 
     def bind(self, domain: SensitiveDomain | None) -> None:  # noqa: B027 - optional hook
         """Check the model against the sensitive attribute before any work starts."""
+
+    def assess(self, counts: np.ndarray, hist: np.ndarray | None,
+               domain: SensitiveDomain | None) -> tuple[np.ndarray, np.ndarray]:
+        """Which classes satisfy the model, and a lower bound, per class, of the records
+        that every specialization must suppress inside it (split into parts, the parts
+        that satisfy the model hold at most the rest). A monotone model's failing class
+        only splits into failing parts: all its records."""
+        ok = self.satisfied(counts, hist, domain)
+        forced = np.where(ok, 0, counts) if self.monotone_with_suppression else np.zeros_like(
+            counts)
+        return ok, forced
 
 
 class KAnonymity(PrivacyModel):
@@ -131,6 +145,20 @@ class LDiversity(PrivacyModel):
             return entropy_l(hist) >= self.l * (1 - _TOL)
         return recursive_c(hist, self.l) < self.c
 
+    def assess(self, counts, hist, domain):
+        """Entropy l-diversity: entropy is concave, so a class of entropy H split into
+        parts has ``H >= sum_i w_i H_i``; the parts that satisfy the model have
+        ``H_i >= h0 = log(l)`` (and the others ``H_i >= 0``), so they hold at most
+        ``|E| H / h0`` records and at least ``|E| (1 - H / h0)`` must be suppressed."""
+        if self.variant != "entropy":
+            return super().assess(counts, hist, domain)
+        ok = self.satisfied(counts, hist, domain)
+        h0 = math.log(self.l * (1 - _TOL))
+        if h0 <= 0:
+            return ok, np.zeros_like(counts)
+        share = np.clip(1 - np.log(entropy_l(hist)) / h0, 0, 1)
+        return ok, np.where(ok, 0, np.ceil(counts * share - 1e-6)).astype(counts.dtype)
+
     def __repr__(self) -> str:
         extra = f", c={self.c}" if self.c is not None else ""
         return f"LDiversity({self.l}, variant={self.variant!r}{extra})"
@@ -166,6 +194,7 @@ class TCloseness(PrivacyModel):
             raise ConfigError(f"hierarchy={hierarchy!r} is not allowed: pass a Hierarchy")
         self.hierarchy = hierarchy
         self._tree: tuple[SensitiveDomain, HierarchyTree] | None = None
+        self._top: tuple[SensitiveDomain, float] | None = None   # the largest distance
 
     def resolved_distance(self, domain: SensitiveDomain) -> str:
         if self.distance != "auto":
@@ -181,7 +210,7 @@ class TCloseness(PrivacyModel):
                             f"{domain.name!r} is categorical: use distance='equal' or "
                             "'hierarchical'")
         if kind == "hierarchical":
-            self._tree = (domain, HierarchyTree(self.hierarchy, domain.labels))
+            self._tree = (domain, HierarchyTree(self.hierarchy, domain.labels, domain.name))
 
     def distances(self, hist: np.ndarray, domain: SensitiveDomain) -> np.ndarray:
         """EMD of each class's distribution to the table's."""
@@ -197,6 +226,24 @@ class TCloseness(PrivacyModel):
 
     def satisfied(self, counts, hist, domain):
         return self.distances(hist, domain) <= self.t + _TOL
+
+    def assess(self, counts, hist, domain):
+        """The EMD to the table's distribution is convex in a class's distribution (an
+        optimal-transport cost, linear constraints), so a class at distance d split into
+        parts has ``d <= sum_i w_i d_i``; parts that satisfy the model have
+        ``d_i <= t`` and the others ``d_i <= D``, the largest distance of any
+        distribution (attained at a single value, by convexity). So the parts that fail
+        hold at least ``|E| (d - t) / (D - t)`` records."""
+        d = self.distances(hist, domain)
+        t = self.t + _TOL
+        ok = d <= t
+        if self._top is None or self._top[0] is not domain:
+            self._top = (domain, float(self.distances(np.eye(domain.size), domain).max()))
+        top = self._top[1]
+        if top <= t:
+            return ok, np.zeros_like(counts)
+        share = np.clip((d - t) / (top - t), 0, 1)
+        return ok, np.where(ok, 0, np.ceil(counts * share - 1e-6)).astype(counts.dtype)
 
     def __repr__(self) -> str:
         return f"TCloseness({self.t}, distance={self.distance!r})"

@@ -1,7 +1,8 @@
 """Mondrian multidimensional partitioning (LeFevre, DeWitt & Ramakrishnan, ICDE 2006).
 
-Every quasi-identifier is mapped to an ordered axis: numbers by value, categories by the
-order of their hierarchy (siblings next to each other) or alphabetically. Starting from
+Every quasi-identifier is mapped to an ordered axis: numbers by value (a hierarchy given
+for a numeric column is refused, not ignored), categories by the order of their hierarchy
+(siblings next to each other) or alphabetically. Starting from
 the whole table, a partition is cut along the attribute with the widest normalized span —
 ``(max - min) / (column max - column min)`` for numbers, ``(v - 1) / (V - 1)`` for v of
 the column's V categories (the loss of releasing the partition) — then the next widest:
@@ -30,7 +31,7 @@ import pandas as pd
 from veil.anon.encoding import SensitiveDomain
 from veil.anon.hierarchy import Hierarchy, value_keys
 from veil.anon.models import KAnonymity, PrivacyModel
-from veil.errors import DataError
+from veil.errors import ConfigError, DataError
 
 __all__ = ["OrderedColumn", "mondrian_partition", "release_partitions"]
 
@@ -45,6 +46,10 @@ class OrderedColumn:
                             "value(s); clean or impute them first")
         numbers = pd.to_numeric(column, errors="coerce")
         self.numeric = bool(numbers.notna().all())
+        if self.numeric and hierarchy is not None:
+            raise ConfigError(f"quasi_identifiers[{name!r}]: a hierarchy was given for a "
+                              "numeric column, but Mondrian cuts numbers by value and would "
+                              f"ignore it; pass {name!r}: None")
         if self.numeric:
             values, codes = np.unique(numbers.to_numpy(dtype=np.float64), return_inverse=True)
             self.x = values[codes.ravel()]

@@ -6,7 +6,9 @@
 
 A ``--qi`` is ``COLUMN`` (no hierarchy), ``COLUMN=FILE.csv`` (an ARX hierarchy file),
 ``COLUMN=intervals:5,10,20`` (nested intervals of those widths) or ``COLUMN=mask``
-(character masking, for codes such as ZIP). Separators are detected.
+(character masking, for codes such as ZIP). The table's separator is detected; hierarchy
+files are read as ARX writes them, ``;``-separated (labels may hold commas, ``[0,4]``), or
+with ``--hierarchy-sep``.
 """
 
 from __future__ import annotations
@@ -65,7 +67,8 @@ def read_table(path: Path, sep: str | None) -> tuple[pd.DataFrame, str]:
     return table, sep
 
 
-def parse_qis(specs: list[str], table: pd.DataFrame) -> dict[str, Hierarchy | None]:
+def parse_qis(specs: list[str], table: pd.DataFrame,
+              hierarchy_sep: str = ";") -> dict[str, Hierarchy | None]:
     """``--qi`` options to {column: hierarchy or None}."""
     qis: dict[str, Hierarchy | None] = {}
     for spec in specs:
@@ -91,7 +94,7 @@ def parse_qis(specs: list[str], table: pd.DataFrame) -> dict[str, Hierarchy | No
                                   "widths and a numeric column") from None
             qis[column] = Hierarchy.intervals(numbers, widths, name=column)
         else:
-            qis[column] = Hierarchy.from_csv(source, name=column)
+            qis[column] = Hierarchy.from_csv(source, sep=hierarchy_sep, name=column)
     if not qis:
         raise ConfigError("give at least one --qi")
     return qis
@@ -122,6 +125,8 @@ TDistance = Annotated[str, typer.Option("--t-distance",
 SensitiveHierarchy = Annotated[Path | None, typer.Option(
     "--sensitive-hierarchy", help="Hierarchy of the sensitive column (hierarchical EMD).")]
 Sep = Annotated[str | None, typer.Option("--sep", help="Field separator (default: detect).")]
+HierarchySep = Annotated[str, typer.Option(
+    "--hierarchy-sep", help="Field separator of hierarchy files (ARX: ';').")]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
@@ -149,15 +154,21 @@ def run(
         "--out", help="Write the released table here (anatomy: also OUT_sensitive.csv).")
     ] = None,
     sep: Sep = None,
+    hierarchy_sep: HierarchySep = ";",
+    monotonic: Annotated[bool, typer.Option(
+        "--monotonic", help="ARX's monotonic entropy / discernibility under suppression: "
+                            "suppressed records cost as if kept.")] = False,
     json_: Json = False,
 ) -> None:
     """Anonymize IN.csv and print a summary (levels, classes, metrics)."""
     table, sep = read_table(input, sep)
-    qis = parse_qis(qi, table)
-    sens_h = None if sensitive_hierarchy is None else Hierarchy.from_csv(sensitive_hierarchy)
+    qis = parse_qis(qi, table, hierarchy_sep)
+    sens_h = None if sensitive_hierarchy is None else Hierarchy.from_csv(
+        sensitive_hierarchy, sep=hierarchy_sep, name=sensitive)
     models = _models(k, l, l_variant, c, t, t_distance, sens_h)
     result = anonymize(table, qis, sensitive, models, algorithm=algorithm,
-                       suppression_limit=suppress, metric=metric, strict=strict)
+                       suppression_limit=suppress, metric=metric, monotonic=monotonic,
+                       strict=strict)
     if out is not None:
         try:
             result.table.to_csv(out, sep=sep, index=False)
@@ -195,12 +206,14 @@ def check_cmd(
     t_distance: TDistance = "auto",
     sensitive_hierarchy: SensitiveHierarchy = None,
     sep: Sep = None,
+    hierarchy_sep: HierarchySep = ";",
     json_: Json = False,
 ) -> None:
     """Report the k, l (distinct, entropy), c and t that IN.csv achieves."""
     table, _ = read_table(input, sep)
-    columns = list(parse_qis(qi, table))
-    sens_h = None if sensitive_hierarchy is None else Hierarchy.from_csv(sensitive_hierarchy)
+    columns = list(parse_qis(qi, table, hierarchy_sep))
+    sens_h = None if sensitive_hierarchy is None else Hierarchy.from_csv(
+        sensitive_hierarchy, sep=hierarchy_sep, name=sensitive)
     report = check(table, columns, sensitive, l=l, distance=t_distance,
                    sensitive_hierarchy=sens_h)
     if json_:
