@@ -10,8 +10,8 @@ Two models, 10 parties, t = 5 honest (t_bar = 6 decrypt), threshold Paillier key
 * a 10,000-parameter softmax regression (999 features x 10 classes + 10 intercepts) on
   synthetic data, 200 records per party (``--params`` changes the size).
 
-One round = one gradient query of :class:`veil.learn.queries.GradientQueries` through the
-sans-I/O objects of :mod:`veil.fl.hybrid_protocol`, driven here stage by stage so that each
+One round = one gradient query of :class:`veil.learn.private.GradientQueries` through the
+sans-I/O objects of :mod:`veil.fl.hybrid.protocol`, driven here stage by stage so that each
 party's and the aggregator's CPU time is measured separately (``time.process_time``; every
 message serialized and parsed as on a wire). Noise pools are filled before the round
 (offline). Reported:
@@ -61,10 +61,10 @@ from veil.crypto import threshold
 from veil.datasets import available, load_xy, partition
 from veil.dp import Ledger
 from veil.fl import Federation, LocalRuntime, Message
-from veil.fl.hybrid_protocol import Agreement, HybridClient, HybridServer, QueryEncoding, deal_keys
+from veil.fl.hybrid.protocol import Agreement, HybridClient, HybridServer, QueryEncoding, deal_keys
 from veil.fl.strategies import FedAvg, Hybrid
 from veil.learn import LogisticRegression, SoftmaxRegression
-from veil.learn.queries import GradientQueries
+from veil.learn.private.queries import GradientQueries
 from veil.random import Generator
 
 warnings.filterwarnings("ignore")

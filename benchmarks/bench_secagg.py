@@ -38,8 +38,8 @@ import numpy as np
 
 from veil.fl import Faults, LocalRuntime
 from veil.fl.protocol import ClientUpdate
+from veil.fl.secagg import SecAggServer
 from veil.fl.strategies import FedAvg, SecAgg
-from veil.fl.strategies.secagg import SecAggServer
 from veil.random import Generator
 
 warnings.filterwarnings("ignore")

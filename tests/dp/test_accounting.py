@@ -25,7 +25,7 @@ from veil.dp.accounting import (
     parallel,
     subsampled_gaussian_event,
 )
-from veil.dp.accounting.events import gaussian_epsilon
+from veil.dp.accounting.guarantees import gaussian_epsilon
 from veil.errors import ConfigError, DataError
 
 # Abadi et al. (2016) MNIST setting

@@ -12,7 +12,7 @@ import pytest
 from scipy import stats
 from scipy.special import ndtr
 
-from veil.dp import samplers
+from veil.dp import intervals, samplers
 from veil.errors import ConfigError
 from veil.random import Generator
 
@@ -45,7 +45,8 @@ def rounded_pmf(cdf, center, scale, grid, support):
 @pytest.fixture
 def slow_only(monkeypatch):
     """Force every sample through the MPFR slow path (the fast path never decides)."""
-    monkeypatch.setattr(samplers, "_KAPPA", 1.0)
+    monkeypatch.setattr(samplers, "KAPPA", 1.0)
+    monkeypatch.setattr(intervals, "KAPPA", 1.0)
 
 
 @pytest.mark.parametrize("center", [0.0, 0.3, -7.71])

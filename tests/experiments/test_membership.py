@@ -11,7 +11,7 @@ from veil.errors import ConfigError, DataError
 from veil.experiments.membership import AuditPool, LeafFrequencies, membership_scores
 from veil.experiments.runs import ledger_folder, persisted_ledger, slug
 from veil.experiments.tasks import load_task
-from veil.learn.queries import SimulatedAggregator, fit_queries
+from veil.fl.hybrid.fit import SimulatedAggregator, fit_queries
 from veil.learn.tree import ID3Classifier, ID3Queries
 
 

@@ -19,9 +19,10 @@ from veil.cli.main import main
 from veil.datasets import load_xy, partition
 from veil.dp import Ledger
 from veil.errors import ConfigError
+from veil.experiments.canary_audit import add_canary_clients
+from veil.experiments.fl_config import load_config
 from veil.fl import Faults, Federation, LocalRuntime
-from veil.fl.canary import CanaryClient, add_canary_clients
-from veil.fl.config import load_config
+from veil.fl.canary import CanaryClient
 from veil.fl.messages import SERVER, Message
 from veil.fl.strategies import DPFedAvg, FedAvg, SecAgg
 from veil.learn import SoftmaxRegression

@@ -15,8 +15,8 @@ import pytest
 
 from veil.cli.main import main
 from veil.errors import ConfigError
+from veil.experiments.fl_config import load_config
 from veil.fl.checkpoint import Checkpoint
-from veil.fl.config import load_config
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

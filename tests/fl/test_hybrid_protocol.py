@@ -13,15 +13,10 @@ from scipy import stats
 from veil.crypto import paillier, serialization, threshold
 from veil.errors import ConfigError, ProtocolError
 from veil.fl import Faults, LocalRuntime, Message
-from veil.fl.hybrid_protocol import Agreement, HybridClient, HybridServer, deal_keys
-from veil.fl.hybrid_run import HybridAggregator
-from veil.learn.queries import (
-    Query,
-    QueryLearner,
-    QueryShape,
-    SimulatedAggregator,
-    fit_queries,
-)
+from veil.fl.hybrid.fit import SimulatedAggregator, fit_queries
+from veil.fl.hybrid.protocol import Agreement, HybridClient, HybridServer, deal_keys
+from veil.fl.hybrid.run import HybridAggregator
+from veil.learn.queries import Query, QueryLearner, QueryShape
 from veil.random import Generator
 
 BITS = 512          # test keys (insecure_ok): the protocol does not depend on the size

@@ -10,8 +10,8 @@ from veil.dp import Ledger
 from veil.errors import ConfigError, ProtocolError
 from veil.fl import Faults, Federation, LocalRuntime, Message
 from veil.fl.messages import SERVER, decode
+from veil.fl.secagg import SecAggClient
 from veil.fl.strategies import DPFedAvg, FedAvg, SecAgg
-from veil.fl.strategies.secagg import SecAggClient
 from veil.learn import LogisticRegression
 
 

@@ -18,11 +18,11 @@ from veil.crypto import threshold
 from veil.dp import Ledger
 from veil.errors import ConfigError, ProtocolError
 from veil.fl import Faults, Federation, LocalRuntime
-from veil.fl.hybrid_protocol import Agreement, deal_keys
-from veil.fl.hybrid_run import HybridAggregator
+from veil.fl.hybrid.protocol import Agreement, deal_keys
+from veil.fl.hybrid.run import HybridAggregator
+from veil.fl.runtime.workers import WorkerLost
 from veil.fl.strategies import DPFedAvg, FedAvg, Hybrid, SecAgg
 from veil.fl.strategies.base import PlainClient
-from veil.fl.workers import WorkerLost
 from veil.learn import LogisticRegression
 from veil.learn.queries import Query, QueryLearner, QueryShape
 

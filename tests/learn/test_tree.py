@@ -5,7 +5,8 @@ import pytest
 
 from veil.datasets import partition
 from veil.errors import ConfigError, DataError
-from veil.learn.queries import QueryAnswer, SimulatedAggregator, fit_queries
+from veil.fl.hybrid.fit import SimulatedAggregator, fit_queries
+from veil.learn.queries import QueryAnswer
 from veil.learn.tree import ID3Classifier, ID3Queries, count_table
 
 

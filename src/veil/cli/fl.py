@@ -73,8 +73,8 @@ def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = F
     (the run directory `veil audit` reads), plus the privacy report with --report."""
     from veil.crypto.paillier import MIN_SECURE_BITS
     from veil.dp import Ledger
+    from veil.experiments.fl_config import load_config
     from veil.fl import Federation, LocalRuntime
-    from veil.fl.config import load_config
 
     cfg = load_config(config)
     out_dir = out or Path(cfg["run"]["out"] or Path("fl_results") / config.stem)

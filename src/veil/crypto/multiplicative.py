@@ -43,7 +43,7 @@ from gmpy2 import mpz
 
 from veil._validation import check_int
 from veil.crypto import _primes
-from veil.crypto.paillier import _fingerprint, check_key_bits
+from veil.crypto.paillier import check_key_bits, key_fingerprint
 from veil.errors import ConfigError, CryptoError
 from veil.random import check_rng
 
@@ -84,7 +84,7 @@ class RSAPublicKey:
 
     @property
     def fingerprint(self) -> bytes:
-        return _fingerprint(self.n, self.e)
+        return key_fingerprint(self.n, self.e)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, RSAPublicKey) and (self.n, self.e) == (other.n, other.e)
@@ -269,7 +269,7 @@ class ElGamalPublicKey:
 
     @property
     def fingerprint(self) -> bytes:
-        return _fingerprint(self.group.p, self.group.g, self.h)
+        return key_fingerprint(self.group.p, self.group.g, self.h)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ElGamalPublicKey) and self.fingerprint == other.fingerprint

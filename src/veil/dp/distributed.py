@@ -66,7 +66,7 @@ from veil._validation import (
 )
 from veil.dp._numeric import check_integer_value
 from veil.dp.accounting.calibration import calibrate
-from veil.dp.accounting.events import gaussian_epsilon
+from veil.dp.accounting.guarantees import gaussian_epsilon
 from veil.dp.accounting.rdp import RDPAccountant
 from veil.dp.accounting.skellam import SkellamDpEvent
 from veil.dp.budget import FixedAllocation, noise_decay

@@ -15,14 +15,15 @@ this is a valid guarantee even when later events are chosen from earlier outputs
 (Rogers, Roth, Ullman & Vadhan 2016; Whitehouse, Ramdas, Rogers & Wu 2023; Feldman &
 Zrnic 2021). The PLD bound is the tight bound of the realised sequence of mechanisms.
 
-Persistence (``path=``): a SQLite file in WAL mode with ``synchronous=FULL``. Each charge
-is one transaction (``BEGIN IMMEDIATE``: other threads and processes wait), committed
-before the value is returned, so a crash or ``kill -9`` never loses a charge whose value
-left the process. Before each charge the ledger reads charges that other processes
-committed, so several processes can share one file. Reopening continues from the
-recorded spend; the budget stored in the file wins over a different one passed to the
-constructor (logged as a warning). A file that is not a ledger, is corrupt, or was written
-by a newer format is a :class:`~veil.errors.DataError` and is never replaced.
+Persistence (``path=``, :mod:`veil.dp.ledger_store`): a SQLite file in WAL mode with
+``synchronous=FULL``. Each charge is one transaction (``BEGIN IMMEDIATE``: other threads
+and processes wait), committed before the value is returned, so a crash or ``kill -9``
+never loses a charge whose value left the process. Before each charge the ledger reads
+charges that other processes committed, so several processes can share one file. Reopening
+continues from the recorded spend; the budget stored in the file wins over a different one
+passed to the constructor (logged as a warning). A file that is not a ledger, is corrupt,
+or was written by a newer format is a :class:`~veil.errors.DataError` and is never
+replaced.
 
 Hierarchies: :meth:`Ledger.child` gives a sub-ledger with its own budget that draws from
 its parent: a charge must fit the child *and* every ancestor, and is recorded once, so a
@@ -37,7 +38,6 @@ import os
 import sqlite3
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from dp_accounting import dp_event as de
@@ -46,7 +46,8 @@ from veil._validation import check_delta, check_epsilon
 from veil.dp.accounting import CERTIFIED, describe, make_accountant
 from veil.dp.accounting.base import Accountant
 from veil.dp.accounting.events import check_event
-from veil.dp.accounting.serialize import event_from_json, event_to_json
+from veil.dp.accounting.serialize import event_to_json
+from veil.dp.ledger_store import FORMAT_VERSION, Charge, LedgerStore, parse_charge
 from veil.dp.mechanism import Mechanism
 from veil.errors import BudgetExceededError, ConfigError, DataError
 from veil.random import check_rng
@@ -55,159 +56,15 @@ __all__ = ["Ledger", "Charge", "FORMAT_VERSION"]
 
 logger = logging.getLogger(__name__)
 
-#: version of the SQLite layout written by this veil
-FORMAT_VERSION = 1
 #: relative slack on the budget check, for floating-point round-off (1/3 + 1/3 + 1/3, a
 #: sigma found by a root finder): immaterial for privacy, and never more than this
 _RTOL = 1e-9
-_KINDS = ("release", "charge")
-
-_SCHEMA = """
-CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE budgets (scope TEXT PRIMARY KEY, epsilon REAL NOT NULL, delta REAL NOT NULL);
-CREATE TABLE charges (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    time REAL NOT NULL,
-    scope TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    label TEXT,
-    event TEXT NOT NULL,
-    event_delta REAL,
-    epsilon REAL NOT NULL
-);
-"""
-
-
-@dataclass(frozen=True)
-class Charge:
-    """One recorded charge.
-
-    ``delta`` is the delta of the event's own guarantee (a mechanism's ``.delta``, None if
-    not given); ``epsilon`` the root ledger's spend at its delta after this charge.
-    """
-
-    index: int
-    time: float
-    scope: str
-    kind: str
-    label: str | None
-    event: de.DpEvent
-    delta: float | None
-    epsilon: float
-
-
-class _Store:
-    """The SQLite file behind a persisted ledger (all calls under the book's lock)."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        if os.path.isdir(path):
-            raise DataError(f"path={path!r} is a directory; expected a ledger file")
-        try:
-            self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
-                                        timeout=30.0)
-            self._check_sqlite()
-        except sqlite3.DatabaseError as exc:
-            raise DataError(f"{path} is not a usable veil ledger (corrupt or not an SQLite "
-                            f"file: {exc}); it was left untouched") from None
-
-    def _check_sqlite(self) -> None:
-        status = self.conn.execute("PRAGMA quick_check").fetchone()[0]
-        if status != "ok":
-            raise sqlite3.DatabaseError(f"integrity check failed: {status}")
-        mode = self.conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-        if mode.lower() != "wal":
-            logger.warning("%s: SQLite refused WAL mode (%s); charges are still committed "
-                           "before each release", self.path, mode)
-        self.conn.execute("PRAGMA synchronous=FULL")
-
-    def tables(self) -> set[str]:
-        rows = self.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
-        return {r[0] for r in rows} - {"sqlite_sequence"}
-
-    def create(self, accountant: str, epsilon: float, delta: float) -> None:
-        with self.transaction():
-            if self.tables():  # another process created it meanwhile
-                return
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    self.conn.execute(statement)
-            self.conn.executemany("INSERT INTO meta VALUES (?, ?)", [
-                ("format_version", str(FORMAT_VERSION)), ("accountant", accountant),
-                ("created", repr(time.time()))])
-            self.conn.execute("INSERT INTO budgets VALUES ('', ?, ?)", (epsilon, delta))
-
-    def transaction(self) -> _Transaction:
-        return _Transaction(self.conn)
-
-    def meta(self) -> dict[str, str]:
-        if not {"meta", "budgets", "charges"} <= self.tables():
-            raise DataError(f"{self.path} is not a veil ledger: it lacks the ledger tables "
-                            f"(found {sorted(self.tables())}); it was left untouched")
-        try:
-            return {k: v for k, v in self.conn.execute("SELECT key, value FROM meta")}
-        except sqlite3.DatabaseError as exc:
-            raise DataError(f"{self.path}: unreadable ledger metadata ({exc})") from None
-
-    def budgets(self) -> dict[str, tuple[float, float]]:
-        rows = self.conn.execute("SELECT scope, epsilon, delta FROM budgets").fetchall()
-        out = {}
-        for scope, eps, delta in rows:
-            try:
-                out[str(scope)] = (check_epsilon(eps, f"budget[{scope!r}].epsilon"),
-                                   check_delta(delta, f"budget[{scope!r}].delta"))
-            except ConfigError as exc:
-                raise DataError(f"{self.path}: corrupt budget record: {exc}") from None
-        return out
-
-    def charges_after(self, last_id: int) -> list[tuple]:
-        return self.conn.execute(
-            "SELECT id, time, scope, kind, label, event, event_delta, epsilon FROM charges "
-            "WHERE id > ? ORDER BY id", (last_id,)).fetchall()
-
-    def close(self) -> None:
-        self.conn.close()
-
-
-class _Transaction:
-    """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` on error)."""
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self.conn = conn
-
-    def __enter__(self) -> sqlite3.Connection:
-        self.conn.execute("BEGIN IMMEDIATE")
-        return self.conn
-
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        if exc_type is None:
-            self.conn.execute("COMMIT")
-        else:
-            self.conn.execute("ROLLBACK")
-
-
-def _parse_row(row: tuple, path: str) -> Charge:
-    """A stored charge, validated (DataError names the row)."""
-    cid, t, scope, kind, label, event_json, event_delta, eps = row
-    where = f"{path}: charge #{cid}"
-    if kind not in _KINDS or not isinstance(scope, str) or not (
-            label is None or isinstance(label, str)):
-        raise DataError(f"{where} is corrupt (kind={kind!r}, scope={scope!r})")
-    if not isinstance(t, float) or not isinstance(eps, float) or not (
-            event_delta is None or (isinstance(event_delta, float) and 0 <= event_delta < 1)):
-        raise DataError(f"{where} is corrupt (time={t!r}, epsilon={eps!r}, "
-                        f"event_delta={event_delta!r})")
-    try:
-        event = event_from_json(event_json)
-    except DataError as exc:
-        raise DataError(f"{where}: {exc}") from None
-    return Charge(cid, t, scope, kind, label, event, event_delta, eps)
 
 
 class _Book:
     """What all ledgers of one hierarchy share: lock, nodes, rows, and the store."""
 
-    def __init__(self, accountant: str, store: _Store | None) -> None:
+    def __init__(self, accountant: str, store: LedgerStore | None) -> None:
         self.lock = threading.RLock()
         self.accountant = accountant
         self.store = store
@@ -221,7 +78,7 @@ class _Book:
         if self.store is None or self.closed:
             return
         for row in self.store.charges_after(self.last_id):
-            charge = _parse_row(row, self.store.path)
+            charge = parse_charge(row, self.store.path)
             for node in self.nodes.values():
                 if _covers(node._scope, charge.scope):
                     node._accountant.compose(charge.event, delta=charge.delta)
@@ -268,7 +125,7 @@ class Ledger:
         folder = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(folder):
             raise ConfigError(f"path={path!r} is not allowed: the folder {folder} does not exist")
-        store = _Store(path)
+        store = LedgerStore(path)
         try:
             if not store.tables():
                 store.create(accountant, epsilon, delta)
@@ -285,10 +142,10 @@ class Ledger:
         if not os.path.isfile(path):
             raise DataError(f"path={path!r} is not an existing ledger file")
         ledger = cls.__new__(cls)
-        ledger._open(_Store(path), None)
+        ledger._open(LedgerStore(path), None)
         return ledger
 
-    def _open(self, store: _Store, given: tuple[float, float, str] | None) -> None:
+    def _open(self, store: LedgerStore, given: tuple[float, float, str] | None) -> None:
         try:
             meta = store.meta()
             version = meta.get("format_version", "")
@@ -415,14 +272,12 @@ class Ledger:
                 trials = self._trials(event, delta, kind)
                 index = book.last_id + 1
             else:
-                with book.store.transaction() as conn:  # commits at the end of the block
+                with book.store.transaction():  # commits at the end of the block
                     book.sync()
                     trials = self._trials(event, delta, kind)  # may raise: rolled back
-                    index = int(conn.execute(
-                        "INSERT INTO charges (time, scope, kind, label, event, event_delta, "
-                        "epsilon) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        (now, self._scope, kind, label, stored_event, delta,
-                         trials[0][2])).lastrowid)
+                    index = book.store.insert_charge(Charge(
+                        0, now, self._scope, kind, label, event, delta, trials[0][2]),
+                        stored_event)
             # recorded (and committed): only now does the in-memory state move
             charge = Charge(index, now, self._scope, kind, label, event, delta, trials[0][2])
             book.charges.append(charge)
@@ -525,15 +380,10 @@ class Ledger:
             if book.closed:
                 raise ConfigError(f"the ledger {book.store.path} is closed: reopen it")
             if book.store is not None:
-                with book.store.transaction() as conn:
-                    stored = conn.execute("SELECT epsilon, delta FROM budgets WHERE scope = ?",
-                                          (scope,)).fetchone()
-                    if stored is None:
-                        conn.execute("INSERT INTO budgets VALUES (?, ?, ?)",
-                                     (scope, epsilon, delta))
+                stored = book.store.child_budget(scope, epsilon, delta)
                 if stored is not None:
                     given = (epsilon, delta)
-                    epsilon, delta = (check_epsilon(stored[0]), check_delta(stored[1]))
+                    epsilon, delta = stored
                     if given != (epsilon, delta):
                         logger.warning("%s: child ledger %r already has budget epsilon=%g, "
                                        "delta=%g; the stored budget wins over the one passed "

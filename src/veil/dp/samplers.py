@@ -37,6 +37,9 @@ result (they are accurate to a few ulp, about 2^-51); the slow path, the integer
 arithmetic and the stream bits are exact. Under that assumption every sampler below draws
 from its stated distribution exactly.
 
+The engine (interval arithmetic, refinement, the fast path's checks) is
+:mod:`veil.dp.intervals`.
+
 Samplers
 --------
 * :func:`rounded_laplace` / :func:`rounded_gaussian`: ``round((x + noise) / grid)`` for
@@ -56,123 +59,28 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-import gmpy2
 import numpy as np
 
 from veil._validation import check_positive
+from veil.dp.intervals import (
+    KAPPA,
+    U_MIN,
+    Exact,
+    Iv,
+    decide_floor,
+    exp_from_cells,
+    floor_of,
+    refine,
+    solve,
+)
 from veil.errors import ConfigError
 from veil.random import Generator, Size, check_rng
 
 __all__ = ["rounded_laplace", "rounded_gaussian", "discrete_laplace", "discrete_gaussian",
            "bernoulli_exp", "bernoulli", "noisy_argmax", "check_grid"]
 
-_KAPPA = 2.0 ** -40       # floating-point allowance of the fast path, relative
-_U_MIN = 2.0 ** -20       # smaller uniforms (and the analogous tails) take the slow path
 _CHUNK = 1 << 15          # samples per vectorised block (keeps temporaries in cache)
 _MAX_INDEX = 2.0 ** 52    # |value / grid| must stay below this
-
-
-# -- the slow path: MPFR interval arithmetic with directed rounding ---------------------
-
-_Iv = tuple[Any, Any]  # (lower, upper) mpfr bounds
-
-
-class _Exact:
-    """Interval arithmetic at one MPFR precision (rounding down for lower bounds, up for
-    upper bounds), so every result encloses the exact value."""
-
-    def __init__(self, prec: int) -> None:
-        self.dn = gmpy2.context(precision=prec, round=gmpy2.RoundDown)
-        self.up = gmpy2.context(precision=prec, round=gmpy2.RoundUp)
-        self.prec = prec
-
-    def point(self, x: float | int) -> _Iv:
-        return self.dn.add(x, 0), self.up.add(x, 0)
-
-    def cell(self, a: int, bits: int) -> _Iv:
-        """The cell (a, a+1] * 2^-bits of a uniform (exact: prec > bits)."""
-        return self.dn.mul_2exp(gmpy2.mpz(a), -bits), self.up.mul_2exp(gmpy2.mpz(a + 1), -bits)
-
-    def add(self, x: _Iv, y: _Iv) -> _Iv:
-        return self.dn.add(x[0], y[0]), self.up.add(x[1], y[1])
-
-    def sub(self, x: _Iv, y: _Iv) -> _Iv:
-        return self.dn.sub(x[0], y[1]), self.up.sub(x[1], y[0])
-
-    def mul(self, x: _Iv, y: _Iv) -> _Iv:
-        ends = (*x, *y)
-        if not all(gmpy2.is_finite(e) for e in ends):
-            return gmpy2.mpfr("-inf"), gmpy2.mpfr("inf")
-        lows = [self.dn.mul(a, b) for a in x for b in y]
-        highs = [self.up.mul(a, b) for a in x for b in y]
-        return min(lows), max(highs)
-
-    def div(self, x: _Iv, y: _Iv) -> _Iv:
-        """x / y for y > 0."""
-        lows = [self.dn.div(a, b) for a in x for b in y]
-        highs = [self.up.div(a, b) for a in x for b in y]
-        return min(lows), max(highs)
-
-    def square(self, x: _Iv) -> _Iv:
-        lo, hi = x
-        if lo >= 0:
-            return self.dn.mul(lo, lo), self.up.mul(hi, hi)
-        if hi <= 0:
-            return self.dn.mul(hi, hi), self.up.mul(lo, lo)
-        return gmpy2.mpfr(0), max(self.up.mul(lo, lo), self.up.mul(hi, hi))
-
-    def neg_log(self, x: _Iv) -> _Iv:
-        """-ln(x) for 0 <= x (decreasing)."""
-        return -self.up.log(x[1]), -self.dn.log(x[0])
-
-    def log(self, x: _Iv) -> _Iv:
-        return self.dn.log(x[0]), self.up.log(x[1])
-
-    def sqrt(self, x: _Iv) -> _Iv:
-        return self.dn.sqrt(x[0]), self.up.sqrt(x[1])
-
-
-def _floor_of(x: _Iv) -> int | None:
-    """floor of every point of the interval, if they agree (else None)."""
-    lo, hi = x
-    if not (gmpy2.is_finite(lo) and gmpy2.is_finite(hi)):
-        return None
-    a, b = gmpy2.floor(lo), gmpy2.floor(hi)
-    return int(a) if a == b else None
-
-
-def _refine(a: int, bits: int, rng: Generator) -> tuple[int, int]:
-    """Read 64 more bits of a uniform: the cell (a, a+1] 2^-bits splits into 2^64 cells."""
-    return (a << 64) | rng.randbits(64), bits + 64
-
-
-def _solve(decide: Callable[[_Exact, list[tuple[int, int]]], Any],
-           cells: list[tuple[int, int]], rng: Generator) -> Any:
-    """Refine the uniforms' cells until ``decide`` (interval arithmetic) returns a result."""
-    while True:
-        ctx = _Exact(max(bits for _, bits in cells) + 96)
-        result = decide(ctx, cells)
-        if result is not None:
-            return result
-        cells = [_refine(a, bits, rng) for a, bits in cells]
-
-
-# -- the fast path helpers ----------------------------------------------------------
-
-def _cells_to_float(cells: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray]:
-    """Midpoints u of the cells (R, R+1] 2^-bits and a bound on |U - u| / u over each cell,
-    including the rounding of R to a double (relative 2^-53)."""
-    u = (cells.astype(np.float64) + 0.5) * 2.0 ** -bits
-    rel = 2.0 ** (2 - bits) / u + 2.0 ** -51
-    return u, rel
-
-
-def _exp_from_cells(cells: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """E = -ln U (an exponential variable): value, bound on its error, and validity."""
-    u, rel = _cells_to_float(cells, bits)
-    e = -np.log(u)
-    err = 2.0 * rel + _KAPPA * (e + 1.0)
-    return e, err, u >= _U_MIN
 
 
 def check_grid(grid: float, name: str = "grid") -> float:
@@ -212,7 +120,7 @@ def _grid_split(center: np.ndarray, grid: float) -> tuple[np.ndarray, np.ndarray
     return m, c
 
 
-def _grid_offset(ctx: _Exact, center: float, grid: float, m: float) -> _Iv:
+def _grid_offset(ctx: Exact, center: float, grid: float, m: float) -> Iv:
     """Exact enclosure of center / grid - m + 1/2."""
     return ctx.add(ctx.sub(ctx.div(ctx.point(center), ctx.point(grid)), ctx.point(m)),
                    ctx.point(0.5))
@@ -231,17 +139,7 @@ def _fast_bound(s: float) -> float:
     (2^-50 + r_S + 4 kappa) + sqrt(2 / |ln S|) r_S <= 2^-35``, so ``|w_float - w| <=
     s 2^-35 + 2^-50``. Both are below ``2^-34 (s + 1)``; the bound used is 16 times larger.
     """
-    return 2.0 ** 10 * _KAPPA * (s + 1.0)
-
-
-def _decide(w: np.ndarray, bound: float, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """floor(w) and where it is decided: w's fractional part is farther than ``bound``
-    from both integer ends (``w`` is overwritten)."""
-    j = np.floor(w)
-    w -= j
-    valid &= w > bound
-    valid &= w < 1.0 - bound
-    return j, valid
+    return 2.0 ** 10 * KAPPA * (s + 1.0)
 
 
 def rounded_laplace(center: Any, scale: float, grid: float, rng: Any = None) -> Any:
@@ -276,11 +174,11 @@ def laplace_grid(center: np.ndarray, s: float, grid: float, rng: Generator) -> n
         u *= 2.0 ** -63
         w = np.log(u)
         np.negative(w, out=w)                 # E = -ln U
-        valid = u >= _U_MIN
+        valid = u >= U_MIN
         np.copysign(w, y, out=w)              # a random sign: S E ~ Laplace(0, 1)
         w *= s
         w += c
-        j, ok = _decide(w, bound, valid)
+        j, ok = decide_floor(w, bound, valid)
         for i in np.flatnonzero(~ok):
             x = int(words[i])
             j[i] = _slow_laplace(float(center[sl.start + i]), grid, float(m[i]),
@@ -291,11 +189,11 @@ def laplace_grid(center: np.ndarray, s: float, grid: float, rng: Generator) -> n
 
 def _slow_laplace(center: float, grid: float, m: float, k: float, a: int,
                   rng: Generator) -> int:
-    def decide(ctx: _Exact, cells: list[tuple[int, int]]) -> int | None:
+    def decide(ctx: Exact, cells: list[tuple[int, int]]) -> int | None:
         e = ctx.neg_log(ctx.cell(*cells[0]))
-        return _floor_of(ctx.add(_grid_offset(ctx, center, grid, m),
+        return floor_of(ctx.add(_grid_offset(ctx, center, grid, m),
                                  ctx.mul(ctx.point(k), e)))
-    return _solve(decide, [(a, 63)], rng)
+    return solve(decide, [(a, 63)], rng)
 
 
 def rounded_gaussian(center: Any, sigma: float, grid: float, rng: Any = None) -> Any:
@@ -335,9 +233,9 @@ def _disc_points(pairs: int, rng: Generator) -> tuple[Any, ...]:
         v *= 2.0 ** -63
         sq = u * u
         sq += v * v
-        inside = sq < 1.0 - _KAPPA
+        inside = sq < 1.0 - KAPPA
         cells: dict[int, list[tuple[int, int]]] = {}
-        for i in np.flatnonzero(~inside & (sq <= 1.0 + _KAPPA)):
+        for i in np.flatnonzero(~inside & (sq <= 1.0 + KAPPA)):
             cells[int(i)], inside[i] = _slow_inside(int(words[i]), int(words[q + i]), rng)
         take = np.flatnonzero(inside)[:pairs - have]
         for position in np.flatnonzero(np.isin(take, list(cells))):
@@ -352,7 +250,7 @@ def _disc_points(pairs: int, rng: Generator) -> tuple[Any, ...]:
             np.concatenate(vs), np.concatenate(ss))
 
 
-def _disc_square(ctx: _Exact, cells: list[tuple[int, int]]) -> _Iv:
+def _disc_square(ctx: Exact, cells: list[tuple[int, int]]) -> Iv:
     return ctx.add(ctx.square(ctx.cell(*cells[0])), ctx.square(ctx.cell(*cells[1])))
 
 
@@ -360,10 +258,10 @@ def _slow_inside(x: int, y: int, rng: Generator) -> tuple[list[tuple[int, int]],
     """Whether U^2 + V^2 < 1, refining the two cells until decided; returns the cells."""
     cells = [(x, 63), (y, 63)]
     while True:
-        sq = _disc_square(_Exact(max(b for _, b in cells) + 96), cells)
+        sq = _disc_square(Exact(max(b for _, b in cells) + 96), cells)
         if sq[1] < 1 or sq[0] >= 1:
             return cells, bool(sq[1] < 1)
-        cells = [_refine(a, bits, rng) for a, bits in cells]
+        cells = [refine(a, bits, rng) for a, bits in cells]
 
 
 def gaussian_grid(center: np.ndarray, s: float, grid: float, rng: Generator) -> np.ndarray:
@@ -393,7 +291,7 @@ def gaussian_grid(center: np.ndarray, s: float, grid: float, rng: Generator) -> 
         ok[h:] = valid
         for i in exact:
             ok[i] = ok[i + h] = False
-        j, ok = _decide(w, bound, ok[:n])
+        j, ok = decide_floor(w, bound, ok[:n])
         for pair in np.unique(np.flatnonzero(~ok) % h):
             members = [i for i in (pair, pair + h) if i < n and not ok[i]]
             cells = exact.get(int(pair)) or [(int(xs[pair]), 63), (int(ys[pair]), 63)]
@@ -408,7 +306,7 @@ def _slow_gaussian(cells: list[tuple[int, int]], coords: list[int], centers: lis
                    grid: float, ms: list[float], s: float, rng: Generator) -> list[int]:
     """Grid indices of the normals ``(U, V) sqrt(-2 ln S / S)`` (coordinate 0 or 1) of a
     point of the disc, refining its cells until every requested index is decided."""
-    def decide(ctx: _Exact, cells: list[tuple[int, int]]) -> list[int] | None:
+    def decide(ctx: Exact, cells: list[tuple[int, int]]) -> list[int] | None:
         sq = _disc_square(ctx, cells)
         if not sq[0] > 0:
             return None
@@ -417,13 +315,13 @@ def _slow_gaussian(cells: list[tuple[int, int]], coords: list[int], centers: lis
         found = []
         for coord, center, m in zip(coords, centers, ms):
             z = ctx.mul(ctx.cell(*cells[coord]), f)
-            j = _floor_of(ctx.add(_grid_offset(ctx, center, grid, m),
+            j = floor_of(ctx.add(_grid_offset(ctx, center, grid, m),
                                   ctx.mul(ctx.point(s), z)))
             if j is None:
                 return None
             found.append(j)
         return found
-    return _solve(decide, cells, rng)
+    return solve(decide, cells, rng)
 
 
 # -- discrete samplers -------------------------------------------------------------
@@ -443,15 +341,15 @@ def _shaped(values: np.ndarray, shape: Any) -> Any:
 
 def _geometric(scale: float, cells: np.ndarray, rng: Generator) -> np.ndarray:
     """floor(scale * E) with E = -ln U, U in the 63-bit cells: P(G >= g) = exp(-g / scale)."""
-    e, e_err, valid = _exp_from_cells(cells, 63)
+    e, e_err, valid = exp_from_cells(cells, 63)
     w = scale * e
-    bound = scale * e_err + _KAPPA
+    bound = scale * e_err + KAPPA
     g = np.floor(w - bound)
     ok = valid & (g == np.floor(w + bound))
     for i in np.flatnonzero(~ok):
-        def decide(ctx: _Exact, cell: list[tuple[int, int]]) -> int | None:
-            return _floor_of(ctx.mul(ctx.point(scale), ctx.neg_log(ctx.cell(*cell[0]))))
-        g[i] = _solve(decide, [(int(cells[i]), 63)], rng)
+        def decide(ctx: Exact, cell: list[tuple[int, int]]) -> int | None:
+            return floor_of(ctx.mul(ctx.point(scale), ctx.neg_log(ctx.cell(*cell[0]))))
+        g[i] = solve(decide, [(int(cells[i]), 63)], rng)
     return g.astype(np.int64)
 
 
@@ -493,17 +391,17 @@ def bernoulli_exp(x: Any, rng: Any = None) -> Any:
     return coins.reshape(x.shape) if x.ndim else bool(coins[0])
 
 
-def _exp_coins(x_float: np.ndarray, x_err: np.ndarray, exact_x: Callable[[_Exact, int], _Iv],
+def _exp_coins(x_float: np.ndarray, x_err: np.ndarray, exact_x: Callable[[Exact, int], Iv],
                rng: Generator) -> np.ndarray:
     """True with probability exp(-x_i): ``x_float`` is within ``x_err`` of the exact x_i,
     which ``exact_x(ctx, i)`` encloses for the slow path."""
     cells = rng.random_raw(x_float.size)
-    e, e_err, valid = _exp_from_cells(cells, 64)
+    e, e_err, valid = exp_from_cells(cells, 64)
     margin = e_err + x_err
     accept = e - margin > x_float
     ok = valid & (accept | (e + margin < x_float))
     for i in np.flatnonzero(~ok):
-        def decide(ctx: _Exact, cell: list[tuple[int, int]], i: int = i) -> bool | None:
+        def decide(ctx: Exact, cell: list[tuple[int, int]], i: int = i) -> bool | None:
             e_iv = ctx.neg_log(ctx.cell(*cell[0]))
             x_iv = exact_x(ctx, int(i))
             if e_iv[0] > x_iv[1]:
@@ -511,7 +409,7 @@ def _exp_coins(x_float: np.ndarray, x_err: np.ndarray, exact_x: Callable[[_Exact
             if e_iv[1] < x_iv[0]:
                 return False
             return None
-        accept[i] = _solve(decide, [(int(cells[i]), 64)], rng)
+        accept[i] = solve(decide, [(int(cells[i]), 64)], rng)
     return accept
 
 
@@ -538,9 +436,9 @@ def discrete_gaussian(sigma: float, size: Size = None, rng: Any = None) -> Any:
         a = np.abs(y).astype(np.float64)
         x_float = (a - q) ** 2 / two_var
         # a handful of rounded operations: 2^-40 of the largest magnitude is ample
-        x_err = _KAPPA * ((a + q) ** 2 / two_var + 1.0)
+        x_err = KAPPA * ((a + q) ** 2 / two_var + 1.0)
 
-        def exact_x(ctx: _Exact, i: int, a: np.ndarray = a) -> _Iv:
+        def exact_x(ctx: Exact, i: int, a: np.ndarray = a) -> Iv:
             var = ctx.square(ctx.point(sigma))
             d = ctx.sub(ctx.point(float(a[i])), ctx.div(var, ctx.point(t)))
             return ctx.div(ctx.square(d), ctx.mul(ctx.point(2), var))
@@ -594,28 +492,28 @@ def noisy_argmax(utilities: Any, *, coef: float = 1.0, multiplicities: Any = Non
         raise ConfigError("noisy_argmax needs at least one candidate with weight > 0")
     u, mult = u[live], mult[live]
     base = coef * u + np.log(mult)
-    base_err = _KAPPA * (np.abs(coef * u) + np.abs(np.log(mult)) + 1.0)
+    base_err = KAPPA * (np.abs(coef * u) + np.abs(np.log(mult)) + 1.0)
     words = rng.random_raw(live.size)
     if noise == "gumbel":
         cells, bits = words, 64
-        e, e_err, valid = _exp_from_cells(cells, bits)
-        valid &= e >= _U_MIN
+        e, e_err, valid = exp_from_cells(cells, bits)
+        valid &= e >= U_MIN
         t = -np.log(np.where(valid, e, 1.0))
-        t_err = 2.0 * e_err / np.where(valid, e, 1.0) + _KAPPA * (np.abs(t) + 1.0)
+        t_err = 2.0 * e_err / np.where(valid, e, 1.0) + KAPPA * (np.abs(t) + 1.0)
         negative = None
     elif noise == "laplace":
         negative = (words & np.uint64(1)).astype(bool)
         cells, bits = words >> np.uint64(1), 63
-        e, e_err, valid = _exp_from_cells(cells, bits)
+        e, e_err, valid = exp_from_cells(cells, bits)
         t = np.where(negative, -e, e)
         t_err = e_err
     else:
         raise ConfigError(f"noise={noise!r} is not allowed: choose 'gumbel' or 'laplace'")
     v = base + scale * t
-    lo = v - (base_err + scale * t_err + _KAPPA * np.abs(v))
-    hi = v + (base_err + scale * t_err + _KAPPA * np.abs(v))
+    lo = v - (base_err + scale * t_err + KAPPA * np.abs(v))
+    hi = v + (base_err + scale * t_err + KAPPA * np.abs(v))
 
-    def enclose(ctx: _Exact, i: int, cell: tuple[int, int]) -> _Iv:
+    def enclose(ctx: Exact, i: int, cell: tuple[int, int]) -> Iv:
         b = ctx.add(ctx.mul(ctx.point(coef), ctx.point(float(u[i]))),
                     ctx.log(ctx.point(float(mult[i]))))
         e_iv = ctx.neg_log(ctx.cell(*cell))
@@ -628,7 +526,7 @@ def noisy_argmax(utilities: Any, *, coef: float = 1.0, multiplicities: Any = Non
     cell_of = {}
     for i in np.flatnonzero(~valid):  # unbounded derivative: bound these exactly first
         cell_of[int(i)] = (int(cells[i]), bits)
-        lo_i, hi_i = enclose(_Exact(bits + 96), int(i), cell_of[int(i)])
+        lo_i, hi_i = enclose(Exact(bits + 96), int(i), cell_of[int(i)])
         lo[i] = math.nextafter(float(lo_i), -math.inf)
         hi[i] = math.nextafter(float(hi_i), math.inf)
     contenders = np.flatnonzero(hi >= lo.max())
@@ -636,10 +534,10 @@ def noisy_argmax(utilities: Any, *, coef: float = 1.0, multiplicities: Any = Non
         return int(live[contenders[0]])
     race = {int(i): cell_of.get(int(i), (int(cells[i]), bits)) for i in contenders}
     while True:
-        ctx = _Exact(max(b for _, b in race.values()) + 96)
+        ctx = Exact(max(b for _, b in race.values()) + 96)
         bounds = {i: enclose(ctx, i, cell) for i, cell in race.items()}
         best = max(b[0] for b in bounds.values())
         race = {i: race[i] for i, b in bounds.items() if b[1] >= best}
         if len(race) == 1:
             return int(live[next(iter(race))])
-        race = {i: _refine(*cell, rng) for i, cell in race.items()}
+        race = {i: refine(*cell, rng) for i, cell in race.items()}

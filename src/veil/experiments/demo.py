@@ -3,7 +3,7 @@
 Ten parties hold disjoint parts of UCI Nursery and UCI Adult. A dealer sets up a 2048-bit
 threshold Paillier key (t = 5 honest parties assumed, so any t_bar = 6 parties decrypt).
 Two learners run as aggregate queries over the real protocol
-(:class:`veil.fl.hybrid_run.HybridAggregator`: every answer encrypted, summed as
+(:class:`veil.fl.hybrid.run.HybridAggregator`: every answer encrypted, summed as
 ciphertexts, decrypted by t_bar parties with verified proofs): an ID3 decision tree on
 Nursery (count queries) and logistic regression on Adult (clipped-gradient sums). Beside the
 hybrid run the same learners run with the baselines: no privacy (plain sums), SMC only
@@ -40,9 +40,9 @@ from veil.dp.ledger import Ledger
 from veil.experiments.membership import AuditPool
 from veil.experiments.runs import ledger_folder, persisted_ledger
 from veil.experiments.tasks import load_task, make_learner
-from veil.fl.hybrid_protocol import Agreement, HybridKeys, deal_keys
-from veil.fl.hybrid_run import HybridAggregator
-from veil.learn.queries import METHODS, fit_queries, plan_multiplier
+from veil.fl.hybrid.fit import METHODS, fit_queries, plan_multiplier
+from veil.fl.hybrid.protocol import Agreement, HybridKeys, deal_keys
+from veil.fl.hybrid.run import HybridAggregator
 from veil.random import check_rng
 
 __all__ = ["DemoRun", "DemoReport", "run_demo", "KEY_BITS", "METHOD_LABELS", "AUDIT_RECORDS"]

@@ -25,7 +25,8 @@ import numpy as np
 from veil._validation import check_choice
 from veil.datasets import load_adult, load_nursery, load_sklearn, load_xy
 from veil.datasets.tabular import ADULT_CATEGORIES, NURSERY_CATEGORIES, NURSERY_COLUMNS
-from veil.learn.queries import GradientQueries, QueryLearner
+from veil.learn.private.queries import GradientQueries
+from veil.learn.queries import QueryLearner
 from veil.learn.tree import ID3Queries
 from veil.random import check_rng
 

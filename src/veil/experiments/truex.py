@@ -5,12 +5,12 @@ set has none) and an IID partition of the training data between the parties; on 
 partition every method trains the same learner (:mod:`veil.experiments.tasks`):
 no privacy (exact sums: plain aggregation or SMC, which give the same model), central DP,
 local DP, and the hybrid with each trust level t. The noise of each epsilon is calibrated
-once (:func:`veil.learn.queries.plan_multiplier`) and shared by the methods, which differ
+once (:func:`veil.fl.hybrid.fit.plan_multiplier`) and shared by the methods, which differ
 only in where the noise is added, so the comparison isolates the effect of the trust
 assumption: aggregate noise variance ``sigma^2`` (central), ``n/t sigma^2`` (hybrid),
 ``n sigma^2`` (local).
 
-This sweep is a **noise-only simulation**: :class:`~veil.learn.queries.SimulatedAggregator`
+This sweep is a **noise-only simulation**: :class:`~veil.fl.hybrid.fit.SimulatedAggregator`
 sums the very integers the encrypted protocol sums, without encrypting them. A sum of
 Paillier ciphertexts decrypts to the sum of the plaintexts, and the tests
 (``tests/fl/test_hybrid_protocol.py``) check that runs through the real threshold-Paillier
@@ -43,7 +43,7 @@ from veil.dp.ledger import Ledger
 from veil.errors import ConfigError
 from veil.experiments.runs import ledger_folder, persisted_ledger
 from veil.experiments.tasks import DATASETS, MODELS, Task, load_task, make_learner
-from veil.learn.queries import SimulatedAggregator, fit_queries, plan_multiplier
+from veil.fl.hybrid.fit import SimulatedAggregator, fit_queries, plan_multiplier
 from veil.random import check_rng
 
 __all__ = ["TruexConfig", "parse_trust", "run_truex", "summarize", "truex_run", "write_csv",

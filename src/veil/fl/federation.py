@@ -9,7 +9,7 @@ Each round ``t``:
 4. if the round completed, the new global parameters replace the old ones (only if they are
    finite and of the right shape: the global model is never corrupted); if it aborted they
    stay as they were, and the charge stands (the protocol may have released something);
-5. observers (e.g. an audit's canary clients, :mod:`veil.fl.canary`) see the global
+5. observers (e.g. an audit's canary clients, :mod:`veil.experiments.canary_audit`) see the global
    parameters; the global model is evaluated on the test data, the metrics are recorded,
    and a checkpoint (parameters, next round, strategy, runtime and observer state,
    history) is written.
@@ -79,7 +79,8 @@ class Federation:
 
     ``observers`` (a list, empty at first) holds objects that see the global parameters
     after every round, ``observer.observe(round, params)``, and whose ``state_dict()`` and
-    ``load_state_dict(state)`` are saved with the checkpoint (see :mod:`veil.fl.canary`).
+    ``load_state_dict(state)`` are saved with the checkpoint (e.g.
+    :class:`veil.experiments.canary_audit.CanaryClients`).
     """
 
     def __init__(self, clients: Sequence[tuple[Any, Any]], model: GradientClassifier,

@@ -6,9 +6,13 @@ gradients (``per_example_gradients(X, y)``); see :mod:`veil.learn.base`.
 
 * numpy: :class:`LogisticRegression`, :class:`SoftmaxRegression`, :class:`LinearSVM`;
 * torch (optional extra): :class:`TorchModel` wraps any ``nn.Module`` (imported lazily);
-* learners as aggregate queries (:mod:`veil.learn.queries`: :class:`GradientQueries`,
-  :func:`fit_queries`) and ID3 trees (:mod:`veil.learn.tree`: :class:`ID3Classifier`,
-  :class:`ID3Queries`), for the hybrid approach to private federated learning.
+* learners as aggregate queries (:mod:`veil.learn.queries`: :class:`QueryLearner`) and ID3
+  trees (:mod:`veil.learn.tree`: :class:`ID3Classifier`, :class:`ID3Queries`), for the
+  hybrid approach to private federated learning (:mod:`veil.fl.hybrid`; the gradient
+  learner is :class:`veil.learn.private.GradientQueries`).
+
+``import veil.learn`` loads neither :mod:`veil.dp` nor :mod:`veil.crypto`: the private
+models (:mod:`veil.learn.private`, :mod:`veil.learn.dpsgd`) sit a layer above them.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Any
 
 from veil.learn.base import GradientClassifier, sgd
 from veil.learn.linear import LinearSVM, LogisticRegression, SoftmaxRegression
-from veil.learn.queries import GradientQueries, fit_queries
+from veil.learn.queries import QueryLearner
 from veil.learn.tree import ID3Classifier, ID3Queries
 
 
@@ -29,5 +33,5 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'veil.learn' has no attribute {name!r}")
 
 
-__all__ = ["GradientClassifier", "GradientQueries", "ID3Classifier", "ID3Queries", "LinearSVM",
-           "LogisticRegression", "SoftmaxRegression", "TorchModel", "fit_queries", "sgd"]
+__all__ = ["GradientClassifier", "ID3Classifier", "ID3Queries", "LinearSVM", "LogisticRegression",
+           "QueryLearner", "SoftmaxRegression", "TorchModel", "sgd"]

@@ -21,7 +21,7 @@ differential privacy", KDD 2010, SuLQ-based ID3): negative counts are read as 0,
 becomes a leaf when ``N_T / (t |C|)`` is below the noise's standard deviation (t the
 largest number of values of a remaining attribute; their rule with the Laplace standard
 deviation sqrt(2)/epsilon), and the budget is split evenly over the d + 1 depths, the
-leaves at depth d asking only for class counts (:func:`veil.learn.queries.fit_queries`
+leaves at depth d asking only for class counts (:func:`veil.fl.hybrid.fit.fit_queries`
 calibrates the noise so that every depth costs the same).
 
 :class:`ID3Classifier` is the central, scikit-learn style learner; its ``fit`` runs the very
@@ -41,7 +41,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 
 from veil._validation import check_int
 from veil.errors import ConfigError, DataError
-from veil.learn.queries import Query, QueryAnswer, QueryLearner, QueryShape, _checked_values
+from veil.learn.queries import Query, QueryAnswer, QueryLearner, QueryShape, checked_values
 
 __all__ = ["ID3Classifier", "ID3Queries", "Node", "count_table"]
 
@@ -192,7 +192,7 @@ class ID3Queries(QueryLearner):
         return counts, 0
 
     def update(self, query: Query, aggregate: QueryAnswer) -> None:
-        values = np.maximum(_checked_values(query, aggregate), 0.0)
+        values = np.maximum(checked_values(query, aggregate), 0.0)
         split = bool(query.spec["split"])
         k = self.classes.size
         offset = 0

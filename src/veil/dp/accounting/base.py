@@ -32,7 +32,8 @@ from typing import ClassVar, NamedTuple
 from dp_accounting import dp_event as de
 
 from veil._validation import check_delta, check_int, check_positive
-from veil.dp.accounting.events import check_event, event_guarantee
+from veil.dp.accounting.events import check_event
+from veil.dp.accounting.guarantees import event_guarantee
 from veil.errors import ConfigError
 
 __all__ = ["Accountant", "CompositionSums"]
@@ -113,7 +114,7 @@ class Accountant(ABC):
         count = check_int(count, "count", low=1)
         if delta is not None:
             delta = check_delta(delta, "delta")
-        guarantee = event_guarantee(event, delta, exhaustive=self._needs_guarantees)
+        guarantee = self.guarantee(event, delta)
         if guarantee is None and self._needs_guarantees:
             raise ConfigError(
                 f"delta={delta!r} is not allowed for this event with the {self.name!r} "
@@ -123,6 +124,11 @@ class Accountant(ABC):
         self._compose(event if count == 1 else de.SelfComposedDpEvent(event, count))
         if self._sums is not None:
             self._sums = None if guarantee is None else self._sums.add(*guarantee, count)
+
+    def guarantee(self, event: de.DpEvent, delta: float | None) -> tuple[float, float] | None:
+        """The (epsilon, delta) guarantee of one run of ``event`` for the composition sums
+        (:func:`~veil.dp.accounting.guarantees.event_guarantee`), or None."""
+        return event_guarantee(event, delta)
 
     def get_epsilon(self, delta: float) -> float:
         """The smallest epsilon this accountant certifies at ``delta`` (may be inf)."""

@@ -37,33 +37,26 @@ disjoint partitions of the records, where a record's partition depends on that r
 only. Neighbouring datasets then differ in one partition, so the cost is that of the worst
 single partition (a per-order maximum in RDP, the maximum epsilon in pure DP).
 
-:func:`fold` walks an event tree for every accountant (one traversal, many algebras);
-:func:`check_event` validates parameters; :func:`pure_epsilon` and :func:`event_guarantee`
-give the (epsilon, delta) of one event for basic and advanced composition.
+:func:`check_event` validates an event's parameters and :func:`describe` names it. The
+walk every accountant makes over an event tree (and the coupling rewrite of a fixed-size
+batch) is :mod:`veil.dp.accounting.traversal`; the (epsilon, delta) of one event, for basic
+and advanced composition, :mod:`veil.dp.accounting.guarantees`.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import numbers
-from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
 import attr
-import dp_accounting
 from dp_accounting import dp_event as de
-from scipy import special
 
+from veil._validation import check_choice, check_int, check_positive, check_probability
 from veil.dp.accounting.skellam import SkellamDpEvent
 from veil.errors import ConfigError
 
-__all__ = ["ParallelDpEvent", "parallel", "subsampled_gaussian_event", "check_event",
-           "fold", "pure_epsilon", "pure_stand_in", "gaussian_noise_multiplier",
-           "event_guarantee", "describe"]
-
-T = TypeVar("T")
-_CACHE_SIZE = 64
+__all__ = ["ParallelDpEvent", "check_event", "describe", "parallel", "subsampled_gaussian_event"]
 
 
 @attr.s(frozen=True, slots=True, auto_attribs=True)
@@ -98,8 +91,6 @@ def subsampled_gaussian_event(noise_multiplier: float, sample_rate: float = 1.0,
     accounts these with the coupling bound of this module's docstring.
     ``noise_multiplier`` is the noise standard deviation over the clip norm.
     """
-    from veil._validation import check_choice, check_int, check_positive, check_probability
-
     sigma = check_positive(noise_multiplier, "noise_multiplier")
     q = check_probability(sample_rate, "sample_rate")
     steps = check_int(steps, "steps", low=1)
@@ -184,251 +175,6 @@ def check_event(event: Any, where: str = "event") -> de.DpEvent:
         for name in ("variance", "l1_sensitivity", "l2_sensitivity"):
             _real(getattr(event, name), f"{where}.{name}")
     return event
-
-
-# -- one traversal for every accountant ------------------------------------------------
-
-class Algebra(Protocol[T]):
-    """How an accountant represents and combines costs (see :func:`fold`)."""
-
-    def zero(self) -> T: ...
-    def non_private(self) -> T: ...
-    def leaf(self, event: de.DpEvent) -> T: ...
-    def repeat(self, cost: T, count: int) -> T: ...
-    def combine(self, a: T, b: T) -> T: ...
-    def parallel(self, costs: list[T]) -> T: ...
-
-
-def cached_leaf(leaf: Callable[[Any, de.DpEvent], T]) -> Callable[[Any, de.DpEvent], T]:
-    """Memoise an algebra's ``leaf`` per (hashable) event: a ledger charging the same
-    step again prices it once. Costs are never mutated, so sharing them is safe."""
-    @functools.wraps(leaf)
-    def priced(algebra: Any, event: de.DpEvent) -> T:
-        cache = algebra.__dict__.setdefault("_leaf_cache", {})
-        try:
-            return cache[event]
-        except KeyError:
-            pass
-        except TypeError:  # events holding lists are not hashable
-            return leaf(algebra, event)
-        if len(cache) >= _CACHE_SIZE:
-            cache.pop(next(iter(cache)))
-        cache[event] = cost = leaf(algebra, event)
-        return cost
-    return priced
-
-
-def fold(event: de.DpEvent, algebra: Algebra[T]) -> T:
-    """The cost of ``event`` in ``algebra``: structure is walked here, leaves priced there.
-
-    NoOp -> zero, NonPrivate -> non_private, SelfComposed -> repeat, Composed -> combine,
-    Parallel -> parallel; a fixed-size batch is rewritten by the coupling bound first.
-    """
-    if isinstance(event, de.NoOpDpEvent):
-        return algebra.zero()
-    if isinstance(event, de.NonPrivateDpEvent):
-        return algebra.non_private()
-    if isinstance(event, de.SelfComposedDpEvent):
-        if event.count == 0:
-            return algebra.zero()
-        return algebra.repeat(fold(event.event, algebra), event.count)
-    if isinstance(event, de.ComposedDpEvent):
-        total = algebra.zero()
-        for e in event.events:
-            total = algebra.combine(total, fold(e, algebra))
-        return total
-    if isinstance(event, ParallelDpEvent):
-        distinct: list[de.DpEvent] = []
-        for e in event.events:  # identical partitions cost the same: price each once
-            if all(e != d for d in distinct):
-                distinct.append(e)
-        return algebra.parallel([fold(e, algebra) for e in distinct])
-    if isinstance(event, de.SampledWithoutReplacementDpEvent):
-        return fold(_without_replacement_bound(event), algebra)
-    return algebra.leaf(event)
-
-
-def _doubled_sensitivity(event: de.DpEvent) -> de.DpEvent | None:
-    """The same mechanism when one record may shift its input by twice its contribution."""
-    if isinstance(event, de.GaussianDpEvent):
-        return de.GaussianDpEvent(event.noise_multiplier / 2.0)
-    if isinstance(event, de.LaplaceDpEvent):
-        return de.LaplaceDpEvent(event.noise_multiplier / 2.0)
-    if isinstance(event, de.DiscreteLaplaceDpEvent):
-        return de.DiscreteLaplaceDpEvent(event.noise_parameter, 2 * event.sensitivity)
-    if isinstance(event, (de.NoOpDpEvent, de.NonPrivateDpEvent)):
-        return event
-    if isinstance(event, de.SelfComposedDpEvent):
-        inner = _doubled_sensitivity(event.event)
-        return None if inner is None else de.SelfComposedDpEvent(inner, event.count)
-    if isinstance(event, de.ComposedDpEvent):
-        inner_events = [_doubled_sensitivity(e) for e in event.events]
-        return None if any(e is None for e in inner_events) else de.ComposedDpEvent(inner_events)
-    return None
-
-
-def _without_replacement_bound(event: de.SampledWithoutReplacementDpEvent) -> de.DpEvent:
-    """Add/remove coupling bound for a fixed-size batch (module docstring)."""
-    if event.sample_size == 0:
-        return de.NoOpDpEvent()
-    inner = _doubled_sensitivity(event.event)
-    if inner is None:
-        raise ConfigError(
-            f"{describe(event)} is not supported: a fixed-size batch can be accounted for "
-            "Gaussian, Laplace or discrete Laplace mechanisms (and compositions of them)")
-    rate = event.sample_size / event.source_dataset_size
-    return inner if rate >= 1.0 else de.PoissonSampledDpEvent(rate, inner)
-
-
-# -- single-event guarantees (basic and advanced composition) -------------------------
-
-class _PureEpsilon:
-    """Pure-DP epsilon of an event tree, or None when the event is not pure DP."""
-
-    def zero(self) -> float | None:
-        return 0.0
-
-    def non_private(self) -> float | None:
-        return math.inf
-
-    def leaf(self, event: de.DpEvent) -> float | None:
-        if isinstance(event, de.LaplaceDpEvent):
-            # Laplace with scale b over sensitivity 1: loss |x|/b - |x-1|/b <= 1/b.
-            return math.inf if event.noise_multiplier == 0 else 1.0 / event.noise_multiplier
-        if isinstance(event, de.DiscreteLaplaceDpEvent):
-            # P(x)/P(x-s) = exp(-a|x| + a|x-s|) <= exp(a s).
-            return event.noise_parameter * event.sensitivity
-        if isinstance(event, de.RandomizedResponseDpEvent):
-            # keep w.p. 1-p, else uniform over k: worst ratio (1 - p + p/k) / (p/k).
-            p, k = event.noise_parameter, event.num_buckets
-            if k == 1 or p == 1.0:
-                return 0.0
-            return math.inf if p == 0 else math.log1p(k * (1.0 - p) / p)
-        if isinstance(event, de.PoissonSampledDpEvent):
-            # Amplification by Poisson subsampling: log(1 + q (e^eps - 1)) (Li, Qardaji &
-            # Su 2012; Balle, Barthe & Gaboardi 2018, Thm. 8).
-            inner = fold(event.event, self)
-            if inner is None:
-                return None
-            q = event.sampling_probability
-            if math.isinf(inner):
-                return 0.0 if q == 0 else math.inf
-            return math.log1p(q * math.expm1(inner))
-        return None
-
-    def repeat(self, cost: float | None, count: int) -> float | None:
-        return None if cost is None else cost * count
-
-    def combine(self, a: float | None, b: float | None) -> float | None:
-        return None if a is None or b is None else a + b
-
-    def parallel(self, costs: list[float | None]) -> float | None:
-        return None if any(c is None for c in costs) else max(costs)
-
-
-def pure_epsilon(event: de.DpEvent) -> float | None:
-    """The epsilon of a pure-DP event tree (delta = 0), or None if it is not pure DP."""
-    return fold(event, _PureEpsilon())
-
-
-def pure_stand_in(event: de.DpEvent) -> de.RandomizedResponseDpEvent | None:
-    """Binary randomized response with odds e^eps for a pure eps-DP event, else None.
-
-    Every eps-DP mechanism is a post-processing of this randomized response on any
-    neighbouring pair (Kairouz, Oh & Viswanath 2015), so an accountant may price an event
-    it has no formula for by this stand-in (noise parameter ``2 / (1 + e^eps)``).
-    """
-    eps = pure_epsilon(event)
-    if eps is None or not math.isfinite(eps):
-        return None
-    return de.RandomizedResponseDpEvent(2.0 / (1.0 + math.exp(eps)), 2)
-
-
-def gaussian_noise_multiplier(event: de.DpEvent) -> float | None:
-    """The single Gaussian equivalent to a tree of Gaussians, else None.
-
-    Gaussians with multipliers s_i composed on the same data equal one Gaussian with
-    ``s = (sum_i s_i^-2)^(-1/2)`` (their privacy losses are independent normals whose
-    means and variances add).
-    """
-    if isinstance(event, de.GaussianDpEvent):
-        s = event.noise_multiplier
-        return s if s > 0 else None
-    if isinstance(event, de.SelfComposedDpEvent):
-        s = gaussian_noise_multiplier(event.event)
-        return None if s is None or event.count == 0 else s / math.sqrt(event.count)
-    if isinstance(event, de.ComposedDpEvent) and event.events:
-        parts = [gaussian_noise_multiplier(e) for e in event.events]
-        if any(s is None for s in parts):
-            return None
-        return sum(s ** -2.0 for s in parts) ** -0.5
-    return None
-
-
-def _gaussian_log_delta(sigma: float, eps: float) -> float:
-    """log delta(eps) of the Gaussian mechanism with multiplier sigma (Balle & Wang 2018)."""
-    a = float(special.log_ndtr(0.5 / sigma - eps * sigma))
-    b = eps + float(special.log_ndtr(-0.5 / sigma - eps * sigma))
-    return a + math.log1p(-math.exp(b - a)) if b < a else -math.inf
-
-
-def gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
-    """Exact epsilon of the Gaussian mechanism at ``delta`` (Balle & Wang 2018, Thm. 8).
-
-    ``delta(eps) = Phi(1/(2s) - eps s) - e^eps Phi(-1/(2s) - eps s)`` is inverted by
-    dp_accounting's root finder; the result is then checked against the formula and
-    nudged up until ``delta(eps) <= delta``, so it is never below the true epsilon.
-    """
-    eps = float(dp_accounting.get_epsilon_gaussian(noise_multiplier, delta, tol=1e-12))
-    if not math.isfinite(eps):
-        return math.inf
-    log_delta, step = math.log(delta), 1e-12 * max(1.0, eps)
-    while _gaussian_log_delta(noise_multiplier, eps) > log_delta:
-        eps, step = eps + step, 2 * step
-    return eps
-
-
-def event_guarantee(event: de.DpEvent, delta: float | None, *,
-                    exhaustive: bool = False) -> tuple[float, float] | None:
-    """An (epsilon_i, delta_i) guarantee for one event, or None if none is cheap to state.
-
-    * pure events: ``(eps, 0)`` in closed form;
-    * a tree of Gaussians: its exact analytic epsilon at ``delta``;
-    * a Poisson-subsampled tree of Gaussians (rate q > delta): amplification of the
-      Gaussian's ``(eps_G, delta/q)`` to ``(log(1 + q (e^eps_G - 1)), delta)`` (Balle,
-      Barthe & Gaboardi 2018, Thm. 8); a fixed-size batch after the coupling rewrite;
-    * with ``exhaustive=True``, any other event: the smaller of the RDP and the
-      (pessimistic) PLD epsilon of that event alone at ``delta``.
-    """
-    eps = pure_epsilon(event)
-    if eps is not None:
-        return eps, 0.0
-    if delta is None or delta <= 0:
-        return None
-    if isinstance(event, de.SampledWithoutReplacementDpEvent):
-        return event_guarantee(_without_replacement_bound(event), delta, exhaustive=exhaustive)
-    sigma = gaussian_noise_multiplier(event)
-    if sigma is not None:
-        return gaussian_epsilon(sigma, delta), delta
-    if isinstance(event, de.PoissonSampledDpEvent):
-        q, sigma = event.sampling_probability, gaussian_noise_multiplier(event.event)
-        if sigma is not None and delta < q:
-            return math.log1p(q * math.expm1(gaussian_epsilon(sigma, delta / q))), delta
-    if not exhaustive:
-        return None
-    from veil.dp.accounting.pld import PLDAccountant
-    from veil.dp.accounting.rdp import RDPAccountant
-
-    bounds = []
-    for single in (PLDAccountant(), RDPAccountant()):
-        try:
-            single.compose(event)
-        except ConfigError:
-            continue
-        bounds.append(single.get_epsilon(delta))
-    if not bounds:
-        raise ConfigError(f"{describe(event)} is not supported by any accountant")
-    return min(bounds), delta
 
 
 def describe(event: de.DpEvent) -> str:

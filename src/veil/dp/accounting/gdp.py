@@ -19,7 +19,9 @@ from dp_accounting import dp_event as de
 from scipy import optimize, special
 
 from veil.dp.accounting.base import Accountant
-from veil.dp.accounting.events import describe, fold, gaussian_noise_multiplier
+from veil.dp.accounting.events import describe
+from veil.dp.accounting.guarantees import gaussian_noise_multiplier
+from veil.dp.accounting.traversal import fold
 from veil.errors import ConfigError
 
 __all__ = ["GDPAccountant", "gdp_delta"]

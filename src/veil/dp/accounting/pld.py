@@ -20,9 +20,9 @@ Leaves: Gaussian, Laplace, discrete Laplace, randomized response (replace-one, s
 :mod:`~veil.dp.accounting.events`), and Poisson-subsampled Gaussian (or a tree of
 Gaussians on the same batch) or Laplace; any other pure eps-DP event — and a Laplace
 event of epsilon above 10, whose discretised PLD would need millions of points — by the
-two-point PLD of its randomized-response stand-in, in closed form (:func:`_pure_pld`). A fixed-size
-batch arrives already rewritten by the coupling bound. A parallel composition of
-identical events costs one of them; of different events, their sequential composition
+two-point PLD of its randomized-response stand-in, in closed form (:func:`_pure_pld`).
+A fixed-size batch arrives already rewritten by the coupling bound. A parallel composition
+of identical events costs one of them; of different events, their sequential composition
 (a sound over-estimate). An event with no PLD but an RDP curve (a zCDP event such as the
 discrete Gaussian's, tree aggregation) switches the accountant to the RDP bound of the
 whole composition (sound, less tight), and :attr:`PLDAccountant.uses_rdp_fallback` says
@@ -42,14 +42,10 @@ from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dp_accounting.pld import privacy_loss_mechanism as plm
 
 from veil.dp.accounting.base import Accountant
-from veil.dp.accounting.events import (
-    cached_leaf,
-    describe,
-    fold,
-    gaussian_noise_multiplier,
-    pure_epsilon,
-)
+from veil.dp.accounting.events import describe
+from veil.dp.accounting.guarantees import gaussian_noise_multiplier, pure_epsilon
 from veil.dp.accounting.rdp import RDPAccountant
+from veil.dp.accounting.traversal import cached_leaf, fold
 from veil.errors import ConfigError
 
 __all__ = ["PLDAccountant", "DEFAULT_INTERVAL"]

@@ -27,8 +27,10 @@ from dp_accounting import privacy_accountant as pa
 from dp_accounting.rdp import rdp_privacy_accountant as rdp_lib
 
 from veil.dp.accounting.base import Accountant
-from veil.dp.accounting.events import cached_leaf, describe, fold, pure_stand_in
+from veil.dp.accounting.events import describe
+from veil.dp.accounting.guarantees import pure_stand_in
 from veil.dp.accounting.skellam import SkellamDpEvent, skellam_rdp
+from veil.dp.accounting.traversal import cached_leaf, fold
 from veil.errors import ConfigError
 
 __all__ = ["RDPAccountant", "DEFAULT_ORDERS"]

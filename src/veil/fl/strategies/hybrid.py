@@ -3,11 +3,11 @@
 ``Federation(clients, model, Hybrid(parties=n, trust=t, ...), rounds, ledger=...)`` trains
 any veil.learn model (logistic regression, linear SVM, a torch network) by full-batch
 gradient descent in which every round is one aggregate query answered through the hybrid
-protocol of :mod:`veil.fl.hybrid_protocol`: each party sends, encrypted under a threshold
+protocol of :mod:`veil.fl.hybrid.protocol`: each party sends, encrypted under a threshold
 Paillier key with threshold ``t_bar = n - t + 1``, the sum over its records of the clipped
 per-example gradients at the global parameters plus a record count, with its share of the
 noise; the aggregator multiplies the ciphertexts, has ``t_bar`` live parties decrypt the
-product, and steps (:class:`veil.learn.queries.GradientQueries`)
+product, and steps (:class:`veil.learn.private.GradientQueries`)
 
     w <- w - eta ( (sum_i g_i + noise) / N + alpha M w ),
 
@@ -16,10 +16,10 @@ central DP needs for the round; the Federation charges each round's event (the s
 every round: the central-DP cost of that noise) to its ledger before the round runs.
 
 The dealer (this object's constructor) generates the threshold key and deals each party
-its share; documented trust assumptions in :mod:`veil.fl.hybrid_protocol`. All parties
+its share; documented trust assumptions in :mod:`veil.fl.hybrid.protocol`. All parties
 answer every query (no sampling: the sum must hold the noise of t honest parties).
 Decision trees and other query learners run on the same protocol through
-:class:`veil.fl.hybrid_run.HybridAggregator`.
+:class:`veil.fl.hybrid.run.HybridAggregator`.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ import numpy as np
 from veil._validation import check_choice, check_delta, check_epsilon, check_int
 from veil.dp.distributed import NOISES, check_trust
 from veil.errors import ConfigError
-from veil.fl.hybrid_protocol import (
+from veil.fl.hybrid.fit import plan_multiplier
+from veil.fl.hybrid.protocol import (
     Agreement,
     HybridClient,
     HybridKeys,
@@ -45,7 +46,8 @@ from veil.fl.hybrid_protocol import (
 from veil.fl.protocol import ClientProtocol, ServerRound
 from veil.fl.strategies.base import Strategy
 from veil.fl.trainer import LocalTrainer
-from veil.learn.queries import GradientQueries, QueryAnswer, plan_multiplier
+from veil.learn.private.queries import GradientQueries
+from veil.learn.queries import QueryAnswer
 from veil.random import Generator
 
 __all__ = ["Hybrid"]
@@ -62,7 +64,7 @@ class Hybrid(Strategy):
     epsilon, delta: the budget the rounds share (or give ``noise_multiplier``).
     noise: "skellam" (integer, exact accounting; default), "gaussian" or "laplace".
     learning_rate, clip_norm, count_weight, max_records: as
-        :class:`~veil.learn.queries.GradientQueries` (max_records bounds one party's
+        :class:`~veil.learn.private.GradientQueries` (max_records bounds one party's
         records and sets the encoding's width).
     keys: the dealer's output (default: dealt now with ``key_bits``, ``primes``,
         ``insecure_ok``); packed: many values per ciphertext; min_answers: fewest answers

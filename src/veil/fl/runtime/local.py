@@ -22,7 +22,7 @@ wire format is exercised and every byte is counted), and faults are simulated fr
 Time is simulated (no sleeping), so runs are fast and reproducible; CPU time is measured.
 
 With ``workers=k > 1`` the clients live in k persistent worker processes
-(:mod:`veil.fl.workers`): each is pickled to its worker once, the first time the runtime
+(:mod:`veil.fl.runtime.workers`): each is pickled to its worker once, the first time the runtime
 sees it (in :meth:`LocalRuntime.run_round` or :meth:`LocalRuntime.call`), and keeps its
 state there until :meth:`LocalRuntime.close`; requests and answers travel between server
 and workers as the protocol's bytes, and the workers serve their clients in parallel.
@@ -30,7 +30,7 @@ Faults are simulated here, and randomness is derived per delivery from the round
 ``rng`` in a fixed order, so results do not depend on ``workers``. From then on the
 objects in the caller's ``clients`` mapping keep the state they were shipped with: reach
 the live clients with :meth:`LocalRuntime.call`. A worker that dies or hangs (no answer
-within ``timeout`` seconds) raises :class:`~veil.fl.workers.WorkerLost`, a ProtocolError
+within ``timeout`` seconds) raises :class:`~veil.fl.runtime.workers.WorkerLost`, a ProtocolError
 naming the clients it held.
 """
 
@@ -49,7 +49,7 @@ from veil._validation import check_int, check_positive, check_probability
 from veil.errors import ConfigError, ProtocolError
 from veil.fl.messages import SERVER, Message
 from veil.fl.protocol import ClientProtocol, RoundResult, ServerRound
-from veil.fl.workers import Served, WorkerLost, Workers, serve
+from veil.fl.runtime.workers import Served, WorkerLost, Workers, serve
 from veil.random import Generator, check_rng
 
 __all__ = ["Faults", "LocalRuntime", "RoundReport", "Traffic"]
@@ -218,7 +218,7 @@ class LocalRuntime:
         ``clients`` maps ids to client objects (with ``workers > 1``, those not yet in a
         worker are shipped now). A ProtocolError from the server (the round cannot
         complete) is caught: the report then has ``error`` set and no result. A lost
-        worker process (:class:`~veil.fl.workers.WorkerLost`) is raised.
+        worker process (:class:`~veil.fl.runtime.workers.WorkerLost`) is raised.
         """
         rng = check_rng(rng)
         report = RoundReport(round=server.round)

@@ -9,19 +9,11 @@ from veil.datasets import partition
 from veil.dp import Ledger
 from veil.dp.distributed import DistributedSkellam
 from veil.errors import BudgetExceededError, ConfigError, DataError
+from veil.fl.hybrid.fit import METHODS, SimulatedAggregator, fit_queries, plan_multiplier
+from veil.fl.hybrid.grid import contribute, grid_bits, query_noise, value_limit
 from veil.learn import LinearSVM, LogisticRegression, SoftmaxRegression
-from veil.learn.queries import (
-    METHODS,
-    GradientQueries,
-    QueryShape,
-    SimulatedAggregator,
-    contribute,
-    fit_queries,
-    grid_bits,
-    plan_multiplier,
-    query_noise,
-    value_limit,
-)
+from veil.learn.private.queries import GradientQueries
+from veil.learn.queries import QueryShape
 
 
 def _blobs(n=600, d=5, seed=0):

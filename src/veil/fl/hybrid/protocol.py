@@ -14,7 +14,7 @@ whose answers are summed are honest, which is why, by default, every party must 
 (``min_answers``).
 
 Set-up (public :class:`Agreement`): n, t, the noise family and its multiplier z
-(calibrated from the learner's plan and the budget, :func:`veil.learn.queries.plan_multiplier`),
+(calibrated from the learner's plan and the budget, :func:`veil.fl.hybrid.fit.plan_multiplier`),
 delta, and how answers are encoded. Parties derive their noise from the agreement and the
 query's shape, never from the aggregator.
 
@@ -22,7 +22,7 @@ One query = one round, stages ``answer`` and ``decrypt``:
 
 1. **answer** -- the aggregator sends the query (name, shape, spec). Party i computes
    ``Q_s(D_i)`` (the learner's ``answer``), clips it into the query's bound and puts it on
-   the integer grid with its noise share (:func:`veil.learn.queries.contribute`; values
+   the integer grid with its noise share (:func:`veil.fl.hybrid.grid.contribute`; values
    clipped are counted by the party and logged, never sent), packs the integers
    (BatchCrypt packing, :class:`veil.crypto.encoding.Packing`, with headroom for n
    summands) and encrypts them under the threshold key with its noise pool. It sends
@@ -61,20 +61,11 @@ from veil.crypto.encoding import Packing
 from veil.crypto.paillier import EncryptedArray, NoisePool
 from veil.dp.distributed import NOISES, DistributedMechanism, check_trust
 from veil.errors import ConfigError, CryptoError, DataError, ProtocolError
+from veil.fl.hybrid.fit import METHODS
+from veil.fl.hybrid.grid import contribute, decode, noise_std, query_noise, value_limit
 from veil.fl.messages import Message
 from veil.fl.protocol import ClientProtocol, RoundResult, ServerRound
-from veil.learn.queries import (
-    METHODS,
-    Query,
-    QueryAnswer,
-    QueryLearner,
-    QueryShape,
-    contribute,
-    decode,
-    noise_std,
-    query_noise,
-    value_limit,
-)
+from veil.learn.queries import Query, QueryAnswer, QueryLearner, QueryShape
 from veil.random import Generator, check_rng
 
 __all__ = ["Agreement", "HybridKeys", "deal_keys", "HybridServer", "HybridClient",
@@ -88,7 +79,7 @@ log = logging.getLogger(__name__)
 class Agreement:
     """What all parties agree on at set-up (public; see the module docstring).
 
-    ``method``: one of :data:`veil.learn.queries.METHODS`; it decides whether answers are
+    ``method``: one of :data:`veil.fl.hybrid.fit.METHODS`; it decides whether answers are
     encrypted and who adds the noise. ``trust``: t (for ``smc`` it only sets the decryption
     threshold; default ceil(n/2)). ``noise`` / ``noise_multiplier`` / ``delta``: the noise
     (ignored for ``none`` and ``smc``). ``packed``: many values per ciphertext (False: one
@@ -173,7 +164,7 @@ def deal_keys(parties: int, trust: int, *, bits: int = 2048, primes: Any = None,
 class QueryEncoding:
     """How one query's integers become plaintexts: packed with headroom for n summands, or
     one per plaintext. Every party's integers lie in ``[-limit, limit]``
-    (:func:`veil.learn.queries.value_limit`), so the sum of n of them never overflows."""
+    (:func:`veil.fl.hybrid.grid.value_limit`), so the sum of n of them never overflows."""
 
     def __init__(self, shape: QueryShape, agreement: Agreement, key_bits: int) -> None:
         self.shape = shape

@@ -1,9 +1,9 @@
 """Query learners over the real hybrid protocol: one protocol round per aggregate query.
 
-:class:`HybridAggregator` is a :class:`veil.learn.queries.Aggregator`: given to
-:func:`veil.learn.queries.fit_queries`, it answers each query by running a
-:class:`~veil.fl.hybrid_protocol.HybridServer` round against the parties'
-:class:`~veil.fl.hybrid_protocol.HybridClient` objects on a runtime (the local runtime by
+:class:`HybridAggregator` is a :class:`veil.fl.hybrid.fit.Aggregator`: given to
+:func:`veil.fl.hybrid.fit.fit_queries`, it answers each query by running a
+:class:`~veil.fl.hybrid.protocol.HybridServer` round against the parties'
+:class:`~veil.fl.hybrid.protocol.HybridClient` objects on a runtime (the local runtime by
 default, with its simulated faults), so a decision tree, a linear model or a network is
 trained through threshold-Paillier encryption, noise shares and partial decryptions, and
 every message is serialized and counted. The same class runs the baselines in the clear
@@ -22,9 +22,10 @@ import numpy as np
 
 from veil.dp.distributed import DistributedMechanism
 from veil.errors import ConfigError, DataError, ProtocolError
-from veil.fl.hybrid_protocol import Agreement, HybridClient, HybridKeys, HybridServer, deal_keys
+from veil.fl.hybrid.fit import Aggregator
+from veil.fl.hybrid.protocol import Agreement, HybridClient, HybridKeys, HybridServer, deal_keys
 from veil.fl.runtime import LocalRuntime, RoundReport
-from veil.learn.queries import Aggregator, Query, QueryAnswer, QueryLearner
+from veil.learn.queries import Query, QueryAnswer, QueryLearner
 from veil.random import Generator, check_rng
 
 __all__ = ["HybridAggregator"]

@@ -18,7 +18,7 @@ Sections and keys (every key optional unless marked; unknown sections or keys ar
     [faults]    dropout, dropout_stage, dropout_exact, crash, straggler, latency, slowdown,
                 deadline, duplicate, reorder, replay (see veil.fl.runtime.Faults)
     [audit]     canaries, norm, kind (dirac | gaussian), confidence
-    [run]       seed, out, workers (processes for the clients, veil.fl.workers), timeout
+    [run]       seed, out, workers (processes for the clients, veil.fl.runtime.workers), timeout
                 (seconds a worker may take to answer a stage)
 
 A ``[privacy]`` section makes the run differentially private: the noise multiplier is
@@ -38,16 +38,16 @@ min_clients, weighted, mu; [privacy] noise, adaptive, target_quantile, clip_lear
 ``[secagg]`` (the answers are already encrypted) and ``[audit]`` canaries (the parties are
 fixed by the key) -- are refused rather than ignored.
 
-An ``[audit]`` section adds ``canaries`` canary clients (:mod:`veil.fl.canary`): each is in
-or out by a fair coin drawn before training, an included one sends an update of L2 norm
-``norm`` (default: the clip norm of ``[privacy]``, else 1) along its own direction (``kind``),
-and after the run the one-run audit (Steinke, Nasr & Jagielski 2023) bounds epsilon from
-below at ``confidence``. A config asking for fewer canaries than any bound at that
-confidence needs is refused here, before anything runs. Canaries are clients: they count in
-the per-round client numbers, and the average divides by the client count (DP-FedAvg) or
-the total weight (FedAvg; a canary weighs like a mean client), so with N real clients and m
-canaries a ``server_learning_rate`` (N + m) / N times larger gives the real clients the step
-they would have without canaries.
+An ``[audit]`` section adds ``canaries`` canary clients
+(:mod:`veil.experiments.canary_audit`): each is in or out by a fair coin drawn before
+training, an included one sends an update of L2 norm ``norm`` (default: the clip norm of
+``[privacy]``, else 1) along its own direction (``kind``), and after the run the one-run
+audit (Steinke, Nasr & Jagielski 2023) bounds epsilon from below at ``confidence``. A config
+asking for fewer canaries than any bound at that confidence needs is refused here, before
+anything runs. Canaries are clients: they count in the per-round client numbers, and the
+average divides by the client count (DP-FedAvg) or the total weight (FedAvg; a canary weighs
+like a mean client), so with N real clients and m canaries a ``server_learning_rate`` (N +
+m) / N times larger gives the real clients the step they would have without canaries.
 """
 
 from __future__ import annotations
@@ -224,8 +224,9 @@ class FLConfig:
 
     def canaries(self, federation: Any, rng: Any = None) -> Any:
         """Add the ``[audit]`` section's canary clients to ``federation`` (before its first
-        round); returns their :class:`~veil.fl.canary.CanaryClients` (None without one)."""
-        from veil.fl.canary import add_canary_clients
+        round); returns their :class:`~veil.experiments.canary_audit.CanaryClients` (None
+        without one)."""
+        from veil.experiments.canary_audit import add_canary_clients
 
         if not self.has("audit"):
             return None

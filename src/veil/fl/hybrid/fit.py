@@ -1,0 +1,199 @@
+"""Answering a learner's queries with a method and a budget.
+
+* **Methods** (:data:`METHODS`), all under one API: ``none`` (exact answers summed in the
+  clear: plain FedAvg-style aggregation), ``smc`` (summed under encryption, no noise),
+  ``central`` (a trusted aggregator adds all the noise once), ``local`` (each party adds the
+  full noise: t = 1) and ``hybrid`` (each adds the share for t honest parties; Truex et al.,
+  AISec 2019). Every noisy query is charged to a :class:`~veil.dp.Ledger`, before any noise
+  is drawn, as the central-DP cost of the noise of t honest parties
+  (:mod:`veil.dp.distributed`).
+* :class:`Aggregator` -- answers a query over the parties' data; :class:`SimulatedAggregator`
+  -- the parties in this process, the same integer arithmetic
+  (:mod:`veil.fl.hybrid.grid`) as the encrypted protocol (:mod:`veil.fl.hybrid.protocol`,
+  run by :class:`veil.fl.hybrid.run.HybridAggregator`) without the encryption, which
+  changes nothing in the sum: the noise-only simulation of the accuracy experiments.
+* :func:`fit_queries` runs a learner against an aggregator with a method and a budget.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from veil._validation import check_choice
+from veil.dp.distributed import NOISES, DistributedMechanism, calibrate_multiplier, check_trust
+from veil.dp.ledger import Ledger
+from veil.errors import ConfigError, DataError
+from veil.fl.hybrid.grid import contribute, decode, noise_std, query_noise
+from veil.learn.queries import Query, QueryAnswer, QueryLearner
+from veil.random import Generator, check_rng
+
+__all__ = ["METHODS", "Aggregator", "Method", "QueryFit", "SimulatedAggregator", "fit_queries",
+           "plan_multiplier"]
+
+
+@dataclass(frozen=True)
+class Method:
+    """A way to answer queries: ``encrypted`` sums, and who adds the noise (``None``: no
+    noise, ``"server"``: the aggregator once, ``"parties"``: each party its share)."""
+
+    name: str
+    encrypted: bool
+    noise: str | None
+
+    def noise_parties(self, trust: int | None, parties: int) -> tuple[int, int]:
+        """(how many add noise, t: how many honest of them must suffice): (n, 1) for local
+        DP, (n, t) for the hybrid, (1, 1) for central DP (the aggregator alone)."""
+        if self.name == "local":
+            return parties, 1
+        if self.name != "hybrid":
+            return 1, 1
+        if trust is None:
+            raise ConfigError("trust=None is not allowed with method='hybrid': give t, the "
+                              f"minimum number of honest parties, in 1..{parties}")
+        return parties, check_trust(trust, parties)[0]
+
+
+#: the hybrid approach and its baselines (module docstring)
+METHODS: dict[str, Method] = {m.name: m for m in (
+    Method("none", False, None), Method("smc", True, None), Method("central", False, "server"),
+    Method("local", False, "parties"), Method("hybrid", True, "parties"))}
+
+
+class Aggregator(ABC):
+    """Answers a query over the parties' data: the sum of their contributions."""
+
+    #: number of parties
+    parties: int
+
+    @abstractmethod
+    def aggregate(self, query: Query, learner: QueryLearner, *,
+                  party_noise: DistributedMechanism | None,
+                  server_noise: DistributedMechanism | None, rng: Generator) -> QueryAnswer:
+        """Each party contributes (:func:`contribute`, with a share of ``party_noise``), the
+        aggregator adds one draw of ``server_noise`` if given (at most one of the two is
+        given; it sets the grid), and the sum is decoded."""
+
+
+class SimulatedAggregator(Aggregator):
+    """The parties' contributions summed in this process, without encryption.
+
+    The integers are exactly those the encrypted protocol sums, and a sum of ciphertexts
+    decrypts to the sum of their plaintexts, so results have the protocol's distribution
+    (tested against the real protocol in ``tests/fl/test_hybrid_protocol.py``).
+    """
+
+    def __init__(self, parties: Sequence[tuple[Any, Any]]) -> None:
+        if not parties:
+            raise DataError("parties is empty; expected one (X, y) pair per party")
+        self.data = []
+        for i, pair in enumerate(parties):
+            try:
+                X, y = pair
+            except (TypeError, ValueError):
+                raise DataError(f"parties[{i}] is not an (X, y) pair") from None
+            X = np.asarray(X)
+            y = np.asarray(y)
+            if X.ndim != 2 or y.shape != (X.shape[0],):
+                raise DataError(f"parties[{i}] has X of shape {X.shape} and y of shape "
+                                f"{y.shape}; expected (n, d) and (n,)")
+            self.data.append((X, y))
+        self.parties = len(self.data)
+
+    def aggregate(self, query: Query, learner: QueryLearner, *,
+                  party_noise: DistributedMechanism | None,
+                  server_noise: DistributedMechanism | None, rng: Generator) -> QueryAnswer:
+        streams = check_rng(rng).spawn(self.parties + 1)
+        total = np.zeros(query.shape.size, dtype=object)   # exact integer sums
+        clipped = 0
+        noise = party_noise or server_noise   # the query's grid
+        for (X, y), stream in zip(self.data, streams):
+            answer, n_clipped = learner.answer(query, X, y)
+            ints, over = contribute(query.shape, answer, noise, stream,
+                                    noisy=party_noise is not None)
+            total += ints.astype(object)
+            clipped += n_clipped + over
+        if server_noise is not None:
+            ints, _ = contribute(query.shape, np.zeros(query.shape.size), server_noise,
+                                 streams[-1])
+            total += ints.astype(object)
+        std = math.hypot(noise_std(query.shape, party_noise, self.parties),
+                         noise_std(query.shape, server_noise, 1))
+        return QueryAnswer(decode(total, query.shape, noise), std, clipped,
+                           tuple(range(self.parties)))
+
+
+# -- running a learner -------------------------------------------------------------------
+@dataclass
+class QueryFit:
+    """The outcome of :func:`fit_queries`."""
+
+    model: Any
+    ledger: Ledger | None
+    noise_multiplier: float | None
+    queries: int = 0
+    clipped: int = 0
+    answers: list[QueryAnswer] = field(default_factory=list)
+
+
+def fit_queries(learner: QueryLearner, aggregator: Aggregator, *, method: str = "hybrid",
+                trust: int | None = None, noise: str = "skellam", epsilon: float | None = None,
+                delta: float = 1e-6, ledger: Ledger | None = None,
+                noise_multiplier: float | None = None, rng: Any = None) -> QueryFit:
+    """Train ``learner`` through ``aggregator`` with ``method`` (:data:`METHODS`).
+
+    For a noisy method the noise multiplier is calibrated so that all the queries of
+    ``learner.plan()`` fit (epsilon, delta) under the ledger's accountant
+    (:func:`veil.dp.distributed.calibrate_multiplier`), and each query is charged to
+    ``ledger`` (default: a new ``Ledger(epsilon, delta)``) before its noise is drawn.
+    ``trust``: t, the minimum number of honest parties (``method="hybrid"`` only).
+    ``noise_multiplier``: skip the calibration (e.g. reuse one across methods); the ledger
+    still refuses any query that does not fit.
+    """
+    m = METHODS[check_choice(method, "method", tuple(METHODS))]
+    check_choice(noise, "noise", tuple(NOISES))
+    adders, honest = m.noise_parties(trust, aggregator.parties)
+    rng = check_rng(rng)
+    z = None
+    if m.noise is not None:
+        if epsilon is None:
+            if ledger is None:
+                raise ConfigError(f"method={method!r} adds noise: give epsilon (and delta) "
+                                  "or a ledger to charge")
+            epsilon, delta = ledger.remaining()
+        if ledger is None:
+            ledger = Ledger(epsilon, delta)
+        z = noise_multiplier if noise_multiplier is not None else plan_multiplier(
+            learner, noise, epsilon, delta, accountant=ledger.accountant)
+    fit = QueryFit(learner.model, ledger, z)
+    while (query := learner.next_query()) is not None:
+        party_noise = server_noise = None
+        if z is not None:
+            mech = query_noise(noise, z, query.shape, parties=adders, honest=honest,
+                               delta=delta)
+            ledger.charge(mech.event, label=f"{method} {query.name}", delta=mech.delta or None)
+            party_noise, server_noise = (mech, None) if m.noise == "parties" else (None, mech)
+        agg = aggregator.aggregate(query, learner, party_noise=party_noise,
+                                   server_noise=server_noise, rng=rng)
+        learner.update(query, agg)
+        fit.queries += 1
+        fit.clipped += agg.clipped
+        fit.answers.append(agg)
+    fit.model = learner.model
+    return fit
+
+
+def plan_multiplier(learner: QueryLearner, noise: str, epsilon: float, delta: float, *,
+                    accountant: str = "pld") -> float:
+    """The noise multiplier for which all of ``learner.plan()`` fits (epsilon, delta)
+    (Laplace noise is pure: delta is not used)."""
+    kind = NOISES[check_choice(noise, "noise", tuple(NOISES))]
+    sens = [s.grid_sensitivity(s.frac_bits) if kind.integer else (s.l1, s.l2)
+            for s in learner.plan()]
+    return calibrate_multiplier(noise, epsilon, 0.0 if noise == "laplace" else delta, sens,
+                                accountant=accountant)

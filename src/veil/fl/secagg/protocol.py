@@ -1,0 +1,350 @@
+"""The sans-I/O SecAgg+ round: the server's and the client's stage machines.
+
+Protocol (four stages; U1 >= U2 >= U3 >= U4 are the clients still answering)
+------------------------------------------------------------------------------
+* **setup**: the server draws the neighbour graph (a randomly relabelled Harary graph of
+  even degree, Bell et al.'s SecAgg+; the complete graph = original SecAgg) and sends each
+  client its neighbours and the encoding. Client i draws two X25519 key pairs
+  ``(c_i, c_i^pk)`` (to encrypt shares) and ``(s_i, s_i^pk)`` (to agree on masks) and sends
+  the public keys.
+* **share_keys**: the server sends i the public keys of its neighbours in U1. Client i
+  draws a self-mask seed ``b_i`` (32 bytes), Shamir-shares ``s_i`` and ``b_i`` t-of-|N1(i)|
+  among those neighbours (:func:`veil.crypto.sharing.split_bytes`) and sends neighbour j
+  its two shares encrypted with AES-256-GCM under ``HKDF(X25519(c_i, c_j^pk), i -> j)``.
+* **masked_input**: the server forwards to i the shares sent to it (from U2) and the
+  global model. Client i trains, encodes ``x_i`` and sends
+
+      y_i = x_i + PRG(b_i) + sum_{j in U2 and N(i)} (+1 if i < j else -1) PRG(s_ij)  (mod 2^k)
+
+  where ``s_ij = HKDF(X25519(s_i, s_j^pk))`` (both ends agree) and PRG expands a 32-byte seed
+  with AES-256-CTR (or ChaCha20). Every y_i is uniform to the server.
+* **unmask**: the server tells each survivor in U3 which of its neighbours survived (U3)
+  and which dropped after sharing (U2 - U3). A client refuses to reveal both secrets of
+  one neighbour; it returns its shares of ``b_j`` for survivors and of ``s_j`` for the
+  dropped. The server reconstructs each ``b_j`` (j in U3) and each ``s_j`` (j dropped) from
+  at least t shares, subtracts the self-masks and the dropped clients' pairwise masks, and
+  obtains ``sum_{i in U3} x_i mod 2^k``. Pairwise masks between survivors cancel.
+
+A round aborts (ProtocolError, global model unchanged) when fewer than ``min_survivors``
+clients remain at any stage, or when a secret cannot be reconstructed from t shares.
+Threat model: honest-but-curious server and clients (Bonawitz et al.'s semi-honest
+setting; no signatures); the server colluding with fewer than t neighbours of a client
+learns nothing about its update beyond the sum. Shares are checked for consistency
+(:func:`veil.crypto.sharing.combine_bytes` rejects a share off the polynomial).
+
+The encoding is :mod:`veil.fl.secagg.ring`, the key agreement and the masks
+:mod:`veil.fl.secagg.masks`; :class:`veil.fl.strategies.SecAgg` plans each round.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from veil.crypto.sharing import ShamirShare, combine_bytes, split_bytes
+from veil.errors import CryptoError, ProtocolError
+from veil.fl.messages import Message, decode, encode
+from veil.fl.protocol import Aggregate, ClientProtocol, RoundResult, ServerRound
+from veil.fl.secagg.masks import KEY, agree, channel_info, mask_info, prg, public_key
+from veil.fl.secagg.ring import (
+    CLIPPED,
+    WEIGHT,
+    Plan,
+    decode_sum,
+    encode_update,
+    read_plan,
+    reduce_ring,
+    ring_dtype,
+)
+from veil.fl.trainer import LocalTrainer
+from veil.random import Generator
+
+if TYPE_CHECKING:
+    from veil.fl.strategies.base import Strategy
+    from veil.fl.strategies.secagg import SecAgg
+
+__all__ = ["SecAggClient", "SecAggServer", "harary"]
+
+
+def harary(clients: Sequence[int], degree: int, rng: Generator) -> dict[int, tuple[int, ...]]:
+    """Neighbours in a Harary graph of even ``degree`` on a random ordering of the clients
+    (the complete graph when degree >= m - 1)."""
+    m = len(clients)
+    if degree >= m - 1:
+        return {c: tuple(d for d in clients if d != c) for c in clients}
+    order = [int(c) for c in rng.permutation(np.asarray(clients))]
+    half = degree // 2
+    out = {}
+    for idx, c in enumerate(order):
+        near = {order[(idx + o) % m] for o in range(-half, half + 1) if o != 0}
+        out[c] = tuple(sorted(near))
+    return out
+
+
+class SecAggServer(ServerRound):
+    """The server's side of one SecAgg+ round (see the module docstring)."""
+
+    protocol = "secagg"
+    stages = ("setup", "share_keys", "masked_input", "unmask")
+
+    def __init__(self, strategy: SecAgg, round: int, params: np.ndarray,
+                 sampled: Sequence[int], rng: Generator) -> None:
+        super().__init__(round, sampled)
+        self.strategy = strategy
+        self.params = params
+        self.rng = rng
+        self.plan = strategy.plan(round, params, self.clients)
+        self.graph = harary(self.clients, self.plan.degree, rng)
+        self.config = strategy.client_config(round)
+        self.keys: dict[int, tuple[bytes, bytes]] = {}
+        self.holders: dict[int, tuple[int, ...]] = {}    # N1(i): who holds i's shares
+        self.partners: dict[int, tuple[int, ...]] = {}   # U2 and N(i): i's mask partners
+        self.masked_sum: np.ndarray | None = None
+        self.survivors: tuple[int, ...] = ()
+        self.dropped: tuple[int, ...] = ()
+        self._forward: dict[int, dict[int, bytes]] = {}
+
+    @property
+    def _length(self) -> int:
+        return self.params.size + len(self.plan.extras)
+
+    def _enough(self, alive: Sequence[int], stage: str) -> None:
+        if len(alive) < self.plan.min_survivors:
+            raise ProtocolError(f"round {self.round} aborted after stage {stage!r}: only "
+                                f"{len(alive)} of {len(self.clients)} clients can go on, "
+                                f"min_survivors={self.plan.min_survivors} (too many dropouts)")
+
+    def _begin(self) -> list[Message]:
+        self._enough(self.clients, "sampling")
+        return [self.request(c, config=self.config, neighbours=list(self.graph[c]),
+                             secagg=self.plan.public()) for c in self.clients]
+
+    def _check(self, msg: Message) -> Any:
+        i = msg.sender
+        if self.stage == "setup":
+            return msg.blob("c_pk", size=KEY), msg.blob("s_pk", size=KEY)
+        if self.stage == "share_keys":
+            cts = msg.table("ciphertexts", allowed=set(self.holders[i]))
+            if set(cts) != set(self.holders[i]):
+                raise msg._error("ciphertexts", f"covers {sorted(cts)}; expected one share "
+                                                f"for each of {list(self.holders[i])}")
+            return cts
+        if self.stage == "masked_input":
+            masked = msg.array("masked", dtype=ring_dtype(self.plan.bits),
+                               shape=(self._length,))
+            if masked.size and int(masked.max()) >> self.plan.bits:
+                raise msg._error("masked", f"holds values outside Z_2^{self.plan.bits}")
+            return masked
+        asked_b, asked_s = self._asked_for[i]
+        seeds = msg.table("seed_shares", allowed=set(asked_b))
+        keys = msg.table("key_shares", allowed=set(asked_s))
+        if set(seeds) != set(asked_b) or set(keys) != set(asked_s):
+            raise msg._error("seed_shares", "or 'key_shares' do not answer every request")
+        return seeds, keys
+
+    def _advance(self, stage: str, answers: dict[int, Any]) -> list[Message]:
+        return getattr(self, f"_after_{stage}")(answers)
+
+    def _after_setup(self, answers: dict[int, tuple[bytes, bytes]]) -> list[Message]:
+        self.keys = answers
+        out = []
+        for i in sorted(answers):
+            self.holders[i] = tuple(j for j in self.graph[i] if j in answers)
+            if len(self.holders[i]) < self.plan.threshold:
+                self.excluded[i] = "too few neighbours alive to share its secrets"
+                continue
+            out.append(self.request(i, keys={j: [*self.keys[j]] for j in self.holders[i]}))
+        self._enough([m.recipient for m in out], "setup")
+        return out
+
+    def _after_share_keys(self, answers: dict[int, dict[int, bytes]]) -> list[Message]:
+        self._shared = set(answers)
+        out = []
+        for i in sorted(answers):
+            incoming = {j: answers[j][i] for j in sorted(answers) if i in answers[j]}
+            self.partners[i] = tuple(incoming)
+            if len(incoming) < self.plan.threshold:
+                self.excluded[i] = "too few neighbours shared their secrets with it"
+                continue
+            out.append(self.request(i, params=self.params, ciphertexts=incoming))
+        self._enough([m.recipient for m in out], "share_keys")
+        return out
+
+    def _after_masked_input(self, answers: dict[int, np.ndarray]) -> list[Message]:
+        self._enough(list(answers), "masked_input")
+        dtype = ring_dtype(self.plan.bits)
+        total = np.zeros(self._length, dtype=dtype)
+        for i in sorted(answers):
+            total += answers[i]
+        self.masked_sum = total
+        self.survivors = tuple(sorted(answers))
+        self.dropped = tuple(sorted(self._shared - set(answers)))
+        alive, gone = set(self.survivors), set(self.dropped)
+        self._asked_for: dict[int, tuple[list[int], list[int]]] = {}
+        out = []
+        for i in self.survivors:
+            ask = ([j for j in self.partners[i] if j in alive],
+                   [j for j in self.partners[i] if j in gone])
+            self._asked_for[i] = ask
+            out.append(self.request(i, survivors=ask[0], dropped=ask[1]))
+        return out
+
+    def _after_unmask(self, answers: dict[int, tuple[dict, dict]]) -> list[Message]:
+        plan, n = self.plan, self._length
+        total = self.masked_sum.copy()
+        for owner in self.survivors:
+            seed = self._reconstruct(owner, {j: a[0][owner] for j, a in answers.items()
+                                             if owner in a[0]}, "self-mask seed")
+            total -= prg(seed, n, plan.bits, plan.prg)
+        for owner in self.dropped:
+            secret = self._reconstruct(owner, {j: a[1][owner] for j, a in answers.items()
+                                               if owner in a[1]}, "mask key")
+            for k in self.partners.get(owner, ()):
+                if k in self.survivors:
+                    mask = prg(agree(secret, self.keys[k][1], mask_info(self.round, owner, k)),
+                                n, plan.bits, plan.prg)
+                    # k added +mask if k < owner, else -mask: remove it
+                    if k < owner:
+                        total -= mask
+                    else:
+                        total += mask
+        reduce_ring(total, plan.bits)
+        d = self.params.size
+        sums, scalars = decode_sum(total, d, plan)
+        weight = scalars.pop(WEIGHT)
+        clipped = scalars.pop(CLIPPED, None)
+        aggregate = Aggregate(total=sums, weight=weight, extras=scalars,
+                              clients=self.survivors, l2_slack=math.sqrt(d) / (2 * plan.scale))
+        params = self.strategy.aggregate(self.round, self.params, aggregate, self.rng)
+        metrics = {"survivors": len(self.survivors), "degree": plan.degree,
+                   "threshold": plan.threshold,
+                   "quantization_error": len(self.survivors) / (2 * plan.scale)}
+        if clipped is not None:
+            metrics["clipped_fraction"] = clipped / max(len(self.survivors), 1)
+        self.result = RoundResult(params, self.survivors, metrics)
+        return []
+
+    def _reconstruct(self, owner: int, raw: dict[int, bytes], what: str) -> bytes:
+        """``owner``'s secret from its holders' shares (each checked against its x)."""
+        holders = self.holders[owner]
+        shares = []
+        for j, data in sorted(raw.items()):
+            try:
+                share = ShamirShare.from_bytes(data)
+            except CryptoError as exc:
+                raise ProtocolError(f"round {self.round}: client {j} sent a malformed share "
+                                    f"of client {owner}'s {what}: {exc}") from None
+            if share.x != holders.index(j) + 1:
+                raise ProtocolError(f"round {self.round}: client {j} sent a share of client "
+                                    f"{owner}'s {what} with the wrong index {share.x}")
+            shares.append(share)
+        if len(shares) < self.plan.threshold:
+            raise ProtocolError(f"round {self.round} aborted: client {owner}'s {what} cannot "
+                                f"be recovered: {len(shares)} share(s), threshold "
+                                f"{self.plan.threshold} (too many dropouts)")
+        try:
+            return combine_bytes(shares)
+        except CryptoError as exc:
+            raise ProtocolError(f"round {self.round} aborted: client {owner}'s {what} could "
+                                f"not be reconstructed: {exc}") from None
+
+
+class SecAggClient(ClientProtocol):
+    """A client of SecAgg+ (see the module docstring). Secrets live only in this object."""
+
+    protocol = "secagg"
+    stages = ("setup", "share_keys", "masked_input", "unmask")
+
+    def __init__(self, client_id: int, trainer: LocalTrainer, strategy: Strategy) -> None:
+        super().__init__(client_id)
+        self.trainer = trainer
+        self.strategy = strategy
+        self._new_round()
+
+    def _new_round(self) -> None:
+        self._plan: Plan | None = None
+        self._config: dict[str, Any] = {}
+        self._neighbours: list[int] = []
+        self._c_sk = self._s_sk = self._b = b""
+        self._keys: dict[int, list[bytes]] = {}
+        self._held: dict[int, tuple[bytes, bytes]] = {}
+
+    def _on_setup(self, msg: Message, rng: Generator) -> list[Message]:
+        self._neighbours = msg.ids("neighbours")
+        if self.client_id in self._neighbours:
+            raise ProtocolError(f"client {self.client_id}: listed as its own neighbour")
+        self._plan = read_plan(msg, self._neighbours)
+        self._config = msg.get("config", dict)
+        self._c_sk, self._s_sk = rng.bytes(KEY), rng.bytes(KEY)
+        return [self.reply(msg, c_pk=public_key(self._c_sk), s_pk=public_key(self._s_sk))]
+
+    def _on_share_keys(self, msg: Message, rng: Generator) -> list[Message]:
+        keys = msg.table("keys", allowed=set(self._neighbours), value=list)
+        for j, pair in keys.items():
+            if len(pair) != 2 or not all(isinstance(k, bytes) and len(k) == KEY for k in pair):
+                raise msg._error("keys", f"entry for client {j} is not two {KEY}-byte keys")
+        t = self._plan.threshold
+        if len(keys) < t:
+            raise ProtocolError(f"client {self.client_id}: {len(keys)} neighbours alive, "
+                                f"threshold {t}: aborting")
+        self._keys = keys
+        self._b = rng.bytes(KEY)
+        holders = sorted(keys)
+        s_shares = split_bytes(self._s_sk, len(holders), t, rng=rng)
+        b_shares = split_bytes(self._b, len(holders), t, rng=rng)
+        out = {}
+        for x, j in enumerate(holders):
+            key = agree(self._c_sk, keys[j][0], channel_info(msg.round, self.client_id, j))
+            plain = encode([self.client_id, j, s_shares[x].to_bytes(), b_shares[x].to_bytes()])
+            out[j] = AESGCM(key).encrypt(bytes(12), plain, channel_info(msg.round,
+                                                                    self.client_id, j))
+        return [self.reply(msg, ciphertexts=out)]
+
+    def _on_masked_input(self, msg: Message, rng: Generator) -> list[Message]:
+        plan = self._plan
+        params = msg.array("params", dtype=np.float64, shape=(self.trainer.model.n_params_,),
+                           finite=True)
+        incoming = msg.table("ciphertexts", allowed=set(self._keys))
+        if len(incoming) < plan.threshold:
+            raise ProtocolError(f"client {self.client_id}: shares from {len(incoming)} "
+                                f"neighbours, threshold {plan.threshold}: aborting")
+        for j, ct in incoming.items():
+            info = channel_info(msg.round, j, self.client_id)
+            try:
+                plain = AESGCM(agree(self._c_sk, self._keys[j][0], info)).decrypt(
+                    bytes(12), ct, info)
+                owner, holder, s_share, b_share = decode(plain)
+            except (InvalidTag, ProtocolError, ValueError, TypeError):
+                raise ProtocolError(f"client {self.client_id}: the share from client {j} "
+                                    "does not decrypt; aborting") from None
+            if (owner, holder) != (j, self.client_id):
+                raise ProtocolError(f"client {self.client_id}: the share from client {j} is "
+                                    f"addressed {owner} -> {holder}; aborting")
+            self._held[j] = (s_share, b_share)
+        update = self.strategy.client_update(self.trainer, params, self._config, rng)
+        y = encode_update(update.delta, update.weight, update.extras, plan, rng)
+        y += prg(self._b, y.size, plan.bits, plan.prg)
+        for j in sorted(incoming):
+            mask = prg(agree(self._s_sk, self._keys[j][1],
+                               mask_info(msg.round, self.client_id, j)),
+                        y.size, plan.bits, plan.prg)
+            if self.client_id < j:
+                y += mask
+            else:
+                y -= mask
+        return [self.reply(msg, masked=reduce_ring(y, plan.bits))]
+
+    def _on_unmask(self, msg: Message, rng: Generator) -> list[Message]:
+        survivors = msg.ids("survivors", allowed=set(self._held))
+        dropped = msg.ids("dropped", allowed=set(self._held))
+        both = set(survivors) & set(dropped)
+        if both:
+            raise ProtocolError(f"client {self.client_id}: the server asked for both secrets "
+                                f"of clients {sorted(both)}; refusing")
+        return [self.reply(msg, seed_shares={j: self._held[j][1] for j in survivors},
+                           key_shares={j: self._held[j][0] for j in dropped})]

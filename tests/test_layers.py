@@ -1,0 +1,188 @@
+"""The layering of the package, enforced: a module imports only its own package and lower layers.
+
+``LAYERS`` is the one place the order is written (README, "Architecture"). Each entry is a
+layer, lowest first; within a layer the packages are independent of each other (``dp`` knows
+nothing of ``crypto``, ``learn`` nothing of ``anon``). A module belongs to the longest package
+prefix listed (``veil.learn.private`` and ``veil.learn.dpsgd`` sit above ``veil.learn``:
+they compose the clear models with ``dp``). ``import veil`` (the version) is allowed
+anywhere. Every import counts, at module level or inside a function, ``TYPE_CHECKING`` blocks
+included, so a lazy import cannot hide a dependency.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("veil.errors", "veil.random", "veil._validation", "veil._json", "veil._codec",
+     "veil._io"),                                                       # foundation
+    ("veil.datasets",),                                                 # data
+    ("veil.learn", "veil.anon"),                                        # models in the clear
+    ("veil.dp", "veil.crypto"),                                         # primitives
+    ("veil.learn.dpsgd", "veil.mpc", "veil.he"),                        # composed protections
+    ("veil.learn.private",),                                            # private models
+    ("veil.fl",),                                                       # federations
+    ("veil.audit",),                                                    # what leaks
+    ("veil.experiments",),                                              # applications
+    ("veil.cli",),                                                      # the command
+)
+#: the foundation's modules may use each other (errors <- random <- validation)
+SHARED = 0
+
+
+def _component(module: str) -> tuple[int, str] | None:
+    """(layer, package) of ``module``: the longest prefix listed in LAYERS."""
+    best: tuple[int, str] | None = None
+    for level, packages in enumerate(LAYERS):
+        for pkg in packages:
+            if (module == pkg or module.startswith(pkg + ".")) and (
+                    best is None or len(pkg) > len(best[1])):
+                best = (level, pkg)
+    return best
+
+
+def _imports(path: Path, module: str) -> list[tuple[int, str]]:
+    """(line, absolute module) of every veil import in ``path``."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                target = f"{base}.{node.module}" if node.module else base
+            else:
+                target = node.module or ""
+            # `from veil.x import y` may name a submodule y: check the most specific one
+            found += [(node.lineno, f"{target}.{a.name}" if _component(f"{target}.{a.name}")
+                       != _component(target) and a.name != "*" else target)
+                      for a in node.names]
+    return [(line, name) for line, name in found if name == "veil" or name.startswith("veil.")]
+
+
+def _modules() -> list[tuple[Path, str]]:
+    out = []
+    for path in sorted((SRC / "veil").rglob("*.py")):
+        parts = path.relative_to(SRC).with_suffix("").parts
+        out.append((path, ".".join(parts[:-1] if parts[-1] == "__init__" else parts)))
+    return out
+
+
+def forbidden(path: Path, module: str) -> list[str]:
+    """Every import of ``module`` (source ``path``) that goes up a layer or to a sibling."""
+    own = _component(module)
+    bad = []
+    for line, name in _imports(path, module):
+        other = _component(name)
+        if name == "veil" or other is not None and (other[1] == own[1] or other[0] < own[0]
+                                  or other[0] == own[0] == SHARED):
+            continue
+        why = ("not in LAYERS" if other is None else
+               f"a higher layer: {other[1]}" if other[0] > own[0] else
+               f"a sibling package: {other[1]}")
+        bad.append(f"{module}:{line} ({own[1]}) imports {name} ({why})")
+    return bad
+
+
+def test_every_module_is_in_a_layer():
+    missing = [m for _, m in _modules() if m != "veil" and _component(m) is None]
+    assert not missing, f"modules outside LAYERS: {missing}"
+
+
+def test_no_module_imports_a_higher_layer_or_a_sibling():
+    bad = [v for path, module in _modules() if module != "veil"   # veil/__init__: the version
+           for v in forbidden(path, module)]
+    assert not bad, "forbidden imports:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("source, module, expected", [
+    ("from veil.audit import make_canaries\n", "veil.fl.canary", "a higher layer"),
+    ("import veil.fl.protocol\n", "veil.crypto.psi", "a higher layer"),
+    ("def f():\n    from veil.crypto import paillier\n", "veil.dp.stats", "a sibling package"),
+    ("from ..crypto.encoding import FixedPoint\n", "veil.learn.queries", "a higher layer"),
+    ("from veil.dp import Ledger\n", "veil.learn.linear", "a higher layer"),
+    ("from veil.learn import private\n", "veil.learn.tree", "a higher layer"),
+])
+def test_a_forbidden_import_is_found(tmp_path, source, module, expected):
+    path = tmp_path / "m.py"
+    path.write_text(source)
+    bad = forbidden(path, module)
+    assert len(bad) == 1 and expected in bad[0]
+
+
+@pytest.mark.parametrize("source, module", [
+    ("from veil.dp.ledger import Ledger\n", "veil.learn.private.kmeans"),
+    ("from veil.learn.base import GradientClassifier\n", "veil.fl.trainer"),
+    ("from . import tensor\n", "veil.mpc.session"),
+    ("from veil.errors import DataError\n", "veil.random"),
+])
+def test_an_allowed_import_passes(tmp_path, source, module):
+    path = tmp_path / "m.py"
+    path.write_text(source)
+    assert forbidden(path, module) == []
+
+
+def _runtime_imports(path: Path, module: str) -> set[str]:
+    """The veil modules ``module`` imports at run time (at load or in a function; not under
+    ``if TYPE_CHECKING``), each resolved to the most specific module that exists."""
+    known = {m for _, m in _modules()}
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = set()
+    for node in _walk_runtime(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = (package.rsplit(".", node.level - 1)[0] if node.level else "")
+            target = ".".join(x for x in (base, node.module) if x)
+            found |= {f"{target}.{a.name}" if f"{target}.{a.name}" in known else target
+                      for a in node.names}
+    return {m for m in found if m in known and m != module}
+
+
+def _walk_runtime(node: ast.AST):
+    """ast.walk without the bodies of ``if TYPE_CHECKING:`` (annotations only)."""
+    yield node
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+            yield from (n for orelse in child.orelse for n in _walk_runtime(orelse))
+            continue
+        yield from _walk_runtime(child)
+
+
+#: cycles kept on purpose, with the reason
+ALLOWED_CYCLES = {
+    # SharedTensor.sigmoid() / .max() delegate to the protocols built on SharedTensor, so a
+    # secret-shared value behaves like a number (MPyC's convention); imported on first call
+    ("veil.mpc.tensor", "veil.mpc.protocols"),
+}
+
+
+def test_no_import_cycles():
+    """Not even through an import inside a function: a cycle is a layering smell."""
+    graph = {m: _runtime_imports(p, m) for p, m in _modules()}
+    for a, b in ALLOWED_CYCLES:
+        graph[a].discard(b)
+    state: dict[str, int] = {}   # 1: on the stack, 2: done
+    cycles = []
+
+    def visit(m: str, stack: list[str]) -> None:
+        state[m] = 1
+        for n in sorted(graph[m]):
+            if state.get(n) == 1:
+                cycles.append(" -> ".join(stack[stack.index(n):] + [m, n]) if n in stack
+                              else f"{m} -> {n}")
+            elif n not in state:
+                visit(n, stack + [m])
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [])
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
