@@ -116,7 +116,8 @@ class ThresholdPublicKey(PublicKey):
         self._v_lock = threading.Lock()
 
     def _identity(self) -> tuple[int, ...]:
-        return (self.n, self.parties, self.threshold, self.v, *self.verification_keys)
+        return (*super()._identity(), self.parties, self.threshold, self.v,
+                *self.verification_keys)
 
     def __repr__(self) -> str:
         return (f"threshold.ThresholdPublicKey(bits={self.bits}, {self.threshold}-of-"
