@@ -174,7 +174,7 @@ def test_any_t_bar_subset_decrypts_the_aggregate_and_fewer_cannot(primes):
     keys = keys_for(primes, 2)          # 3-of-4
     pk = keys.public_key
     total = pk.encrypt(np.array([5, -7]), rng=1) + pk.encrypt(np.array([1, 1]), rng=2)
-    partials = [s.partial_decrypt(total, rng=i) for i, s in enumerate(keys.shares)]
+    partials = [s.partial_decrypt(total) for i, s in enumerate(keys.shares)]
     for subset in itertools.combinations(partials, 3):
         assert pk.combine(list(subset), ciphertext=total).tolist() == [6, -6]
     for subset in itertools.combinations(partials, 2):
@@ -189,7 +189,7 @@ class LyingClient(HybridClient):
         ct = serialization.loads(msg.blob("aggregate"), public_key=self.key_share.public_key)
         other = ct + self.key_share.public_key.encrypt(np.ones(ct.shape[0], dtype=np.int64),
                                                        rng=rng)
-        partial = self.key_share.partial_decrypt(other, rng=rng)
+        partial = self.key_share.partial_decrypt(other)
         forged = threshold.PartialDecryption(partial.public_key, partial.party, partial.values,
                                              self.key_share.public_key._digest(
                                                  np.asarray(ct._raw, dtype=object)),

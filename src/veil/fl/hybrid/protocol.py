@@ -445,5 +445,5 @@ class HybridClient(ClientProtocol):
 
     def _on_decrypt(self, msg: Message, rng: Generator) -> list[Message]:
         ct = _load(msg, "aggregate", EncryptedArray, self.key_share.public_key)
-        partial = self.key_share.partial_decrypt(ct, rng=rng)
+        partial = self.key_share.partial_decrypt(ct)
         return [self.reply(msg, partial=serialization.dumps(partial))]
