@@ -105,9 +105,15 @@ def test_valid_checksum_but_invalid_content_is_rejected(pkeys):
         loads(_frame(3, [fp]), public_key=pk)
     with pytest.raises(CryptoError, match="unknown blob type"):
         loads(_frame(99, [b""]))
-    short_array = _frame(4, [fp, (2).to_bytes(8, "big"), b"\x01" * 10])
-    with pytest.raises(CryptoError, match="bytes of values"):
+    short_array = _frame(4, [fp, b"\x01" + (2).to_bytes(8, "little"), b"\x01" * 10])
+    with pytest.raises(CryptoError, match="bytes of ciphertexts for 2 entries"):
         loads(short_array, public_key=pk)
+    huge_shape = _frame(4, [fp, b"\x02" + (2 ** 40).to_bytes(8, "little") * 2, b""])
+    with pytest.raises(CryptoError, match="more than"):
+        loads(huge_shape, public_key=pk)
+    huge_int = _frame(3, [fp, b"\x01" * 5000])
+    with pytest.raises(CryptoError, match="an integer of 5000 bytes"):
+        loads(huge_int, public_key=pk)
     wrong_primes = _frame(2, [fp, (7).to_bytes(1, "big"), (11).to_bytes(1, "big")])
     with pytest.raises(CryptoError, match="does not match"):
         loads(wrong_primes, public_key=pk)
@@ -131,7 +137,9 @@ def test_private_parts_need_the_matching_public_key(pkeys, tkeys):
 
 
 def test_blobs_are_versioned():
-    assert serialization.VERSION == 1
+    assert serialization.VERSION == 2
     pk, _ = paillier.keygen(256, insecure_ok=True, rng=58)
     blob = dumps(pk)
-    assert blob[:4] == b"VEIL" and blob[4] == 1 and blob[5] == 1
+    assert blob[:4] == b"VCRY" and blob[4] == 2 and blob[5] == 1
+    with pytest.raises(CryptoError, match="magic"):   # a version-1 blob
+        loads(b"VEIL\x01" + blob[5:])

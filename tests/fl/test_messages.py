@@ -32,16 +32,19 @@ def test_every_kind_of_value_round_trips():
 
 
 @pytest.mark.parametrize("data, problem", [
-    (b"", "needs 4 more bytes"),
+    (b"", "magic"),
     (b"XXXX\x01N", "magic"),
-    (b"VEIL\x02N", "version"),
-    (b"VEIL\x01Q", "unknown tag"),
-    (b"VEIL\x01NN", "trailing"),
-    (b"VEIL\x01b\xff\xff\xff\x7f", "more bytes"),                   # length past the end
-    (b"VEIL\x01a\x63\x01" + b"\x01" + bytes(7), "dtype code"),        # unknown dtype
-    (b"VEIL\x01a\x0a\x01" + (2 ** 60).to_bytes(8, "little"), "more bytes"),  # huge shape
-    (b"VEIL\x01d\x01\x00\x00\x00fxxxxxxxxN", "mapping key"),          # float key
-    (b"VEIL\x01s\x01\x00\x00\x00\xff", "UTF-8"),
+    (b"VMSG\x01N", "version"),
+    (b"VMSG\x02Q", "unknown tag"),
+    (b"VMSG\x02NN", "trailing"),
+    (b"VMSG\x02b\xff\xff\xff\x7f", "more bytes"),                   # length past the end
+    (b"VMSG\x02a\x63\x01" + b"\x01" + bytes(7), "dtype code"),        # unknown dtype
+    (b"VMSG\x02a\x0a\x01" + (2 ** 60).to_bytes(8, "little"), "more than"),  # huge shape
+    (b"VMSG\x02l\xff\xff\xff\xff", "items announced"),            # huge count
+    (b"VMSG\x02i\x00\x10\x00\x00" + bytes(4096), "at most 1024"),  # huge integer
+    (b"VMSG\x02a\x00\x01\x01" + bytes(7) + b"\x02", "boolean"),      # bool byte 2
+    (b"VMSG\x02d\x01\x00\x00\x00fxxxxxxxxN", "mapping key"),          # float key
+    (b"VMSG\x02s\x01\x00\x00\x00\xff", "UTF-8"),
 ])
 def test_malformed_bytes_are_protocol_errors(data, problem):
     with pytest.raises(ProtocolError, match=problem):
@@ -57,6 +60,18 @@ def test_envelope_is_checked():
         Message("p", 0, "s", 0, SERVER, {"x": object()}).to_bytes()
     with pytest.raises(ProtocolError, match="dtype object"):
         encode(np.array([object()]))
+
+
+def test_a_huge_integer_is_shown_by_its_size_never_formatted():
+    msg = Message.from_bytes(Message("p", 2, "fit", 5, SERVER, {"w": 7 ** 2000}).to_bytes())
+    with pytest.raises(ProtocolError, match="'w' is an integer of 5615 bits"):
+        msg.integer("w", high=2)
+    with pytest.raises(ProtocolError, match="'w' is an integer of 5615 bits"):
+        msg.number("w")
+    with pytest.raises(ProtocolError, match="envelope field round=an integer of"):
+        Message.from_bytes(encode(["p", -(7 ** 2000), "s", 0, SERVER, {}]))
+    with pytest.raises(ProtocolError, match="cannot encode an integer of"):
+        encode(2 ** 9000)
 
 
 def test_accessors_name_the_sender_and_the_field():

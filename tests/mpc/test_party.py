@@ -84,8 +84,8 @@ def test_instructions_are_validated():
     with pytest.raises(ProtocolError, match="no tensor #99"):
         parties[0].begin(pack_instruction(2, {"op": "linear", "out": 1, "args": [99],
                                               "coefs": [1]}))
-    with pytest.raises(ProtocolError, match="malformed instruction"):
-        parties[0].begin(b"VINS" + bytes(4))
+    with pytest.raises(ProtocolError, match="malformed MPC instruction"):
+        parties[0].begin(b"VINS\x01" + bytes(4))
 
 
 def test_early_messages_wait_for_their_step():

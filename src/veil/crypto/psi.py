@@ -46,12 +46,12 @@ The map is checked against RFC 9380's test vectors (appendix J.7.2) in the tests
 from __future__ import annotations
 
 import hashlib
-import struct
 from collections.abc import Iterable
 
 import gmpy2
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 
+from veil._codec import Format
 from veil._validation import check_choice
 from veil.errors import CryptoError, DataError, ProtocolError
 from veil.random import check_rng
@@ -62,12 +62,13 @@ DST = b"VEIL-PSI-V01-curve25519_XMD:SHA-512_ELL2_NU_"
 _P = gmpy2.mpz(2**255 - 19)
 _A = gmpy2.mpz(486662)
 _POINT = 32
-_MAGIC = b"VPSI"
+#: the wire format of the PSI messages: a kind byte, its header fields, the points (a blob)
+FORMAT = Format(b"VPSI", 2, name="PSI message")
 _OUTPUTS = ("intersection", "cardinality")
-_KINDS = {"setup": b"S", "request": b"Q", "response": b"R"}
-_SETUP = struct.Struct("<5s16sI")        # magic + kind, sender id, count
-_REQUEST = struct.Struct("<5sB16sI")     # magic + kind, output mode, receiver session, count
-_RESPONSE = struct.Struct("<5s16s16sI")  # magic + kind, receiver session, sender id, count
+#: each message's kind byte and header fields (bytes of each)
+_LAYOUTS = {"setup": (b"S", (16,)),          # sender id
+            "request": (b"Q", (1, 16)),      # output mode, receiver session
+            "response": (b"R", (16, 16))}    # receiver session, sender id
 
 
 def _xmd_prefix(dst: bytes) -> tuple[object, bytes, bytes]:
@@ -124,10 +125,6 @@ def _multiply(key: X25519PrivateKey, points: list[bytes]) -> list[bytes]:
         raise CryptoError(f"a received point has small order: {exc}") from None
 
 
-def _points(data: bytes, offset: int, count: int) -> list[bytes]:
-    return [data[offset + _POINT * i: offset + _POINT * (i + 1)] for i in range(count)]
-
-
 def _new_key(rng) -> X25519PrivateKey:
     return X25519PrivateKey.from_private_bytes(rng.bytes(32))
 
@@ -138,19 +135,25 @@ def _shuffle(points: list[bytes], rng) -> tuple[list[bytes], list[int]]:
     return [points[i] for i in order], order
 
 
-def _unpack(message: bytes, head: struct.Struct, what: str) -> tuple:
+def _pack(what: str, fields: tuple[bytes, ...], points: list[bytes]) -> bytes:
+    out = FORMAT.writer().raw(_LAYOUTS[what][0])
+    for f in fields:
+        out.raw(f)
+    return out.blob(b"".join(points)).finish()
+
+
+def _unpack(message: bytes, what: str) -> tuple[tuple[bytes, ...], list[bytes]]:
     """Header fields of a PSI message, and its points; a malformed message is refused."""
-    message = bytes(message)
-    if len(message) < head.size:
-        raise ProtocolError(f"PSI {what} of {len(message)} bytes is shorter than its header")
-    fields = head.unpack_from(message)
-    if fields[0] != _MAGIC + _KINDS[what]:
-        raise ProtocolError(f"this message is not a PSI {what} (bad magic or kind)")
-    count = fields[-1]
-    if len(message) != head.size + _POINT * count:
-        raise ProtocolError(f"PSI {what} has {len(message)} bytes for {count} points "
-                            f"(expected {head.size + _POINT * count})")
-    return fields, _points(message, head.size, count)
+    kind, sizes = _LAYOUTS[what]
+    reader = FORMAT.reader(message)
+    if bytes(reader.take(1)) != kind:
+        raise reader.fail(f"this message is not a PSI {what} (wrong kind)")
+    fields = tuple(bytes(reader.take(n)) for n in sizes)
+    raw = reader.blob()
+    reader.done()
+    if len(raw) % _POINT:
+        raise reader.fail(f"{len(raw)} bytes of points, not a multiple of {_POINT}")
+    return fields, [raw[i:i + _POINT] for i in range(0, len(raw), _POINT)]
 
 
 class PSIReceiver:
@@ -182,15 +185,13 @@ class PSIReceiver:
             raise ProtocolError("request() was already called: one request per receiver")
         points, self._order = _shuffle(_multiply(self._key, hash_to_curve(self._items)),
                                        self._rng)
-        head = _REQUEST.pack(_MAGIC + _KINDS["request"], _OUTPUTS.index(self.output),
-                             self._session, len(points))
-        return head + b"".join(points)
+        return _pack("request", (bytes([_OUTPUTS.index(self.output)]), self._session), points)
 
     def receive_setup(self, setup: bytes) -> None:
         """Take the sender's ``b H(y)`` and compute ``a b H(y)``."""
         if self._theirs is not None:
             raise ProtocolError("a setup message was already received")
-        (_, sender, _), points = _unpack(setup, _SETUP, "setup")
+        (sender,), points = _unpack(setup, "setup")
         self._theirs = set(_multiply(self._key, points))
         self._sender = sender
 
@@ -198,7 +199,7 @@ class PSIReceiver:
         """The intersection (the receiver's items as given, in input order) or its size."""
         if self._order is None or self._theirs is None or self._done:
             raise ProtocolError("finish() needs one request() and one receive_setup() first")
-        (_, session, sender, _), doubled = _unpack(response, _RESPONSE, "response")
+        (session, sender), doubled = _unpack(response, "response")
         if session != self._session or sender != self._sender:
             raise ProtocolError("the PSI response belongs to another session or sender")
         if len(doubled) != len(self._order):
@@ -231,13 +232,14 @@ class PSISender:
     def setup(self) -> bytes:
         """The sender's blinded points ``b H(y)`` in a random order."""
         points = _shuffle(_multiply(self._key, hash_to_curve(self._items)), self._rng)[0]
-        return _SETUP.pack(_MAGIC + _KINDS["setup"], self._id, len(points)) + b"".join(points)
+        return _pack("setup", (self._id,), points)
 
     def respond(self, request: bytes) -> bytes:
         """``b a H(x)`` for the receiver's points, in their order (shuffled for cardinality)."""
         if self._answered:
             raise ProtocolError("this sender already answered a request (keys are single-use)")
-        (_, mode, session, _), points = _unpack(request, _REQUEST, "request")
+        (mode_b, session), points = _unpack(request, "request")
+        mode = mode_b[0]
         if mode >= len(_OUTPUTS) or _OUTPUTS[mode] != self.output:
             allowed = _OUTPUTS[mode] if mode < len(_OUTPUTS) else mode
             raise ProtocolError(f"the receiver asks for output={allowed!r}; this sender "
@@ -246,8 +248,7 @@ class PSISender:
         if self.output == "cardinality":
             doubled = _shuffle(doubled, self._rng)[0]
         self._answered = True
-        head = _RESPONSE.pack(_MAGIC + _KINDS["response"], session, self._id, len(doubled))
-        return head + b"".join(doubled)
+        return _pack("response", (session, self._id), doubled)
 
 
 def intersect(receiver_items: Iterable[bytes | str], sender_items: Iterable[bytes | str], *,

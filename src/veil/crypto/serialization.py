@@ -1,20 +1,22 @@
 """Keys and ciphertexts to and from bytes: versioned, length-checked, checksummed, no pickle.
 
-Layout of every blob::
+Every blob is a checksummed frame of :mod:`veil._codec` (magic ``b"VCRY"``, version 2)::
 
-    b"VEIL" | version (1 byte) | type tag (1) | body length (4, big-endian) | body | check (16)
+    b"VCRY" | version | type tag (u8) | fields | check (16 bytes)
 
-where the body is a sequence of fields, each a 4-byte big-endian length and that many
-bytes, and ``check`` is the first 16 bytes of SHA-256 over everything before it. Integers
-are unsigned big-endian; arrays of residues are one field of fixed-width entries (the
-byte length of n^2) plus a shape field of 8-byte dimensions.
+where each field is a codec ``blob`` (u32 little-endian length, then the bytes) and
+``check`` the first 16 bytes of SHA-256 over everything before it. Integers are unsigned
+big-endian, at most 2048 bytes; arrays of residues are a shape field (ndim u8, then u64
+dimensions, at most 2^28 entries) and one field of fixed-width entries (the byte length of
+n^2).
 
-Loading checks, in order: magic, version, tag, lengths (the body and every field must
-be exactly as long as declared, nothing may trail), the checksum, the number of fields
-for the type, and then every value the way the constructors check it (ciphertexts in
-Z_{n^2}^*, keys well formed, primes prime). Any failure raises
-:class:`~veil.errors.CryptoError`. The checksum catches accidental corruption; it is not
-authentication (an attacker can recompute it): authenticate blobs in transit separately.
+Loading checks, in order: magic, version, checksum, lengths (every field must be as long as
+declared, nothing may trail), the tag and the number of fields for it, every integer's
+size, and then every value the way the constructors check it (ciphertexts in Z_{n^2}^*,
+keys well formed, primes prime). Any failure raises :class:`~veil.errors.CryptoError`. The
+checksum catches accidental corruption; it is not authentication (an attacker can
+recompute it): authenticate blobs in transit separately. Version 1 blobs (magic
+``b"VEIL"``, big-endian lengths) fail the magic check: re-export them with this veil.
 
 Public and private parts are separate blobs. Private keys, key shares, ciphertexts and
 partial decryptions carry the 16-byte fingerprint of their public key and load only with
@@ -23,23 +25,27 @@ partial decryptions carry the 16-byte fingerprint of their public key and load o
 
 from __future__ import annotations
 
-import hashlib
+import math
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from gmpy2 import mpz
 
+from veil._codec import Format
 from veil.crypto import multiplicative as mult
 from veil.crypto import paillier, threshold
 from veil.errors import CryptoError
 
-__all__ = ["dumps", "loads", "VERSION"]
+__all__ = ["FORMAT", "VERSION", "dumps", "loads"]
 
-MAGIC = b"VEIL"
-VERSION = 1
-_HEADER = 10
-_CHECK = 16
+#: the crypto blob format
+FORMAT = Format(b"VCRY", 2, error=CryptoError, checksum=True, name="crypto blob")
+VERSION = FORMAT.version
+#: the largest integer a blob holds, in bytes (16384 bits)
+MAX_INT_BYTES = 2048
+#: the most entries an array of residues may declare
+_MAX_ENTRIES = 1 << 28
 _TAGS = {
     paillier.PublicKey: 1,
     paillier.PrivateKey: 2,
@@ -66,6 +72,9 @@ def _int(x: Any) -> bytes:
 
 
 def _to_int(b: bytes) -> mpz:
+    if len(b) > MAX_INT_BYTES:
+        raise CryptoError(f"malformed crypto blob: an integer of {len(b)} bytes; at most "
+                          f"{MAX_INT_BYTES}")
     return mpz(int.from_bytes(b, "big"))
 
 
@@ -74,19 +83,23 @@ def _width(pk: paillier.PublicKey) -> int:
 
 
 def _residues(raw: np.ndarray, width: int) -> list[bytes]:
-    shape = b"".join(int(d).to_bytes(8, "big") for d in raw.shape)
+    shape = bytes([raw.ndim]) + b"".join(int(d).to_bytes(8, "little") for d in raw.shape)
     return [shape, b"".join(int(x).to_bytes(width, "big") for x in raw.ravel().tolist())]
 
 
 def _read_residues(shape_b: bytes, blob: bytes, width: int, check: Callable[[mpz, str], mpz],
                    what: str) -> np.ndarray:
-    if len(shape_b) % 8:
-        raise CryptoError(f"{what}: malformed shape field")
-    shape = tuple(int.from_bytes(shape_b[i:i + 8], "big") for i in range(0, len(shape_b), 8))
-    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    ndim = shape_b[0] if shape_b else -1
+    if not 0 <= ndim <= 32 or len(shape_b) != 1 + 8 * ndim:
+        raise CryptoError(f"malformed crypto blob: {what} has a malformed shape field")
+    shape = tuple(int.from_bytes(shape_b[i:i + 8], "little") for i in range(1, len(shape_b), 8))
+    if any(d > _MAX_ENTRIES for d in shape) or math.prod(shape) > _MAX_ENTRIES:
+        raise CryptoError(f"malformed crypto blob: {what} declares more than {_MAX_ENTRIES} "
+                          "entries")
+    count = math.prod(shape)
     if len(blob) != count * width:
-        raise CryptoError(f"{what}: {len(blob)} bytes of values for shape {shape}; "
-                          f"expected {count * width}")
+        raise CryptoError(f"malformed crypto blob: {len(blob)} bytes of {what} for "
+                          f"{count} entries; expected {count * width}")
     out = np.empty(count, dtype=object)
     out[:] = [check(mpz(int.from_bytes(blob[k:k + width], "big")), f"{what}[{k // width}]")
               for k in range(0, len(blob), width)]
@@ -96,38 +109,18 @@ def _read_residues(shape_b: bytes, blob: bytes, width: int, check: Callable[[mpz
 # ----------------------------------------------------------------------------- framing
 
 def _frame(tag: int, fields: list[bytes]) -> bytes:
-    body = b"".join(len(f).to_bytes(4, "big") + f for f in fields)
-    head = MAGIC + bytes([VERSION, tag]) + len(body).to_bytes(4, "big")
-    return head + body + hashlib.sha256(head + body).digest()[:_CHECK]
+    out = FORMAT.writer().u8(tag)
+    for f in fields:
+        out.blob(f)
+    return out.finish()
 
 
 def _unframe(data: Any) -> tuple[int, list[bytes]]:
-    if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise CryptoError(f"expected bytes, got {type(data).__name__}")
-    data = bytes(data)
-    if len(data) < _HEADER + _CHECK or data[:4] != MAGIC:
-        raise CryptoError("not a veil crypto blob (bad magic or too short)")
-    if data[4] != VERSION:
-        raise CryptoError(f"unsupported blob version {data[4]}; this veil reads version "
-                          f"{VERSION}")
-    body_len = int.from_bytes(data[6:10], "big")
-    if len(data) != _HEADER + body_len + _CHECK:
-        raise CryptoError(f"blob length {len(data)} does not match its declared body length "
-                          f"{body_len} (truncated or extended)")
-    body = data[_HEADER:_HEADER + body_len]
-    if hashlib.sha256(data[:_HEADER + body_len]).digest()[:_CHECK] != data[-_CHECK:]:
-        raise CryptoError("blob checksum mismatch: the bytes are corrupted")
-    fields, pos = [], 0
-    while pos < body_len:
-        if pos + 4 > body_len:
-            raise CryptoError("malformed blob: truncated field length")
-        size = int.from_bytes(body[pos:pos + 4], "big")
-        pos += 4
-        if pos + size > body_len:
-            raise CryptoError("malformed blob: a field runs past the end of the body")
-        fields.append(body[pos:pos + size])
-        pos += size
-    return data[5], fields
+    reader = FORMAT.reader(data)
+    tag, fields = reader.u8(), []
+    while reader.left:
+        fields.append(reader.blob())
+    return tag, fields
 
 
 # ----------------------------------------------------------------------------- encoders
@@ -253,7 +246,8 @@ def loads(data: bytes, *, public_key: Any = None) -> Any:
     tag, fields = _unframe(data)
     expected = _FIELDS.get(tag)
     if tag == 5:
-        ok = len(fields) >= 6 and len(fields) == 5 + int(_to_int(fields[2]))
+        ok = len(fields) >= 6 and len(fields[2]) <= 8 and \
+            len(fields) == 5 + int(_to_int(fields[2]))
     elif expected is None:
         raise CryptoError(f"unknown blob type tag {tag}")
     else:

@@ -30,13 +30,13 @@ Byte strings are cut into 7-byte limbs (56 bits < 61), each shared as a field el
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from veil._codec import Format
 from veil._validation import check_int
 from veil.errors import CryptoError, DataError
 from veil.random import check_rng
@@ -58,8 +58,8 @@ _M29 = np.uint64((1 << 29) - 1)
 _M32 = np.uint64((1 << 32) - 1)
 _LIMB_BYTES = 7
 _TAG_BYTES = 16
-_MAGIC = b"VSS1"
-_HEADER = struct.Struct("<4sIIB16sQB")  # magic, x, threshold, kind, tag, length, ndim
+#: the wire format of a Shamir share (:meth:`ShamirShare.to_bytes`)
+SHARE_FORMAT = Format(b"VSHR", 1, error=CryptoError, name="Shamir share")
 
 
 # --- additive sharing over Z_2^64 ---------------------------------------------------------
@@ -169,35 +169,25 @@ class ShamirShare:
     length: int | None = None
 
     def to_bytes(self) -> bytes:
-        """A self-describing little-endian encoding (for messages; see :meth:`from_bytes`)."""
-        kind = 0 if self.length is None else 1
-        head = _HEADER.pack(_MAGIC, self.x, self.threshold, kind, self.tag,
-                            self.length or 0, self.values.ndim)
-        dims = struct.pack(f"<{self.values.ndim}Q", *self.values.shape)
-        return head + dims + self.values.astype("<u8").tobytes()
+        """A frame of :mod:`veil._codec` (for messages; see :meth:`from_bytes`): x (u32),
+        threshold (u32), kind (u8: 1 for :func:`split_bytes` shares), tag (16 bytes),
+        length (u64), values (a uint64 array)."""
+        return (SHARE_FORMAT.writer().u32(self.x).u32(self.threshold)
+                .u8(0 if self.length is None else 1).raw(self.tag).u64(self.length or 0)
+                .array(np.asarray(self.values, dtype=np.uint64)).finish())
 
     @classmethod
     def from_bytes(cls, data: bytes) -> ShamirShare:
         """Decode and validate a share; a malformed one raises :class:`CryptoError`."""
-        data = bytes(data)
-        if len(data) < _HEADER.size:
-            raise CryptoError(f"malformed Shamir share: {len(data)} bytes, shorter than the "
-                              f"{_HEADER.size}-byte header")
-        magic, x, threshold, kind, tag, length, ndim = _HEADER.unpack_from(data)
-        if magic != _MAGIC or kind not in (0, 1):
-            raise CryptoError("malformed Shamir share: bad magic or kind")
-        offset = _HEADER.size + 8 * ndim
-        if len(data) < offset:
-            raise CryptoError("malformed Shamir share: truncated shape")
-        shape = struct.unpack_from(f"<{ndim}Q", data, _HEADER.size)
-        count = int(np.prod(shape, dtype=np.int64)) if ndim else 1
-        if len(data) != offset + 8 * count:
-            raise CryptoError(f"malformed Shamir share: {len(data) - offset} value bytes for "
-                              f"shape {shape} (expected {8 * count})")
-        values = np.frombuffer(data, dtype="<u8", offset=offset).astype(np.uint64)
-        values = values.reshape(shape)
-        if kind == 1 and (ndim != 1 or shape[0] != _limbs(length)):
-            raise CryptoError(f"malformed Shamir share: {shape} limbs for a {length}-byte secret")
+        reader = SHARE_FORMAT.reader(data)
+        x, threshold, kind = reader.u32(), reader.u32(), reader.u8()
+        tag, length = bytes(reader.take(_TAG_BYTES)), reader.u64()
+        values = reader.array(dtypes=(np.dtype(np.uint64),))
+        reader.done()
+        if kind not in (0, 1):
+            raise reader.fail(f"kind {kind}; expected 0 or 1")
+        if kind == 1 and (values.ndim != 1 or values.size != _limbs(length)):
+            raise reader.fail(f"{values.size} limbs for a {length}-byte secret")
         share = cls(x, threshold, values, tag, length if kind == 1 else None)
         _check_share(share, "share")
         return share

@@ -1,109 +1,92 @@
-"""Byte formats of the MPC messages: explicit little-endian layouts, never pickle.
+"""Byte formats of the MPC messages: frames of :mod:`veil._codec`, never pickle.
 
-* arrays: ``count:u8`` then, per array, ``dtype:u8 ndim:u8 dims:u32*ndim data`` (uint64 or
-  uint8, little-endian);
-* party-to-party message: ``"VMPC" session:16 sender:u16 seq:u64 step:u16`` + arrays; the
-  receiver checks the session, the sender, the instruction number ``seq`` and the protocol
-  step, and the shapes it expects (see :class:`veil.mpc.party.Party`);
-* instruction (session -> party): ``"VINS" seq:u64 len:u32`` + a JSON object (the operation
-  and its public parameters) + arrays (inputs for their owner, public constants);
-* dealer payload and results (party -> session): arrays.
+* arrays (dealer payload, results: party -> session): magic ``b"VMPA"``; ``count:u8`` then
+  codec arrays (uint64 or uint8);
+* party-to-party message: magic ``b"VMPC"``, ``session:16 sender:u16 seq:u64 step:u16``,
+  then the arrays as above; the receiver checks the session, the sender, the instruction
+  number ``seq`` and the protocol step, and the shapes it expects (see
+  :class:`veil.mpc.party.Party`);
+* instruction (session -> party): magic ``b"VINS"``, ``seq:u64``, a JSON object as text
+  (the operation and its public parameters), then the arrays (inputs for their owner,
+  public constants).
 
-Every decoder raises :class:`ProtocolError` for a malformed message.
+Every decoder is bounded (:mod:`veil._codec`) and raises :class:`ProtocolError` for a
+malformed message.
 """
 
 from __future__ import annotations
 
 import json
-import struct
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from veil._codec import Format, Reader, Writer
 from veil.errors import DataError, ProtocolError
 
 __all__ = ["pack_arrays", "unpack_arrays", "pack_message", "unpack_message",
            "pack_instruction", "unpack_instruction", "encode_index", "decode_index"]
 
-_DTYPES = (np.dtype("<u8"), np.dtype("u1"))
-_CODES = {np.dtype(np.uint64): 0, np.dtype(np.uint8): 1}
-_MSG = struct.Struct("<4s16sHQH")
-_INS = struct.Struct("<4sQI")
-_MAX_NDIM = 32
+ARRAYS = Format(b"VMPA", 1, name="MPC payload")
+MESSAGE = Format(b"VMPC", 1, name="MPC message")
+INSTRUCTION = Format(b"VINS", 1, name="MPC instruction")
+_DTYPES = (np.dtype(np.uint64), np.dtype(np.uint8))
+
+
+def _write_arrays(out: Writer, arrays: Sequence[np.ndarray]) -> bytes:
+    out.u8(len(arrays))
+    for a in arrays:
+        a = np.asarray(a)
+        if a.dtype not in _DTYPES:
+            raise ProtocolError(f"cannot send an array of dtype {a.dtype}: uint64 or uint8")
+        out.array(a)
+    return out.finish()
+
+
+def _read_arrays(reader: Reader) -> list[np.ndarray]:
+    arrays = [reader.array(dtypes=_DTYPES) for _ in range(reader.u8())]
+    reader.done()
+    return arrays
 
 
 def pack_arrays(arrays: Sequence[np.ndarray]) -> bytes:
-    parts = [bytes([len(arrays)])]
-    for a in arrays:
-        a = np.asarray(a)
-        code = _CODES[a.dtype]
-        parts.append(struct.pack(f"<BB{a.ndim}I", code, a.ndim, *a.shape))
-        parts.append(a.astype(_DTYPES[code], copy=False).tobytes())
-    return b"".join(parts)
+    return _write_arrays(ARRAYS.writer(), arrays)
 
 
 def unpack_arrays(data: bytes, offset: int = 0) -> list[np.ndarray]:
     """Decode the arrays of ``data[offset:]`` (which must hold nothing else)."""
-    view = memoryview(data)
-    try:
-        count = view[offset]
-        pos = offset + 1
-        arrays = []
-        for _ in range(count):
-            code, ndim = struct.unpack_from("<BB", view, pos)
-            if code >= len(_DTYPES) or ndim > _MAX_NDIM:
-                raise ProtocolError(f"malformed message: array header with dtype code {code}, "
-                                    f"ndim {ndim}")
-            shape = struct.unpack_from(f"<{ndim}I", view, pos + 2)
-            pos += 2 + 4 * ndim
-            dtype = _DTYPES[code]
-            nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-            if pos + nbytes > len(view):
-                raise ProtocolError(f"malformed message: truncated array of shape {shape}")
-            arr = np.frombuffer(view, dtype=dtype, count=nbytes // dtype.itemsize, offset=pos)
-            arrays.append(arr.reshape(shape).astype(dtype.newbyteorder("="), copy=False))
-            pos += nbytes
-    except (IndexError, struct.error):
-        raise ProtocolError("malformed message: truncated array data") from None
-    if pos != len(view):
-        raise ProtocolError(f"malformed message: {len(view) - pos} trailing bytes")
-    return arrays
+    return _read_arrays(ARRAYS.reader(memoryview(data)[offset:]))
 
 
 def pack_message(session: bytes, sender: int, seq: int, step: int,
                  arrays: Sequence[np.ndarray]) -> bytes:
-    return _MSG.pack(b"VMPC", session, sender, seq, step) + pack_arrays(arrays)
+    out = MESSAGE.writer().raw(session).u16(sender).u64(seq).u16(step)
+    return _write_arrays(out, arrays)
 
 
 def unpack_message(data: bytes) -> tuple[bytes, int, int, int, list[np.ndarray]]:
     """(session, sender, seq, step, arrays) of a party-to-party message."""
-    if len(data) < _MSG.size:
-        raise ProtocolError(f"malformed message: {len(data)} bytes, shorter than the header")
-    magic, session, sender, seq, step = _MSG.unpack_from(data)
-    if magic != b"VMPC":
-        raise ProtocolError("malformed message: not an MPC message (bad magic)")
-    return session, sender, seq, step, unpack_arrays(data, _MSG.size)
+    reader = MESSAGE.reader(data)
+    session, sender, seq, step = bytes(reader.take(16)), reader.u16(), reader.u64(), reader.u16()
+    return session, sender, seq, step, _read_arrays(reader)
 
 
 def pack_instruction(seq: int, op: dict[str, Any], arrays: Sequence[np.ndarray] = ()) -> bytes:
-    body = json.dumps(op, separators=(",", ":")).encode()
-    return _INS.pack(b"VINS", seq, len(body)) + body + pack_arrays(arrays)
+    out = INSTRUCTION.writer().u64(seq).text(json.dumps(op, separators=(",", ":")))
+    return _write_arrays(out, arrays)
 
 
 def unpack_instruction(data: bytes) -> tuple[int, dict[str, Any], list[np.ndarray]]:
-    if len(data) < _INS.size:
-        raise ProtocolError("malformed instruction: shorter than its header")
-    magic, seq, length = _INS.unpack_from(data)
-    if magic != b"VINS" or _INS.size + length > len(data):
-        raise ProtocolError("malformed instruction: bad magic or length")
+    reader = INSTRUCTION.reader(data)
+    seq, text = reader.u64(), reader.text()
     try:
-        op = json.loads(bytes(data[_INS.size:_INS.size + length]))
-    except ValueError:
-        raise ProtocolError("malformed instruction: the operation is not JSON") from None
+        op = json.loads(text)
+    except (ValueError, RecursionError):
+        raise reader.fail("the operation is not JSON") from None
     if not isinstance(op, dict) or not isinstance(op.get("op"), str):
-        raise ProtocolError("malformed instruction: no operation name")
-    return seq, op, unpack_arrays(data, _INS.size + length)
+        raise reader.fail("no operation name")
+    return seq, op, _read_arrays(reader)
 
 
 def encode_index(index: Any) -> list:

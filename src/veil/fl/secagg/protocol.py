@@ -135,24 +135,24 @@ class SecAggServer(ServerRound):
         if self.stage == "share_keys":
             cts = msg.table("ciphertexts", allowed=set(self.holders[i]))
             if set(cts) != set(self.holders[i]):
-                raise msg._error("ciphertexts", f"covers {sorted(cts)}; expected one share "
+                raise msg.error("ciphertexts", f"covers {sorted(cts)}; expected one share "
                                                 f"for each of {list(self.holders[i])}")
             return cts
         if self.stage == "masked_input":
             masked = msg.array("masked", dtype=ring_dtype(self.plan.bits),
                                shape=(self._length,))
             if masked.size and int(masked.max()) >> self.plan.bits:
-                raise msg._error("masked", f"holds values outside Z_2^{self.plan.bits}")
+                raise msg.error("masked", f"holds values outside Z_2^{self.plan.bits}")
             used = msg.ids("partners", allowed=set(self.partners[i]))
             if len(used) < self.plan.threshold:
-                raise msg._error("partners", f"names {len(used)} partners; the threshold is "
-                                             f"{self.plan.threshold}")
+                raise msg.error("partners", f"names {len(used)} partners; the threshold is "
+                                            f"{self.plan.threshold}")
             return masked, frozenset(used)
         asked_b, asked_s = self._asked_for[i]
         seeds = msg.table("seed_shares", allowed=set(asked_b))
         keys = msg.table("key_shares", allowed=set(asked_s))
         if set(seeds) != set(asked_b) or set(keys) != set(asked_s):
-            raise msg._error("seed_shares", "or 'key_shares' do not answer every request")
+            raise msg.error("seed_shares", "or 'key_shares' do not answer every request")
         return seeds, keys
 
     def _advance(self, stage: str, answers: dict[int, Any]) -> list[Message]:
@@ -309,7 +309,7 @@ class SecAggClient(ClientProtocol):
         sampled = msg.integer("sampled", low=len(self._neighbours) + 1, high=1 << 20)
         announced = msg.get("secagg", dict).get("clip_range")
         if not isinstance(announced, float) or not 0 < announced < math.inf:
-            raise msg._error("secagg", f"has clip_range={announced!r}")
+            raise msg.error("secagg", f"has clip_range={announced!r}")
         own = self.strategy.plan(msg.round, np.zeros(self.trainer.model.n_params_),
                                  range(sampled), clip_range=announced)
         self._plan = check_plan(msg, own, self._neighbours)
@@ -322,7 +322,7 @@ class SecAggClient(ClientProtocol):
         keys = msg.table("keys", allowed=set(self._neighbours), value=list)
         for j, pair in keys.items():
             if len(pair) != 2 or not all(isinstance(k, bytes) and len(k) == KEY for k in pair):
-                raise msg._error("keys", f"entry for client {j} is not two {KEY}-byte keys")
+                raise msg.error("keys", f"entry for client {j} is not two {KEY}-byte keys")
         t = self._plan.threshold
         if len(keys) < t:
             raise ProtocolError(f"client {self.client_id}: {len(keys)} neighbours alive, "
