@@ -61,7 +61,14 @@ from veil.crypto import threshold
 from veil.datasets import available, load_xy, partition
 from veil.dp import Ledger
 from veil.fl import Federation, LocalRuntime, Message
-from veil.fl.hybrid.protocol import Agreement, HybridClient, HybridServer, QueryEncoding, deal_keys
+from veil.fl.hybrid.protocol import (
+    Agreement,
+    HybridClient,
+    HybridServer,
+    QueryEncoding,
+    deal_keys,
+    make_identities,
+)
 from veil.fl.strategies import FedAvg, Hybrid
 from veil.learn import LogisticRegression, SoftmaxRegression
 from veil.learn.private.queries import GradientQueries
@@ -119,12 +126,14 @@ def hybrid_round(keys, data, model, *, packed: bool, z: float, values: int | Non
             out, clipped = full(q, X, y)
             return out[:values], clipped
         learner.answer = truncated
+    identities, public = make_identities(PARTIES)
     agreement = Agreement(PARTIES, "hybrid", trust=TRUST, noise="skellam", noise_multiplier=z,
-                          delta=1e-5, packed=packed)
+                          delta=1e-5, packed=packed, identities=public)
     count = QueryEncoding(query.shape, agreement, keys.public_key.bits).ciphertexts
     clients = {}
     for i, (X, y) in enumerate(data):
-        clients[i] = HybridClient(i, X, y, agreement, learner=learner, key_share=keys.shares[i])
+        clients[i] = HybridClient(i, X, y, agreement, learner=learner, key_share=keys.shares[i],
+                                  identity=identities[i])
         clients[i].precompute(count)                                  # offline
     server = HybridServer(0, range(PARTIES), query, agreement, keys.public_key, rng=1)
     gen = Generator(7)
@@ -281,10 +290,12 @@ def _party_encrypt(keys, data, model, z):
     pool)."""
     learner = GradientQueries(model, rounds=1, max_records=MAX_RECORDS)
     query = learner.next_query()
+    identities, public = make_identities(PARTIES)
     agreement = Agreement(PARTIES, "hybrid", trust=TRUST, noise="skellam", noise_multiplier=z,
-                          delta=1e-5)
+                          delta=1e-5, identities=public)
     enc = QueryEncoding(query.shape, agreement, keys.public_key.bits)
-    client = HybridClient(0, *data[0], agreement, learner=learner, key_share=keys.shares[0])
+    client = HybridClient(0, *data[0], agreement, learner=learner, key_share=keys.shares[0],
+                          identity=identities[0])
     ints = np.zeros(query.shape.size, dtype=np.int64)
     pk = keys.public_key
     pk.encrypt(enc.plaintexts(ints[:1]))          # builds the fixed-base noise table once

@@ -142,6 +142,10 @@ def test_packing_input_and_count_checks():
         p.pack([0, 128])
     with pytest.raises(CryptoError, match="integers"):
         p.pack([0.5])
+    # unsigned values are checked before any cast: 2^64 - 1 is not -1
+    with pytest.raises(CryptoError, match="values\\[1\\]=18446744073709551615"):
+        p.pack(np.array([3, 2**64 - 1], dtype=np.uint64))
+    assert p.unpack(p.pack(np.array([0, 127], dtype=np.uint64)), 2).tolist() == [0, 127]
     packed = p.pack(np.arange(-5, 5))
     with pytest.raises(CryptoError, match="need"):
         p.unpack(packed, 10 + p.slots)

@@ -61,10 +61,23 @@ def test_noise_base_generates_the_jacobi_one_subgroup(keys):
     assert pk._noise_bits == BITS + 128
 
 
+def test_a_relayed_key_with_a_degenerate_noise_base_is_refused(keys):
+    """noise_base = n^2 - 1 made every ciphertext +-(1 + m n), readable without the key, and
+    the key compared equal to the real one (its fingerprint covered n only)."""
+    pk, sk = keys
+    with pytest.raises(CryptoError, match="noise_base"):
+        paillier.PublicKey(pk.n, noise_base=pk.n2 - 1)
+    relayed = paillier.PublicKey(pk.n, noise_base=pk.noise_base * pk.noise_base % pk.n2)
+    assert relayed != pk and relayed.fingerprint != pk.fingerprint
+    assert paillier.PublicKey(pk.n) != pk
+    assert paillier.PublicKey(pk.n, noise_base=pk.noise_base) == pk
+
+
 def test_keygen_accepts_pregenerated_safe_primes(keys):
     pk, sk = keys
     pk2, sk2 = paillier.keygen(BITS, insecure_ok=True, primes=(sk.p, sk.q), rng=3)
-    assert pk2 == pk and pk2.noise_base != pk.noise_base
+    # same n, another noise base: another key (the fingerprint covers every parameter)
+    assert pk2.n == pk.n and pk2.noise_base != pk.noise_base and pk2 != pk
     with pytest.raises(ConfigError, match="safe prime"):
         paillier.keygen(BITS, insecure_ok=True, primes=(sk.p, sk.p + 2))
 

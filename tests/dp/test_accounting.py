@@ -382,3 +382,22 @@ def test_huge_epsilons_do_not_overflow():
         assert Ledger(1000.0, accountant=accountant).fits(Laplace(epsilon=1000.0).event)
     with pytest.raises(ConfigError, match="epsilon=800"):
         pure_dp_event(800.0)
+
+
+def test_pure_epsilon_laplace_is_priced_in_closed_form():
+    """A Laplace charge of epsilon 1000 must not build a 7-million-point PLD (it took ~20 s
+    on a loaded machine); above epsilon 10 the two-point randomized-response PLD stands in,
+    which is sound (it dominates every eps-DP mechanism) and nearly as tight."""
+    from dp_accounting import dp_event as de
+
+    from veil.dp.accounting.pld import _LAPLACE_DIRECT, PLDAccountant
+
+    leaf = PLDAccountant()._algebra.leaf(de.LaplaceDpEvent(1e-3))
+    assert leaf._pmf_remove.size <= 2
+    assert leaf.get_epsilon_for_delta(1e-6) == pytest.approx(1000.0, abs=1e-3)
+    for eps in (_LAPLACE_DIRECT * 1.0001, 20.0):
+        exact = pld_lib.from_laplace_mechanism(1 / eps, value_discretization_interval=3e-4)
+        ours = PLDAccountant()._algebra.leaf(de.LaplaceDpEvent(1 / eps))
+        for delta in (1e-4, 1e-6):
+            gap = ours.get_epsilon_for_delta(delta) - exact.get_epsilon_for_delta(delta)
+            assert 0 <= gap <= 3 * delta

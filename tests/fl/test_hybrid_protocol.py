@@ -42,7 +42,9 @@ class SumQuery(QueryLearner):
         self.result = None
 
     def plan(self):
-        return [self.shape]
+        # the tests ask the same query many times to see the noise's distribution: the
+        # parties answer no more queries than their plan lists
+        return [self.shape] * 10_000
 
     def next_query(self):
         return None if self.done else Query("column sums", self.shape, {"columns": self.shape.size})
@@ -174,7 +176,7 @@ def test_any_t_bar_subset_decrypts_the_aggregate_and_fewer_cannot(primes):
     keys = keys_for(primes, 2)          # 3-of-4
     pk = keys.public_key
     total = pk.encrypt(np.array([5, -7]), rng=1) + pk.encrypt(np.array([1, 1]), rng=2)
-    partials = [s.partial_decrypt(total, rng=i) for i, s in enumerate(keys.shares)]
+    partials = [s.partial_decrypt(total) for i, s in enumerate(keys.shares)]
     for subset in itertools.combinations(partials, 3):
         assert pk.combine(list(subset), ciphertext=total).tolist() == [6, -6]
     for subset in itertools.combinations(partials, 2):
@@ -186,10 +188,10 @@ class LyingClient(HybridClient):
     """Returns a partial decryption of another ciphertext than the aggregate."""
 
     def _on_decrypt(self, msg, rng):
-        ct = serialization.loads(msg.blob("aggregate"), public_key=self.key_share.public_key)
+        ct = self._aggregate(msg)
         other = ct + self.key_share.public_key.encrypt(np.ones(ct.shape[0], dtype=np.int64),
                                                        rng=rng)
-        partial = self.key_share.partial_decrypt(other, rng=rng)
+        partial = self.key_share.partial_decrypt(other)
         forged = threshold.PartialDecryption(partial.public_key, partial.party, partial.values,
                                              self.key_share.public_key._digest(
                                                  np.asarray(ct._raw, dtype=object)),
@@ -204,7 +206,8 @@ def test_wrong_partial_decryption_is_caught_named_and_replaced(primes):
     for liar in range(N):
         agg = HybridAggregator(data, agreement, keys=keys)
         X, y = data[liar]
-        agg.clients[liar] = LyingClient(liar, X, y, agreement, key_share=keys.shares[liar])
+        agg.clients[liar] = LyingClient(liar, X, y, agg.agreement, key_share=keys.shares[liar],
+                                        identity=agg.clients[liar]._identity)
         answer = agg.aggregate(SumQuery(integer=True).next_query(), SumQuery(integer=True),
                                party_noise=None, server_noise=None, rng=liar)
         assert np.array_equal(answer.values, _truth(data))      # decrypted without it
@@ -215,9 +218,10 @@ def test_wrong_partial_decryption_is_caught_named_and_replaced(primes):
     found = False
     for seed in range(20):
         agg = HybridAggregator(data, agreement, keys=keys)
-        agg.clients[0] = LyingClient(0, *data[0], agreement, key_share=keys.shares[0])
+        agg.clients[0] = LyingClient(0, *data[0], agg.agreement, key_share=keys.shares[0],
+                                     identity=agg.clients[0]._identity)
         query, learner = SumQuery(integer=True).next_query(), SumQuery(integer=True)
-        server = HybridServer(0, range(N), query, agreement, keys.public_key, rng=seed)
+        server = HybridServer(0, range(N), query, agg.agreement, keys.public_key, rng=seed)
         for c in agg.clients.values():
             c.learner = learner
         report = agg.runtime.run_round(server, agg.clients, seed)
@@ -248,8 +252,8 @@ def test_a_ciphertext_under_another_key_is_rejected(primes):
     for min_answers in (None, N - 1):
         agreement = _agreement("smc", trust=2, min_answers=min_answers)
         agg = HybridAggregator(data, agreement, keys=keys)
-        agg.clients[1] = ForeignKeyClient(1, *data[1], agreement, key_share=keys.shares[1],
-                                          other_key=other)
+        agg.clients[1] = ForeignKeyClient(1, *data[1], agg.agreement, key_share=keys.shares[1],
+                                          identity=agg.clients[1]._identity, other_key=other)
         args = (SumQuery(integer=True).next_query(), SumQuery(integer=True))
         if min_answers is None:      # every answer is needed: the round aborts, clearly
             with pytest.raises(ProtocolError, match="3 of 4 parties answered"):
@@ -294,8 +298,9 @@ def test_the_aggregator_sees_only_ciphertexts_and_the_noisy_aggregate(primes):
     kinds = set()
     for raw in inbox:
         msg = Message.from_bytes(raw)
-        assert set(msg.body) in ({"ciphertexts"}, {"partial"}), msg.body.keys()
-        (field, blob), = msg.body.items()
+        assert set(msg.body) in ({"ciphertexts", "signature"}, {"partial"}), msg.body.keys()
+        field = "partial" if "partial" in msg.body else "ciphertexts"
+        blob = msg.body[field]
         obj = serialization.loads(blob, public_key=keys.public_key)
         kinds.add(type(obj).__name__)
         if field == "ciphertexts":
@@ -342,3 +347,115 @@ def test_bad_configuration():
         deal_keys(4, 0, bits=BITS, insecure_ok=True)
     with pytest.raises(ConfigError):
         deal_keys(4, 2, bits=BITS)       # small keys need insecure_ok
+
+
+def _answered(primes, agreement_kw=None, learner=None):
+    """Four parties that answered round 0's query, the aggregator's server, the replies."""
+    data = _data(integer=True)
+    agg = HybridAggregator(data, _agreement("hybrid", trust=2, noise="skellam",
+                                            **(agreement_kw or {})), keys=keys_for(primes, 2))
+    learner = learner or SumQuery(integer=True)
+    for c in agg.clients.values():
+        c.learner = learner
+    server = HybridServer(0, range(N), learner.next_query(), agg.agreement,
+                          agg.public_key, rng=1)
+    replies = {m.recipient: agg.clients[m.recipient].handle(m, Generator(m.recipient))[0]
+               for m in server.start()}
+    return agg, server, replies
+
+
+def _decrypt_request(party, answers):
+    return Message("hybrid", 0, "decrypt", -1, party, {"answers": answers})
+
+
+def test_a_party_is_no_decryption_oracle(primes):
+    """A party partially decrypted any ciphertext it was sent: one request stacking every
+    answer revealed each party's answer. Now it decrypts only the product it computes from
+    enough answers signed by distinct parties, once per round."""
+    agg, server, replies = _answered(primes)
+    signed = {i: [r.body["ciphertexts"], r.body["signature"]] for i, r in replies.items()}
+    party = agg.clients[0]
+    rng = Generator(0)
+    # one party's answer alone (or any set smaller than the quorum, here n = 4)
+    with pytest.raises(ProtocolError, match="signed answers"):
+        party.handle(_decrypt_request(0, {1: signed[1]}), rng)
+    # the other answers forged by the aggregator (encryptions of 0 it signed itself)
+    zero = serialization.dumps(agg.public_key.encrypt(np.zeros(1, dtype=np.int64)))
+    forged = {**signed, **{j: [zero, bytes(64)] for j in (0, 2, 3)}}
+    with pytest.raises(ProtocolError, match="valid signature"):
+        party.handle(_decrypt_request(0, forged), rng)
+    # a signed answer passed off as another party's
+    with pytest.raises(ProtocolError, match="valid signature"):
+        party.handle(_decrypt_request(0, {**signed, 3: signed[1]}), rng)
+    # the honest request is served once; a second sum in the same round is refused (two
+    # sums that differ by one answer would reveal it)
+    (reply,) = party.handle(_decrypt_request(0, signed), rng)
+    assert "partial" in reply.body
+    without_3 = {j: v for j, v in signed.items() if j != 3}
+    with pytest.raises(ProtocolError, match="already handled"):
+        party.handle(_decrypt_request(0, without_3), rng)
+
+
+def test_a_party_takes_the_query_from_its_own_plan(primes):
+    """A claimed sensitivity of 1e-6 made the parties' noise vanish; a party also answered
+    queries beyond its plan."""
+    data = _data(integer=True)
+    agg = HybridAggregator(data, _agreement("hybrid", trust=2, noise="skellam"),
+                           keys=keys_for(primes, 2))
+    learner = SumQuery(integer=True)
+    party = agg.clients[0]
+    party.learner = learner
+    honest = learner.next_query()
+    tiny = Query("column sums", QueryShape(3, l1=1e-6, l2=1e-6, bound=100.0, integer=True),
+                 honest.spec)
+    for query in (tiny,):
+        server = HybridServer(0, range(N), query, agg.agreement, agg.public_key, rng=1)
+        request = next(m for m in server.start() if m.recipient == 0)
+        with pytest.raises(ProtocolError, match="not in this party's plan"):
+            party.handle(request, Generator(0))
+
+    class OneQuery(SumQuery):
+        def plan(self):
+            return [self.shape]
+
+    party.learner = OneQuery(integer=True)
+    for r in range(2):
+        server = HybridServer(r, range(N), honest, agg.agreement, agg.public_key, rng=1)
+        request = next(m for m in server.start() if m.recipient == 0)
+        if r == 0:
+            party.handle(request, Generator(0))
+        else:
+            with pytest.raises(ProtocolError, match="all that its plan has"):
+                party.handle(request, Generator(0))
+
+
+def test_a_party_charges_its_own_ledger_and_refuses_beyond_it(primes):
+    from veil.dp import Ledger
+    from veil.errors import BudgetExceededError
+
+    agg, server, _ = _answered(primes)
+    query = SumQuery(integer=True).next_query()
+    cost = agg.agreement.mechanism(query.shape).event
+    ledger = Ledger(1e9, 1e-5)
+    ledger.charge(cost)
+    budget = ledger.spent(1e-5)[0] * 1.01         # room for one query, not two
+    party = agg.clients[1]
+    party.ledger = Ledger(budget, 1e-5)
+    party.answered = 0
+    for r in (1, 2):
+        server = HybridServer(r, range(N), query, agg.agreement, agg.public_key, rng=1)
+        request = next(m for m in server.start() if m.recipient == 1)
+        if r == 1:
+            party.handle(request, Generator(0))
+        else:
+            with pytest.raises(BudgetExceededError):
+                party.handle(request, Generator(0))
+    assert len(party.ledger.history()) == 1
+
+
+def test_min_answers_below_t_is_refused():
+    """n = 10, t = 10, min_answers = 1 let the aggregator decrypt one party's answer,
+    charged as full central DP."""
+    with pytest.raises(ConfigError, match="min_answers=1"):
+        Agreement(10, "hybrid", trust=10, noise_multiplier=1.0, min_answers=1)
+    assert Agreement(10, "hybrid", trust=4, noise_multiplier=1.0, min_answers=4).quorum == 4

@@ -44,7 +44,7 @@ def test_hybrid_federation_learns_and_charges_every_round(primes):
     assert len(ledger.history()) == 8
     assert ledger.spent()[0] <= 4.0 + 1e-9
     assert history.rounds[-1]["accuracy"] > 0.8
-    assert strategy.keys.public_key.threshold == 3                # t_bar = n - t + 1
+    assert strategy.public_key.threshold == 3                # t_bar = n - t + 1
     # the server only ever asked t_bar = 3 valid partial decryptions per round
     assert all(r["decryptions"] == 3 for r in history.rounds)
 
@@ -72,3 +72,25 @@ def test_bad_input(primes):
                       insecure_ok=True)
     with pytest.raises(ConfigError, match="set up for parties 0..2"):
         Federation(_clients(5), LogisticRegression(), strategy, 1, ledger=Ledger(1.0, 1e-6))
+
+
+def test_the_strategy_keeps_no_key_share(primes_for_strategy=None):
+    """The Hybrid strategy held every party's key share for the whole run."""
+    import numpy as np
+
+    from veil.errors import ConfigError
+    from veil.fl.strategies import Hybrid
+    from veil.fl.trainer import LocalTrainer
+    from veil.learn import LogisticRegression
+
+    strategy = Hybrid(3, 2, rounds=1, noise_multiplier=1.0, key_bits=256, insecure_ok=True,
+                      rng=1)
+    X, y = np.random.default_rng(0).normal(size=(10, 2)), np.array([0, 1] * 5)
+    model = LogisticRegression().initialize(2, [0, 1])
+    clients = [strategy.client(i, LocalTrainer(model, X, y)) for i in range(3)]
+    assert [c.key_share.index for c in clients] == [1, 2, 3]
+    assert all(share is None for share in strategy._shares)
+    assert not any(isinstance(v, (list, tuple)) and any(hasattr(x, "_share") for x in v)
+                   for v in vars(strategy).values())
+    with pytest.raises(ConfigError, match="already handed"):
+        strategy.client(0, LocalTrainer(model, X, y))

@@ -33,10 +33,10 @@ def test_sum_is_exact_within_quantization_under_dropouts(clients, known_updates,
                                                          neighbours):
     data = clients(n)
     inner = known_updates(scale=0.8, max_weight=100.0)
-    # t = floor(threshold * degree) + 1 shares: 5 of 9 (complete graph), 6 of 16 (SecAgg+)
-    threshold = 0.5 if neighbours is None else 0.34
+    # t = floor(threshold * degree) + 1 shares: 5 of 9 (complete graph), 9 of 16 (SecAgg+);
+    # a threshold at most half the degree is refused (see test_clients_refuse_...)
     strategy = SecAgg(inner, bits=32, clip_range=1.0, neighbours=neighbours,
-                      threshold=threshold, min_survivors=0.5)
+                      threshold=0.5, min_survivors=0.5)
     # exactly that share of the clients drops, at a random stage or after sharing secrets
     for seed, stage in enumerate([None, "masked_input", "unmask"]):
         faults = Faults(dropout=dropout, dropout_exact=True, dropout_stage=stage)
@@ -207,3 +207,99 @@ def test_distributed_noise_has_the_stated_variance_and_cost(clients, known_updat
     pld = Ledger(10.0, 1e-5, accountant="pld")
     Federation(data, LogisticRegression(), strategy, 2, rng=0, ledger=pld).run()
     assert pld.spent()[0] == pytest.approx(ledger.spent()[0], rel=1e-6)
+
+
+def _setup_request(strategy, data, seed=0, **changes):
+    """Client 0's setup message, with fields of the announced plan replaced."""
+    fed = Federation(data, LogisticRegression(), strategy, 1, rng=seed)
+    rng = fed._round_rng(0)
+    server = strategy.server_round(0, fed.params, sorted(fed.clients), rng)
+    request = next(m for m in server.start() if m.recipient == 0)
+    body = {**request.body, "secagg": {**request.body["secagg"], **changes}}
+    return fed, Message(request.protocol, request.round, request.stage, SERVER, 0, body)
+
+
+@pytest.mark.parametrize("changes", [{"threshold": 1}, {"noise_std": 0.0}, {"bits": 8}])
+def test_clients_take_their_plan_from_their_own_configuration(clients, known_updates, changes):
+    """A server sent t = 1 (then asked one holder for the victim's self-mask seed and
+    another for its mask key: update recovered to 6e-10) or switched the distributed noise
+    off; each client now recomputes the plan from its own strategy and refuses."""
+    inner = DPFedAvg(known_updates(scale=0.0), noise_multiplier=0.8, clip_norm=0.5,
+                     noise="distributed")
+    strategy = SecAgg(inner, bits=32, min_survivors=0.8)
+    fed, forged = _setup_request(strategy, clients(6), **changes)
+    with pytest.raises(ProtocolError, match="own plan"):
+        fed.clients[0].handle(forged, fed._round_rng(0))
+    _, honest = _setup_request(strategy, clients(6))
+    fed.clients[0].handle(honest, fed._round_rng(0))  # the unchanged plan is accepted
+
+
+def test_a_threshold_at_most_half_the_neighbours_is_refused():
+    with pytest.raises(ConfigError, match="threshold=0.4"):
+        SecAgg(FedAvg(weighted=False), threshold=0.4)
+
+
+@pytest.mark.parametrize("bits", [16, 24, 32])
+@pytest.mark.parametrize("m", [2, 3, 4, 7, 8, 10])
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_quantization_never_wraps_at_the_clip_bound(bits, m, sign):
+    """Every client at +clip_range decoded as -1.0 for 32 bits with m = 2, 4, 8, 10 (the
+    rounded-up scale R s made the ring sum reach 2^(k-1))."""
+    from veil.fl.secagg.ring import decode_sum, encode_update
+
+    d = 5
+    strategy = SecAgg(FedAvg(weighted=False), bits=bits, clip_range=1.0)
+    plan = strategy.plan(0, np.zeros(d), list(range(m)))
+    x = encode_update(sign * np.ones(d), 1.0, {}, plan, None)
+    total = sum(x.astype(np.uint64) for _ in range(m)) & np.uint64((1 << bits) - 1)
+    sums, scalars = decode_sum(total.astype(x.dtype), d, plan)
+    assert np.all(np.abs(sums / m - sign) <= 1 / (2 * plan.scale) + 1e-12)
+    assert scalars["weight"] == pytest.approx(m)
+
+
+class _GarbageShares(SecAggClient):
+    """Sends share ciphertexts that no neighbour can decrypt."""
+
+    def _on_share_keys(self, msg, rng):
+        (reply,) = super()._on_share_keys(msg, rng)
+        junk = {j: bytes(len(ct)) for j, ct in reply.body["ciphertexts"].items()}
+        return [Message(reply.protocol, reply.round, reply.stage, reply.sender, SERVER,
+                        {**reply.body, "ciphertexts": junk})]
+
+
+@pytest.mark.parametrize("neighbours", [None, 4])
+def test_a_client_with_undecryptable_shares_is_dropped_not_a_reason_to_abort(
+        clients, known_updates, neighbours):
+    """One client made every honest neighbour abort itself ("only 1 of 10 clients can go
+    on": the attacker). Its shares are now treated as a dropout of that client."""
+    data = clients(10)
+    inner = known_updates(weighted=False)
+    strategy = SecAgg(inner, bits=32, neighbours=neighbours)
+    fed = Federation(data, LogisticRegression(), strategy, 1, rng=0)
+    fed.clients[3] = _GarbageShares(3, fed.clients[3].trainer, strategy)
+    history = fed.run()
+    assert history.rounds[0]["status"] == "ok", history.rounds[0].get("error")
+    survivors = [i for i in range(10) if i != 3]
+    exact = fed.initial_params + np.mean([inner.delta(*data[i]) for i in survivors], axis=0)
+    np.testing.assert_allclose(history.params, exact, atol=1e-6)
+
+
+def test_exclusions_at_setup_settle_before_anything_is_shared(clients, known_updates):
+    """Degree 4, 2 of 20 clients gone at setup: holders were recorded before the clients
+    with too few live neighbours were excluded, so the round trained, charged, and only
+    aborted at unmask ("only 0 of 20 clients can go on" with 8 alive)."""
+    data = clients(20)
+    inner = known_updates(weighted=False)
+    strategy = SecAgg(inner, bits=32, neighbours=4, min_survivors=0.3)
+    for seed in range(4):
+        faults = Faults(dropout=0.1, dropout_exact=True, dropout_stage="setup")
+        fed, server, report = _round(data, strategy, faults, seed)
+        if not report.completed:
+            assert "after stage 'setup'" in report.error, report.error
+            continue
+        survivors = report.result.clients
+        exact = fed.initial_params + np.mean([inner.delta(*data[i]) for i in survivors],
+                                             axis=0)
+        np.testing.assert_allclose(report.result.params, exact, atol=1e-6)
+        assert all(server.holders[i] and set(server.holders[i]) <= set(server.keys)
+                   for i in server.keys)

@@ -68,8 +68,10 @@ def _run(make, faults, data, workers, seed=7):
         return fed.run()
 
 
-def _comparable(history):
+def _comparable(history, kind):
     skip = {"time", "server_cpu", "client_cpu"}
+    if kind == "hybrid":  # fresh (hedged) proof nonces: a proof's length varies by a byte
+        skip.add("bytes_up")
     return [{k: v for k, v in r.items() if k not in skip} for r in history.rounds]
 
 
@@ -80,7 +82,7 @@ def test_worker_processes_give_the_in_process_results(kind, clients, primes):
     here = _run(make, _FAULTS[kind], data, workers=1)
     there = _run(make, _FAULTS[kind], data, workers=2)
     np.testing.assert_array_equal(here.params, there.params)
-    assert _comparable(here) == _comparable(there)    # drops, rejections, bytes, metrics
+    assert _comparable(here, kind) == _comparable(there, kind)  # drops, rejections, bytes...
     assert any(r["status"] == "ok" for r in here.rounds)
     if kind == "fedavg":   # an uneven split (3 workers for 6 clients) changes nothing either
         np.testing.assert_array_equal(_run(make, _FAULTS[kind], data, workers=3).params,

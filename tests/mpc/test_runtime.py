@@ -66,3 +66,49 @@ def test_crashed_party_is_reported():
         os.kill(s._runtime.pids[1], signal.SIGKILL)
         with pytest.raises(ProtocolError, match="party 1"):
             (a * a).reveal()
+
+
+def _impostor(port: int, body: bytes, got: list) -> None:
+    """Connect first and claim to be a party; record whatever the victim sends back."""
+    import socket
+    import struct
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(struct.pack("<IB", len(body), 0) + body)
+        s.settimeout(3)
+        try:
+            while chunk := s.recv(1 << 16):
+                got.append(chunk)
+        except OSError:
+            pass
+
+
+def test_an_impostor_connecting_first_gets_no_configuration(monkeypatch):
+    """A process that claims party 0 before the real one must get neither the configuration
+    nor the dealer's seed, and the session must still run with the real parties."""
+    import struct
+    import subprocess
+    import threading
+
+    from veil.mpc import runtime
+
+    got: list[bytes] = []
+    threads = []
+    real_popen = subprocess.Popen
+
+    def popen(args, **kwargs):
+        if not threads:  # before the first party starts: the impostor is first in line
+            port = int(args[-1])
+            for body in (struct.pack("<HH", 0, 1) + b"\0" * 48, struct.pack("<HH", 0, 1)):
+                t = threading.Thread(target=_impostor, args=(port, body, got))
+                t.start()
+                threads.append(t)
+            time.sleep(0.3)
+        return real_popen(args, **kwargs)
+
+    monkeypatch.setattr(runtime.subprocess, "Popen", popen)
+    with Session(parties=2, runtime="process", rng=3, timeout=20) as s:
+        a = s.share(np.array([3.0, -1.0]), owner=0)
+        assert np.allclose((a * a).reveal(), [9.0, 1.0], atol=1e-3)
+    for t in threads:
+        t.join()
+    assert b"".join(got) == b""

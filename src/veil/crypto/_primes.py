@@ -27,7 +27,7 @@ from gmpy2 import mpz
 from veil.errors import ConfigError
 from veil.random import check_rng
 
-__all__ = ["random_prime", "safe_prime", "is_safe_prime"]
+__all__ = ["random_prime", "safe_prime", "is_safe_prime", "small_factor"]
 
 _SIEVE_BOUND = 1 << 18
 _WINDOW = 1 << 18          # odd candidates sieved at a time
@@ -48,6 +48,19 @@ def _small_primes(bound: int) -> np.ndarray:
 _PRIMES = _small_primes(_SIEVE_BOUND)
 _INV2 = (_PRIMES + 1) // 2                 # 2^-1 mod l
 _INV4 = (_INV2 * _INV2) % _PRIMES          # 4^-1 mod l
+
+
+_SMALL_PRODUCT = mpz(2)
+for _l in _PRIMES[_PRIMES < 1 << 16].tolist():
+    _SMALL_PRODUCT *= _l
+
+
+def small_factor(n: int) -> int | None:
+    """A prime factor of ``n`` below 2^16, or None (one gcd with their product)."""
+    g = gmpy2.gcd(mpz(n), _SMALL_PRODUCT)
+    if g == 1:
+        return None
+    return next(int(l) for l in [2, *_PRIMES.tolist()] if g % l == 0)
 
 
 def _residues(x0: mpz) -> np.ndarray:

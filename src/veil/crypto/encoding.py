@@ -153,12 +153,15 @@ class Packing:
         if not np.issubdtype(v.dtype, np.integer):
             raise CryptoError(f"values have dtype {v.dtype}; pack integers (quantize floats "
                               "with FixedPoint.encode first)")
-        v = v.astype(np.int64).ravel()
-        bad = np.flatnonzero((v < self.low) | (v > self.high))
+        v = v.ravel()
+        # check in the values' own dtype: casting first would turn 2^64 - 1 into -1
+        bad = np.flatnonzero((v > self.high) if v.dtype.kind == "u"
+                             else (v < self.low) | (v > self.high))
         if bad.size:
             i = int(bad[0])
             raise CryptoError(f"values[{i}]={int(v[i])} is outside the {self.value_bits}-bit "
                               f"range [{self.low}, {self.high}] of {self!r}")
+        v = v.astype(np.int64)
         w, s = self.slot_bits, self.slots
         count = self.plaintexts_needed(v.size)
         digits = np.full(count * s, self._half, dtype=np.uint64)

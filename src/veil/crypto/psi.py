@@ -20,6 +20,15 @@ prime-order subgroup, with H a random oracle. Every point on the wire is blinded
 secret scalar; no identifier and no unblinded hash ever leaves a party. The receiver also
 learns |Y| and the sender |X| (pad the sets with random dummies to hide them).
 
+The cardinality-only mode is **semi-honest only for the receiver**: the sender cannot check
+that the receiver blinded every item with the same scalar a (the points H(x) are private,
+so no proof of equal discrete logarithms can be given without revealing them). A receiver
+that blinds item i with its own a_i can strip each shuffled response point with every
+a_i^-1 until one lands on a setup point b H(y), and so learns *which* items intersect,
+not only how many (O(|X|^2) scalar multiplications). Use it only where the receiver is
+trusted to follow the protocol; against a malicious receiver, release nothing (or compute
+the size inside :mod:`veil.mpc`).
+
 Group and hash. Scalar multiplication is X25519 (RFC 7748) from ``cryptography``:
 ``X25519(k, u)`` is the u-coordinate of ``clamp(k) P`` where P is either point with
 u-coordinate u; the clamped scalar is a multiple of the cofactor 8, so the result lies in

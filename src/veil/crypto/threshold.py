@@ -66,7 +66,7 @@ from veil.crypto.paillier import (
     make_noise_base,
 )
 from veil.errors import ConfigError, CryptoError
-from veil.random import check_rng
+from veil.random import check_rng, secure_rng
 
 __all__ = [
     "ThresholdPublicKey",
@@ -116,7 +116,8 @@ class ThresholdPublicKey(PublicKey):
         self._v_lock = threading.Lock()
 
     def _identity(self) -> tuple[int, ...]:
-        return (self.n, self.parties, self.threshold, self.v, *self.verification_keys)
+        return (*super()._identity(), self.parties, self.threshold, self.v,
+                *self.verification_keys)
 
     def __repr__(self) -> str:
         return (f"threshold.ThresholdPublicKey(bits={self.bits}, {self.threshold}-of-"
@@ -301,9 +302,16 @@ class KeyShare:
             raise CryptoError(f"the key share of party {self.index} does not match its "
                               "verification key")
 
-    def partial_decrypt(self, ciphertext: EncryptedNumber | EncryptedArray, *,
-                        rng: Any = None) -> PartialDecryption:
-        """x = c^(2 Delta s_i) for every ciphertext, with a (batched) proof of correctness."""
+    def partial_decrypt(self, ciphertext: EncryptedNumber | EncryptedArray
+                        ) -> PartialDecryption:
+        """x = c^(2 Delta s_i) for every ciphertext, with a (batched) proof of correctness.
+
+        The proof's nonce r is *hedged* (no seed can reach it): r is SHAKE-256 over the
+        secret share, the statement (party, ciphertexts, partials) and 32 fresh bytes of
+        :func:`veil.random.secure_rng`, expanded to the proof's bit length. A repeated or
+        predictable r would give away the share, ``s_i = (z - r) / (e Delta)``; with
+        hedging r stays unpredictable if either the share or the fresh bytes are secret.
+        """
         pk = self.public_key
         if not isinstance(ciphertext, (EncryptedNumber, EncryptedArray)):
             raise CryptoError(f"cannot decrypt {type(ciphertext).__name__}: pass an "
@@ -312,7 +320,6 @@ class KeyShare:
             raise CryptoError("the ciphertext is not under this share's threshold key "
                               f"({ciphertext.public_key.fingerprint.hex()} != "
                               f"{pk.fingerprint.hex()})")
-        rng = check_rng(rng)
         raw = np.asarray(ciphertext._raw, dtype=object)
         cs = raw.ravel().tolist()
         n2 = pk.n2
@@ -324,11 +331,22 @@ class KeyShare:
         c_digest, x_digest = pk._digest(raw), pk._digest(values)
         C, X = pk._batch(self.index, c_digest, x_digest, cs, xs)
         u, y = gmpy2.powmod(C, 4, n2), gmpy2.powmod(X, 2, n2)
-        r = mpz(rng.randbits(pk._proof_bits))
+        r = _hedged_nonce(self._share, pk._proof_bits, self.index, c_digest, x_digest)
         a, b = pk._v_pow(r), gmpy2.powmod(u, r, n2)
         e = pk._challenge(self.index, c_digest, x_digest, u, y, a, b)
         z = int(r + e * secret)
         return PartialDecryption(pk, self.index, values, c_digest, (e, z), ciphertext)
+
+
+def _hedged_nonce(share: int, bits: int, *statement: Any) -> mpz:
+    """A ``bits``-bit proof nonce from the share, the statement and fresh OS randomness."""
+    h = hashlib.shake_256(b"veil.threshold.nonce")
+    for part in (share, *statement):
+        raw = part if isinstance(part, bytes) else int(part).to_bytes(
+            (int(part).bit_length() + 8) // 8, "big", signed=True)
+        h.update(len(raw).to_bytes(4, "big") + raw)
+    h.update(secure_rng().bytes(32))
+    return mpz(int.from_bytes(h.digest((bits + 7) // 8), "big") >> (-bits % 8))
 
 
 def keygen(bits: int = 2048, parties: int = 3, threshold: int = 2, *,

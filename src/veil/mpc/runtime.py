@@ -14,14 +14,32 @@ stream (bytes):
   :class:`PartyTimeout` naming the silent party instead of hanging.
 
 Frames on every socket: ``length:u32 kind:u8 payload``. Secrets (the dealer's seeds) travel
-over the sockets, never on a command line. The loopback sockets are neither encrypted nor
-authenticated: the runtime runs separate parties on one host (to measure real
-communication and isolate the parties' memory); across machines the channels would need
-TLS with mutual authentication.
+over the sockets, never on a command line.
+
+Threat model of the start-up. Another process on the host may connect to any listening
+port first and claim to be a party. Every connection is therefore authenticated before
+anything secret is sent:
+
+* The session gives each party process its own 32-byte key ``a_i`` (CSPRNG) through the
+  process's standard input, never the command line. The party's hello to the session
+  carries a fresh nonce and ``HMAC-SHA256(a_i, "veil-mpc/hello" | i | port | nonce)``;
+  the session sends party i its configuration (with the dealer's seed) only after checking
+  that tag, and tags the configuration with ``a_i`` and the nonce so the party knows it came
+  from the session. A connection with a wrong or missing tag is dropped and the session
+  keeps waiting for the real party.
+* The configuration carries one fresh key ``k_ij`` per pair of parties. The accepting party
+  sends a fresh 16-byte challenge; the connecting party j answers with
+  ``HMAC-SHA256(k_ij, "veil-mpc/peer" | challenge | j | i)``. A wrong claim is dropped.
+
+After the handshake the sockets carry plaintext frames: the parties are honest-but-curious
+and the host's loopback is trusted not to be sniffed or hijacked (that needs root on the
+host). Across machines use TLS with mutual authentication.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 import selectors
@@ -39,6 +57,7 @@ import numpy as np
 from veil.errors import ProtocolError
 from veil.mpc.party import DRIVER, Party
 from veil.mpc.wire import unpack_arrays
+from veil.random import secure_rng
 
 __all__ = ["LocalRuntime", "ProcessRuntime", "PartyTimeout", "make_party"]
 
@@ -47,6 +66,11 @@ _HELLO, _PORTS, _READY, _INSTR, _MSG, _RESULT, _ERROR, _STOP, _CONFIG = range(9)
 _EOF = -1
 _DRIVER_KEY = "driver"
 _STARTUP_S = 60.0
+_HANDSHAKE_S = 5.0         # one connection's hello, before it is dropped
+_MAX_HANDSHAKE = 1 << 24   # bytes of one start-up frame
+_NONCE = 16
+_KEY = 32
+_HELLO_BODY = struct.Struct("<HH")
 
 
 class PartyTimeout(ProtocolError, TimeoutError):
@@ -216,6 +240,8 @@ def _recv_frame(sock: socket.socket, timeout: float) -> tuple[int, bytes]:
             raise ProtocolError("connection closed during the start-up handshake")
         head += chunk
     length, kind = _FRAME.unpack(head)
+    if length > _MAX_HANDSHAKE:
+        raise ProtocolError(f"a start-up frame of {length} bytes (at most {_MAX_HANDSHAKE})")
     body = b""
     while len(body) < length:
         chunk = sock.recv(length - len(body))
@@ -229,30 +255,64 @@ def _send_frame(sock: socket.socket, kind: int, payload: bytes) -> None:
     sock.sendall(_FRAME.pack(len(payload), kind) + payload)
 
 
+def _tag(key: bytes, label: bytes, *parts: bytes) -> bytes:
+    return hmac.new(key, b"veil-mpc/" + label + b"".join(parts), hashlib.sha256).digest()
+
+
+def _verified(key: bytes, tag: bytes, label: bytes, *parts: bytes) -> bool:
+    return hmac.compare_digest(tag, _tag(key, label, *parts))
+
+
+def _accept_peer(listener: socket.socket, index: int, parties: int, keys: dict[int, bytes],
+                 peers: dict[int, socket.socket], deadline: float) -> None:
+    """Accept one authenticated higher-indexed peer (module docstring); drop impostors."""
+    while time.monotonic() < deadline:
+        listener.settimeout(max(0.01, deadline - time.monotonic()))
+        s, _addr = listener.accept()
+        challenge = secure_rng().bytes(_NONCE)
+        try:
+            _send_frame(s, _HELLO, challenge)
+            _kind, body = _recv_frame(s, _HANDSHAKE_S)
+            j = _HELLO_BODY.unpack_from(body)[0] if len(body) == 2 + 32 else -1
+            if (index < j < parties and j not in peers and j in keys
+                    and _verified(keys[j], body[2:], b"peer", challenge,
+                                  struct.pack("<HH", j, index))):
+                peers[j] = s
+                return
+        except (OSError, ProtocolError):
+            pass
+        s.close()  # an impostor or a broken hello: drop it, keep waiting for the real peer
+    raise ProtocolError(f"party {index}: the other parties did not connect in time")
+
+
 # -- the party process ------------------------------------------------------------------
-def _party_main(index: int, parties: int, port: int) -> None:
-    """Entry point of a party process: handshake, then execute instructions until STOP."""
+def _party_main(index: int, parties: int, port: int, key: bytes) -> None:
+    """Entry point of a party process: handshake, then execute instructions until STOP.
+
+    ``key`` is this party's key a_i, read by the worker from its standard input.
+    """
     driver = socket.create_connection(("127.0.0.1", port), timeout=_STARTUP_S)
     listener = socket.create_server(("127.0.0.1", 0))
-    _send_frame(driver, _HELLO, struct.pack("<HH", index, listener.getsockname()[1]))
-    kind, body = _recv_frame(driver, _STARTUP_S)
-    config = json.loads(body)
-    session_id = bytes.fromhex(config["session"])
+    hello = _HELLO_BODY.pack(index, listener.getsockname()[1]) + secure_rng().bytes(_NONCE)
+    _send_frame(driver, _HELLO, hello + _tag(key, b"hello", hello))
+    _kind, body = _recv_frame(driver, _STARTUP_S)
+    if len(body) < 32 or not _verified(key, body[-32:], b"config", hello, body[:-32]):
+        raise ProtocolError(f"party {index}: the configuration is not from the session")
+    config = json.loads(body[:-32])
     ports = config["ports"]
+    keys = {int(j): bytes.fromhex(k) for j, k in config.pop("links").items()}
     peers: dict[int, socket.socket] = {}
     for j in range(index):  # connect to lower indices, accept the higher ones
         s = socket.create_connection(("127.0.0.1", ports[j]), timeout=_STARTUP_S)
-        _send_frame(s, _HELLO, struct.pack("<H", index) + session_id)
+        _kind, challenge = _recv_frame(s, _STARTUP_S)
+        ids = struct.pack("<HH", index, j)
+        _send_frame(s, _HELLO, struct.pack("<H", index) + _tag(keys[j], b"peer", challenge, ids))
         peers[j] = s
-    listener.settimeout(_STARTUP_S)
+    deadline = time.monotonic() + _STARTUP_S
     for _ in range(parties - 1 - index):
-        s, _addr = listener.accept()
-        kind, body = _recv_frame(s, _STARTUP_S)
-        j = struct.unpack_from("<H", body)[0]
-        if body[2:] != session_id or not index < j < parties or j in peers:
-            raise ProtocolError(f"party {index}: unexpected connection claiming party {j}")
-        peers[j] = s
+        _accept_peer(listener, index, parties, keys, peers, deadline)
     listener.close()
+    session_id = bytes.fromhex(config["session"])
     net = _Net()
     net.add(_DRIVER_KEY, driver)
     for j, s in peers.items():
@@ -334,22 +394,39 @@ class ProcessRuntime:
         src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
-        self.procs = [subprocess.Popen([sys.executable, "-m", "veil.mpc._worker", str(i),
-                                        str(parties), str(port)], env=env,
-                                       stdin=subprocess.DEVNULL)
-                      for i in range(parties)]
+        rng = secure_rng()
+        keys = [rng.bytes(_KEY) for _ in range(parties)]
+        links = {(i, j): rng.bytes(_KEY).hex() for i in range(parties) for j in range(i)}
+        self.procs = []
+        for i in range(parties):
+            proc = subprocess.Popen([sys.executable, "-m", "veil.mpc._worker", str(i),
+                                     str(parties), str(port)], env=env, stdin=subprocess.PIPE)
+            proc.stdin.write(keys[i])
+            proc.stdin.close()
+            self.procs.append(proc)
         self.net = _Net()
         try:
-            socks, ports = {}, {}
-            for _ in range(parties):
-                sock = self._accept(listener, time.monotonic() + _STARTUP_S)
-                kind, body = _recv_frame(sock, _STARTUP_S)
-                i, peer_port = struct.unpack("<HH", body)
-                socks[i], ports[i] = sock, peer_port
+            socks, ports, hellos = {}, {}, {}
+            deadline = time.monotonic() + _STARTUP_S
+            while len(socks) < parties:
+                sock = self._accept(listener, deadline)
+                try:
+                    _kind, body = _recv_frame(sock, _HANDSHAKE_S)
+                except (OSError, ProtocolError):
+                    body = b""
+                i, peer_port = (_HELLO_BODY.unpack_from(body) if len(body) == 4 + _NONCE + 32
+                                else (parties, 0))
+                if i < parties and i not in socks and _verified(keys[i], body[-32:], b"hello",
+                                                                 body[:-32]):
+                    socks[i], ports[i], hellos[i] = sock, peer_port, body[:-32]
+                else:  # not one of our parties: drop it before anything is sent
+                    sock.close()
             for i, sock in socks.items():
-                config = dict(configs[i], session=session_id.hex(), timeout=timeout,
-                              ports=[ports[j] for j in range(parties)])
-                _send_frame(sock, _CONFIG, json.dumps(config).encode())
+                mine = {str(j): links[max(i, j), min(i, j)] for j in range(parties) if j != i}
+                config = json.dumps(dict(configs[i], session=session_id.hex(), timeout=timeout,
+                                         ports=[ports[j] for j in range(parties)],
+                                         links=mine)).encode()
+                _send_frame(sock, _CONFIG, config + _tag(keys[i], b"config", hellos[i], config))
             for i, sock in socks.items():
                 kind, _ = _recv_frame(sock, _STARTUP_S)
                 if kind != _READY:

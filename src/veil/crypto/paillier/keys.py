@@ -97,9 +97,13 @@ class PublicKey:
         self.noise_base = None
         if noise_base is not None:
             h = mpz(noise_base)
-            if not (1 < h < self.n2 and gmpy2.gcd(h, n) == 1):
-                raise CryptoError("noise_base is not allowed: must be a unit modulo n^2 "
-                                  "other than 1")
+            # A unit whose square is 1 (such as n^2 - 1) gives noise +-1: its ciphertexts
+            # +-(1 + m n) decrypt without the key. For n = p q with safe primes the other
+            # orders in Z_{n^2}^* are multiples of p' or q' or n, so no other noise base of
+            # small order exists.
+            if not (1 < h < self.n2 and gmpy2.gcd(h, n) == 1 and h * h % self.n2 != 1):
+                raise CryptoError("noise_base is not allowed: must be a unit modulo n^2 of "
+                                  "order above 2")
             self.noise_base = h
         elif short_exponents:
             raise CryptoError("short_exponents needs a noise_base")
@@ -140,7 +144,9 @@ class PublicKey:
         return self._fp
 
     def _identity(self) -> tuple[int, ...]:
-        return (self.n,)
+        """Every public parameter: a key relayed with another noise base or exponent mode
+        is another key (it could otherwise make ciphertexts anyone can read)."""
+        return (self.n, self.noise_base or 0, int(self.short_exponents))
 
     def __eq__(self, other: object) -> bool:
         return self is other or (isinstance(other, PublicKey) and type(other) is type(self)

@@ -5,13 +5,24 @@ Roles and trust
 n parties hold data; an aggregator (the server) coordinates; a **dealer** sets up the keys.
 t is the minimum number of honest, non-colluding parties; the decryption threshold is
 ``t_bar = n - t + 1``, so the at most ``n - t`` colluding parties can never decrypt on
-their own, and up to ``t - 1`` parties may drop out before decryption. Assumptions (those
-of the paper): the dealer is trusted to generate the threshold key and hand each party its
-own share over a private channel, then to forget them (:func:`deal_keys`); the aggregator
-is honest-but-curious (it follows the protocol and tries to learn from what it receives;
-it decrypts only the aggregate, which needs ``t_bar`` parties); at least t of the parties
-whose answers are summed are honest, which is why, by default, every party must answer
-(``min_answers``).
+their own, and up to ``t - 1`` parties may drop out before decryption. Assumptions: the
+dealer is trusted to generate the threshold key and hand each party its own share over a
+private channel, then to forget them (:func:`deal_keys`; the strategy objects hand each
+share to its party and keep none); at least t of the parties whose answers are summed are
+honest, which is why, by default, every party must answer (``min_answers``, never below t).
+
+The aggregator may be **malicious**: each party trusts only its own configuration.
+
+* A party answers only a query whose shape is in its own learner's plan (the noise and
+  the sensitivity come from its own copy of the plan, never from the aggregator), at most
+  as many queries as the plan has, and charges each to its own Ledger when it has one.
+* Each answer is signed by its party (Ed25519; the parties' identity keys are public in
+  the :class:`Agreement`). A party partially decrypts only the product it computes itself
+  from at least ``max(t, min_answers)`` answers to the query it answered in this round,
+  each under a valid signature of a distinct party and of the query's shape; and only
+  once per round. So the aggregator is no decryption oracle: it can neither have one
+  party's answer decrypted alone (it cannot forge the other parties' answers), nor a
+  stack of answers, nor two different sums whose difference is one answer.
 
 Set-up (public :class:`Agreement`): n, t, the noise family and its multiplier z
 (calibrated from the learner's plan and the budget, :func:`veil.fl.hybrid.fit.plan_multiplier`),
@@ -47,6 +58,8 @@ with the aggregator adding the noise), so that time and bytes compare like for l
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import logging
 import math
 from collections.abc import Callable, Sequence
@@ -54,22 +67,25 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from veil._validation import check_choice, check_delta, check_int, check_positive
 from veil.crypto import serialization, threshold
 from veil.crypto.encoding import Packing
 from veil.crypto.paillier import EncryptedArray, NoisePool
+from veil.dp import Ledger
 from veil.dp.distributed import NOISES, DistributedMechanism, check_trust
 from veil.errors import ConfigError, CryptoError, DataError, ProtocolError
 from veil.fl.hybrid.fit import METHODS
 from veil.fl.hybrid.grid import contribute, decode, noise_std, query_noise, value_limit
-from veil.fl.messages import Message
+from veil.fl.messages import Message, encode
 from veil.fl.protocol import ClientProtocol, RoundResult, ServerRound
 from veil.learn.queries import Query, QueryAnswer, QueryLearner, QueryShape
 from veil.random import Generator, check_rng
 
 __all__ = ["Agreement", "HybridKeys", "deal_keys", "HybridServer", "HybridClient",
-           "QueryEncoding"]
+           "QueryEncoding", "make_identities"]
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +111,7 @@ class Agreement:
     delta: float = 1e-6
     packed: bool = True
     min_answers: int | None = None
+    identities: tuple[bytes, ...] = ()
 
     def __post_init__(self) -> None:
         n = check_int(self.parties, "parties", low=1)
@@ -111,7 +128,19 @@ class Agreement:
             check_positive(self.noise_multiplier, "noise_multiplier")
         check_delta(self.delta)
         if self.min_answers is not None:
-            check_int(self.min_answers, "min_answers", low=1, high=n)
+            # fewer than t answers could hold the noise of fewer than t honest parties while
+            # the round is charged as central DP: refused rather than mis-charged
+            low = self.t if self.encrypted and self.party_noise else 1
+            check_int(self.min_answers, "min_answers", low=low, high=n)
+        if self.identities and (len(self.identities) != n or not all(
+                isinstance(k, bytes) and len(k) == 32 for k in self.identities)):
+            raise ConfigError(f"identities has {len(self.identities)} entries; expected one "
+                              f"32-byte Ed25519 public key per party ({n})")
+
+    @property
+    def quorum(self) -> int:
+        """Fewest signed answers a party accepts in an aggregate it helps decrypt."""
+        return max(self.t, self.min_answers or self.parties)
 
     @property
     def encrypted(self) -> bool:
@@ -140,6 +169,24 @@ class Agreement:
         adders, honest = METHODS[self.method].noise_parties(self.trust, self.parties)
         return query_noise(self.noise, self.noise_multiplier, shape, parties=adders,
                            honest=honest, delta=self.delta)
+
+
+def make_identities(parties: int) -> tuple[list[bytes], tuple[bytes, ...]]:
+    """Each party's Ed25519 identity key (from the CSPRNG), as the parties make them at
+    set-up in a simulation: (private keys, one per party; the public keys, for the
+    :class:`Agreement`). In a deployment each party makes its own and publishes the
+    public key."""
+    private = [Ed25519PrivateKey.generate() for _ in range(check_int(parties, "parties",
+                                                                     low=1))]
+    return ([k.private_bytes_raw() for k in private],
+            tuple(k.public_key().public_bytes_raw() for k in private))
+
+
+def _statement(round: int, query: Query, party: int, blob: bytes) -> bytes:
+    """What a party signs: its answer's ciphertexts to this round's query."""
+    body = _query_body(query)
+    return b"veil.hybrid.answer|" + encode([round, party, body["name"], body["shape"]]) + \
+        hashlib.sha256(blob).digest()
 
 
 @dataclass(frozen=True)
@@ -217,6 +264,16 @@ def _read_query(msg: Message) -> Query:
     return Query(msg.get("name", str), parsed, msg.get("spec", dict))
 
 
+def _verify(agreement: Agreement, party: int, signature: bytes, statement: bytes) -> None:
+    """ProtocolError unless ``signature`` is party's Ed25519 signature of ``statement``."""
+    try:
+        Ed25519PublicKey.from_public_bytes(agreement.identities[party]).verify(signature,
+                                                                              statement)
+    except (InvalidSignature, IndexError, ValueError):
+        raise ProtocolError(f"party {party}'s answer does not carry its valid signature: "
+                            "rejected") from None
+
+
 def _load(msg: Message, field: str, kind: type, public_key: Any) -> Any:
     """A serialized crypto object under the session key (ProtocolError otherwise)."""
     try:
@@ -284,7 +341,10 @@ class HybridServer(ServerRound):
             if ct.shape != (self.encoding.ciphertexts,):
                 raise ProtocolError(f"{msg.origin}: {ct.shape} ciphertexts; the query needs "
                                     f"({self.encoding.ciphertexts},): rejected")
-            return ct
+            blob, signature = msg.blob("ciphertexts"), msg.blob("signature", size=64)
+            _verify(self.agreement, msg.sender, signature,
+                    _statement(self.round, self.query, msg.sender, blob))
+            return ct, blob, signature
         partial = _load(msg, "partial", threshold.PartialDecryption, self.public_key)
         if partial.party != msg.sender + 1:
             raise ProtocolError(f"{msg.origin}: sent the partial decryption of key share "
@@ -330,7 +390,8 @@ class HybridServer(ServerRound):
                                       self.rng)
                 total += noise.astype(object)
             return self._finished(total)
-        cts = [answers[c] for c in self.answered]
+        self.signed = {c: [answers[c][1], answers[c][2]] for c in self.answered}
+        cts = [answers[c][0] for c in self.answered]
         total = cts[0]
         for ct in cts[1:]:
             total = total + ct        # multiplies the ciphertexts: Enc(sum of plaintexts)
@@ -344,8 +405,7 @@ class HybridServer(ServerRound):
         order = self.rng.permutation(len(candidates))[:count]
         chosen = sorted(candidates[i] for i in order.tolist())
         self.asked.update(chosen)
-        blob = serialization.dumps(self.total)
-        return [self.request(c, aggregate=blob) for c in chosen]
+        return [self.request(c, answers=self.signed) for c in chosen]
 
     def _drop_wrong(self, used: list[threshold.PartialDecryption], error: Exception) -> None:
         """Find the partial decryptions whose proofs fail, name and exclude their parties."""
@@ -399,6 +459,7 @@ class HybridClient(ClientProtocol):
     def __init__(self, client_id: int, X: Any, y: Any, agreement: Agreement, *,
                  learner: QueryLearner | None = None,
                  key_share: threshold.KeyShare | None = None,
+                 identity: bytes | None = None, ledger: Ledger | None = None,
                  pool: NoisePool | None = None) -> None:
         super().__init__(client_id)
         self.X, self.y = np.asarray(X), np.asarray(y)
@@ -412,11 +473,21 @@ class HybridClient(ClientProtocol):
                     key_share.index != client_id + 1:
                 raise ConfigError(f"party {client_id} needs its own key share (index "
                                   f"{client_id + 1}) to take part in an encrypted protocol")
+            if len(agreement.identities) != agreement.parties or not isinstance(
+                    identity, bytes) or Ed25519PrivateKey.from_private_bytes(
+                    identity).public_key().public_bytes_raw() != \
+                    agreement.identities[client_id]:
+                raise ConfigError(f"party {client_id} needs its own identity key, whose "
+                                  "public key is in agreement.identities (make_identities)")
         self.key_share = key_share
+        self._identity = identity
+        self.ledger = ledger
         self.pool = pool if pool is not None or key_share is None else \
             NoisePool(key_share.public_key, capacity=1)
         self.clipped = 0
         self.records_clipped = 0
+        self.answered = 0
+        self._current: tuple[int, Query, QueryEncoding] | None = None
 
     def precompute(self, count: int) -> None:
         """Fill the noise pool with ``count`` more encryption noises (offline work)."""
@@ -427,9 +498,21 @@ class HybridClient(ClientProtocol):
         if self.learner is None:
             raise ProtocolError(f"party {self.client_id} has no learner to answer queries")
         query = _read_query(msg)
-        answer, records = self.learner.answer(query, self.X, self.y)
+        plan = self.learner.plan()
+        # the noise depends on the sensitivities and bounds, not on the size (a plan may
+        # leave it 0 where it depends on the data seen so far)
+        if not any(dataclasses.replace(p, size=query.shape.size) == query.shape for p in plan):
+            raise ProtocolError(f"party {self.client_id}: query {query.name!r} has shape "
+                                f"{query.shape!r}, which is not in this party's plan: refused")
+        if self.answered >= len(plan):
+            raise ProtocolError(f"party {self.client_id}: {self.answered} queries answered, "
+                                f"all that its plan has: refused")
         encoding = QueryEncoding(query.shape, self.agreement,
                                  self.key_share.public_key.bits if self.key_share else 2048)
+        if self.ledger is not None and encoding.mechanism is not None:
+            self.ledger.charge(encoding.mechanism.event, label=f"query {query.name}")
+        self.answered += 1
+        answer, records = self.learner.answer(query, self.X, self.y)
         ints, over = contribute(query.shape, answer, encoding.mechanism, rng,
                                 noisy=self.agreement.party_noise)
         self.records_clipped += records
@@ -440,10 +523,43 @@ class HybridClient(ClientProtocol):
         if not self.agreement.encrypted:
             return [self.reply(msg, values=ints)]
         pk = self.key_share.public_key
-        ct = pk.encrypt(encoding.plaintexts(ints), pool=self.pool, rng=rng)
-        return [self.reply(msg, ciphertexts=serialization.dumps(ct))]
+        blob = serialization.dumps(pk.encrypt(encoding.plaintexts(ints), pool=self.pool))
+        self._current = (msg.round, query, encoding)
+        signature = Ed25519PrivateKey.from_private_bytes(self._identity).sign(
+            _statement(msg.round, query, self.client_id, blob))
+        return [self.reply(msg, ciphertexts=blob, signature=signature)]
 
     def _on_decrypt(self, msg: Message, rng: Generator) -> list[Message]:
-        ct = _load(msg, "aggregate", EncryptedArray, self.key_share.public_key)
-        partial = self.key_share.partial_decrypt(ct, rng=rng)
+        """Partially decrypt the product of the signed answers (module docstring)."""
+        partial = self.key_share.partial_decrypt(self._aggregate(msg))
         return [self.reply(msg, partial=serialization.dumps(partial))]
+
+    def _aggregate(self, msg: Message) -> EncryptedArray:
+        """The product of the signed answers in a decrypt request, once they are all checked
+        (ProtocolError naming what is wrong otherwise). The stage machine serves one decrypt
+        request per round (:meth:`veil.fl.protocol.ClientProtocol.handle`)."""
+        if self._current is None or self._current[0] != msg.round:
+            raise ProtocolError(f"party {self.client_id}: asked to decrypt in round "
+                                f"{msg.round} without having answered its query: refused")
+        _, query, encoding = self._current
+        pk = self.key_share.public_key
+        signed = msg.table("answers", allowed=set(range(self.agreement.parties)), value=list)
+        if len(signed) < self.agreement.quorum:
+            raise ProtocolError(f"party {self.client_id}: {len(signed)} signed answers; at "
+                                f"least {self.agreement.quorum} must be summed: refused")
+        total = None
+        for party, pair in sorted(signed.items()):
+            if len(pair) != 2 or not all(isinstance(x, bytes) for x in pair):
+                raise msg.error("answers", f"entry of party {party} is not [ciphertexts, "
+                                           "signature]")
+            blob, signature = pair
+            _verify(self.agreement, party, signature,
+                    _statement(msg.round, query, party, blob))
+            ct = _load(Message(msg.protocol, msg.round, msg.stage, msg.sender, msg.recipient,
+                               {"answer": blob}), "answer", EncryptedArray, pk)
+            if ct.shape != (encoding.ciphertexts,):
+                raise ProtocolError(f"party {self.client_id}: party {party}'s answer has "
+                                    f"{ct.shape} ciphertexts; the query needs "
+                                    f"({encoding.ciphertexts},): refused")
+            total = ct if total is None else total + ct
+        return total

@@ -15,6 +15,7 @@ a new learner and to read their clipping counts.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,7 +24,14 @@ import numpy as np
 from veil.dp.distributed import DistributedMechanism
 from veil.errors import ConfigError, DataError, ProtocolError
 from veil.fl.hybrid.fit import Aggregator
-from veil.fl.hybrid.protocol import Agreement, HybridClient, HybridKeys, HybridServer, deal_keys
+from veil.fl.hybrid.protocol import (
+    Agreement,
+    HybridClient,
+    HybridKeys,
+    HybridServer,
+    deal_keys,
+    make_identities,
+)
 from veil.fl.runtime import LocalRuntime, RoundReport
 from veil.learn.queries import Query, QueryAnswer, QueryLearner
 from veil.random import Generator, check_rng
@@ -57,20 +65,26 @@ class HybridAggregator(Aggregator):
         if len(parties) != agreement.parties:
             raise DataError(f"{len(parties)} parties hold data; the agreement is for "
                             f"{agreement.parties}")
+        identities: list[bytes | None] = [None] * agreement.parties
+        if agreement.encrypted:
+            if keys is None:
+                keys = deal_keys(agreement.parties, agreement.t, bits=key_bits, primes=primes,
+                                 insecure_ok=insecure_ok, rng=rng)
+            if not agreement.identities:  # the parties make their identity keys at set-up
+                identities, public = make_identities(agreement.parties)
+                agreement = dataclasses.replace(agreement, identities=public)
         self.agreement = agreement
         self.parties = agreement.parties
-        if agreement.encrypted and keys is None:
-            keys = deal_keys(self.parties, agreement.t, bits=key_bits, primes=primes,
-                             insecure_ok=insecure_ok, rng=rng)
-        self.keys = keys if agreement.encrypted else None
+        self.public_key = keys.public_key if agreement.encrypted else None
         self.clients = {}
         for i, pair in enumerate(parties):
             try:
                 X, y = pair
             except (TypeError, ValueError):
                 raise DataError(f"parties[{i}] is not an (X, y) pair") from None
-            share = self.keys.shares[i] if self.keys is not None else None
-            self.clients[i] = HybridClient(i, X, y, agreement, key_share=share)
+            share = keys.shares[i] if self.public_key is not None else None
+            self.clients[i] = HybridClient(i, X, y, agreement, key_share=share,
+                                           identity=identities[i])
         self.runtime = runtime if runtime is not None else LocalRuntime()
         self.round = 0
         self.reports: list[RoundReport] = []
@@ -96,7 +110,7 @@ class HybridAggregator(Aggregator):
             self._learner = learner
         before = self._clipped()
         server = HybridServer(self.round, sorted(self.clients), query, self.agreement,
-                              self.keys.public_key if self.keys is not None else None,
+                              self.public_key,
                               rng=server_rng)
         report = self.runtime.run_round(server, self.clients, round_rng)
         self.round += 1
@@ -120,7 +134,9 @@ class HybridAggregator(Aggregator):
 
 
 def _give_learner(client: HybridClient, learner: QueryLearner) -> None:
+    """A new learning task for the party: its plan, and no query of it answered yet."""
     client.learner = learner
+    client.answered = 0
 
 
 def _clip_count(client: HybridClient) -> int:

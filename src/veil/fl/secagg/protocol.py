@@ -38,6 +38,7 @@ The encoding is :mod:`veil.fl.secagg.ring`, the key agreement and the masks
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -55,9 +56,9 @@ from veil.fl.secagg.ring import (
     CLIPPED,
     WEIGHT,
     Plan,
+    check_plan,
     decode_sum,
     encode_update,
-    read_plan,
     reduce_ring,
     ring_dtype,
 )
@@ -69,6 +70,8 @@ if TYPE_CHECKING:
     from veil.fl.strategies.secagg import SecAgg
 
 __all__ = ["SecAggClient", "SecAggServer", "harary"]
+
+log = logging.getLogger(__name__)
 
 
 def harary(clients: Sequence[int], degree: int, rng: Generator) -> dict[int, tuple[int, ...]]:
@@ -122,7 +125,8 @@ class SecAggServer(ServerRound):
     def _begin(self) -> list[Message]:
         self._enough(self.clients, "sampling")
         return [self.request(c, config=self.config, neighbours=list(self.graph[c]),
-                             secagg=self.plan.public()) for c in self.clients]
+                             sampled=len(self.clients), secagg=self.plan.public())
+                for c in self.clients]
 
     def _check(self, msg: Message) -> Any:
         i = msg.sender
@@ -139,7 +143,11 @@ class SecAggServer(ServerRound):
                                shape=(self._length,))
             if masked.size and int(masked.max()) >> self.plan.bits:
                 raise msg.error("masked", f"holds values outside Z_2^{self.plan.bits}")
-            return masked
+            used = msg.ids("partners", allowed=set(self.partners[i]))
+            if len(used) < self.plan.threshold:
+                raise msg.error("partners", f"names {len(used)} partners; the threshold is "
+                                            f"{self.plan.threshold}")
+            return masked, frozenset(used)
         asked_b, asked_s = self._asked_for[i]
         seeds = msg.table("seed_shares", allowed=set(asked_b))
         keys = msg.table("key_shares", allowed=set(asked_s))
@@ -151,15 +159,21 @@ class SecAggServer(ServerRound):
         return getattr(self, f"_after_{stage}")(answers)
 
     def _after_setup(self, answers: dict[int, tuple[bytes, bytes]]) -> list[Message]:
-        self.keys = answers
-        out = []
-        for i in sorted(answers):
-            self.holders[i] = tuple(j for j in self.graph[i] if j in answers)
-            if len(self.holders[i]) < self.plan.threshold:
+        # Exclude, until none is left to exclude, every client with fewer than t live
+        # neighbours: one exclusion can leave a neighbour short in turn, and a client whose
+        # shares went to an excluded holder could not be unmasked later.
+        alive = set(answers)
+        while short := {i for i in alive
+                        if sum(j in alive for j in self.graph[i]) < self.plan.threshold}:
+            for i in short:
                 self.excluded[i] = "too few neighbours alive to share its secrets"
-                continue
+            alive -= short
+        self._enough(sorted(alive), "setup")
+        self.keys = {i: answers[i] for i in alive}
+        out = []
+        for i in sorted(alive):
+            self.holders[i] = tuple(j for j in self.graph[i] if j in alive)
             out.append(self.request(i, keys={j: [*self.keys[j]] for j in self.holders[i]}))
-        self._enough([m.recipient for m in out], "setup")
         return out
 
     def _after_share_keys(self, answers: dict[int, dict[int, bytes]]) -> list[Message]:
@@ -175,21 +189,31 @@ class SecAggServer(ServerRound):
         self._enough([m.recipient for m in out], "share_keys")
         return out
 
-    def _after_masked_input(self, answers: dict[int, np.ndarray]) -> list[Message]:
-        self._enough(list(answers), "masked_input")
-        dtype = ring_dtype(self.plan.bits)
-        total = np.zeros(self._length, dtype=dtype)
-        for i in sorted(answers):
-            total += answers[i]
+    def _after_masked_input(self, answers: dict[int, tuple[np.ndarray, frozenset]]
+                            ) -> list[Message]:
+        # A client whose share ciphertext a neighbour could not decrypt is treated as
+        # dropped: its masked input is left out, and its mask key recovered so that the
+        # masks of the partners that did use it can be removed (the neighbour that
+        # rejected it never masked with it).
+        self.used = {i: used for i, (_, used) in answers.items()}
+        blamed = {j for i, used in self.used.items() for j in set(self.partners[i]) - used}
+        for j in sorted(blamed & set(answers)):
+            self.excluded[j] = "a neighbour could not decrypt its share"
+            log.warning("round %d: client %d's share did not decrypt at a neighbour: client "
+                        "%d is treated as dropped", self.round, j, j)
+        self.survivors = tuple(sorted(set(answers) - blamed))
+        self._enough(self.survivors, "masked_input")
+        total = np.zeros(self._length, dtype=ring_dtype(self.plan.bits))
+        for i in self.survivors:
+            total += answers[i][0]
         self.masked_sum = total
-        self.survivors = tuple(sorted(answers))
-        self.dropped = tuple(sorted(self._shared - set(answers)))
+        self.dropped = tuple(sorted(self._shared - set(self.survivors)))
         alive, gone = set(self.survivors), set(self.dropped)
         self._asked_for: dict[int, tuple[list[int], list[int]]] = {}
         out = []
         for i in self.survivors:
-            ask = ([j for j in self.partners[i] if j in alive],
-                   [j for j in self.partners[i] if j in gone])
+            ask = ([j for j in sorted(self.used[i]) if j in alive],
+                   [j for j in sorted(self.used[i]) if j in gone])
             self._asked_for[i] = ask
             out.append(self.request(i, survivors=ask[0], dropped=ask[1]))
         return out
@@ -202,17 +226,20 @@ class SecAggServer(ServerRound):
                                              if owner in a[0]}, "self-mask seed")
             total -= prg(seed, n, plan.bits, plan.prg)
         for owner in self.dropped:
+            users = [k for k in self.partners.get(owner, ())
+                     if k in self.survivors and owner in self.used[k]]
+            if not users:  # no survivor masked with it: nothing to remove
+                continue
             secret = self._reconstruct(owner, {j: a[1][owner] for j, a in answers.items()
                                                if owner in a[1]}, "mask key")
-            for k in self.partners.get(owner, ()):
-                if k in self.survivors:
-                    mask = prg(agree(secret, self.keys[k][1], mask_info(self.round, owner, k)),
-                                n, plan.bits, plan.prg)
-                    # k added +mask if k < owner, else -mask: remove it
-                    if k < owner:
-                        total -= mask
-                    else:
-                        total += mask
+            for k in users:
+                mask = prg(agree(secret, self.keys[k][1], mask_info(self.round, owner, k)),
+                           n, plan.bits, plan.prg)
+                # k added +mask if k < owner, else -mask: remove it
+                if k < owner:
+                    total -= mask
+                else:
+                    total += mask
         reduce_ring(total, plan.bits)
         d = self.params.size
         sums, scalars = decode_sum(total, d, plan)
@@ -273,12 +300,20 @@ class SecAggClient(ClientProtocol):
         self._c_sk = self._s_sk = self._b = b""
         self._keys: dict[int, list[bytes]] = {}
         self._held: dict[int, tuple[bytes, bytes]] = {}
+        self._sampled = 0
 
     def _on_setup(self, msg: Message, rng: Generator) -> list[Message]:
         self._neighbours = msg.ids("neighbours")
         if self.client_id in self._neighbours:
             raise ProtocolError(f"client {self.client_id}: listed as its own neighbour")
-        self._plan = read_plan(msg, self._neighbours)
+        sampled = msg.integer("sampled", low=len(self._neighbours) + 1, high=1 << 20)
+        announced = msg.get("secagg", dict).get("clip_range")
+        if not isinstance(announced, float) or not 0 < announced < math.inf:
+            raise msg.error("secagg", f"has clip_range={announced!r}")
+        own = self.strategy.plan(msg.round, np.zeros(self.trainer.model.n_params_),
+                                 range(sampled), clip_range=announced)
+        self._plan = check_plan(msg, own, self._neighbours)
+        self._sampled = sampled
         self._config = msg.get("config", dict)
         self._c_sk, self._s_sk = rng.bytes(KEY), rng.bytes(KEY)
         return [self.reply(msg, c_pk=public_key(self._c_sk), s_pk=public_key(self._s_sk))]
@@ -310,26 +345,22 @@ class SecAggClient(ClientProtocol):
         params = msg.array("params", dtype=np.float64, shape=(self.trainer.model.n_params_,),
                            finite=True)
         incoming = msg.table("ciphertexts", allowed=set(self._keys))
-        if len(incoming) < plan.threshold:
-            raise ProtocolError(f"client {self.client_id}: shares from {len(incoming)} "
-                                f"neighbours, threshold {plan.threshold}: aborting")
         for j, ct in incoming.items():
-            info = channel_info(msg.round, j, self.client_id)
-            try:
-                plain = AESGCM(agree(self._c_sk, self._keys[j][0], info)).decrypt(
-                    bytes(12), ct, info)
-                owner, holder, s_share, b_share = decode(plain)
-            except (InvalidTag, ProtocolError, ValueError, TypeError):
-                raise ProtocolError(f"client {self.client_id}: the share from client {j} "
-                                    "does not decrypt; aborting") from None
-            if (owner, holder) != (j, self.client_id):
-                raise ProtocolError(f"client {self.client_id}: the share from client {j} is "
-                                    f"addressed {owner} -> {holder}; aborting")
-            self._held[j] = (s_share, b_share)
+            share = self._open_share(msg.round, j, ct)
+            if share is None:  # that neighbour is treated as dropped (server is told below)
+                log.warning("client %d, round %d: the share from client %d does not decrypt "
+                            "or is misaddressed: not masking with it", self.client_id,
+                            msg.round, j)
+            else:
+                self._held[j] = share
+        if len(self._held) < plan.threshold:
+            raise ProtocolError(f"client {self.client_id}: valid shares from "
+                                f"{len(self._held)} neighbours, threshold {plan.threshold}: "
+                                "aborting")
         update = self.strategy.client_update(self.trainer, params, self._config, rng)
         y = encode_update(update.delta, update.weight, update.extras, plan, rng)
         y += prg(self._b, y.size, plan.bits, plan.prg)
-        for j in sorted(incoming):
+        for j in sorted(self._held):
             mask = prg(agree(self._s_sk, self._keys[j][1],
                                mask_info(msg.round, self.client_id, j)),
                         y.size, plan.bits, plan.prg)
@@ -337,7 +368,21 @@ class SecAggClient(ClientProtocol):
                 y += mask
             else:
                 y -= mask
-        return [self.reply(msg, masked=reduce_ring(y, plan.bits))]
+        return [self.reply(msg, masked=reduce_ring(y, plan.bits), partners=sorted(self._held))]
+
+    def _open_share(self, round: int, j: int, ct: bytes) -> tuple[bytes, bytes] | None:
+        """Neighbour j's two shares for this client, or None if they do not decrypt."""
+        info = channel_info(round, j, self.client_id)
+        try:
+            plain = AESGCM(agree(self._c_sk, self._keys[j][0], info)).decrypt(
+                bytes(12), ct, info)
+            owner, holder, s_share, b_share = decode(plain)
+        except (InvalidTag, ProtocolError, ValueError, TypeError):
+            return None
+        if (owner, holder) != (j, self.client_id) or not all(
+                isinstance(b, bytes) for b in (s_share, b_share)):
+            return None
+        return s_share, b_share
 
     def _on_unmask(self, msg: Message, rng: Generator) -> list[Message]:
         survivors = msg.ids("survivors", allowed=set(self._held))
@@ -346,5 +391,11 @@ class SecAggClient(ClientProtocol):
         if both:
             raise ProtocolError(f"client {self.client_id}: the server asked for both secrets "
                                 f"of clients {sorted(both)}; refusing")
+        plan = self._plan
+        if (plan.rho is not None and plan.degree == self._sampled - 1
+                and len(survivors) + 1 < plan.min_survivors):
+            raise ProtocolError(f"client {self.client_id}: only {len(survivors) + 1} "
+                                f"survivors, but the distributed noise needs "
+                                f"{plan.min_survivors}: refusing to unmask")
         return [self.reply(msg, seed_shares={j: self._held[j][1] for j in survivors},
                            key_shares={j: self._held[j][0] for j in dropped})]

@@ -4,16 +4,20 @@ Client k's contribution is the vector ``x = [w delta (d entries), w, extras...]`
 the first d entries is clipped to ``[-R, R]`` (R = the strategy's L2 bound when it has one,
 e.g. DP-FedAvg's clip norm, so nothing is ever clipped; otherwise ``clip_range``, and the
 fraction of clipped entries is summed securely and reported) and rounded to the nearest
-multiple of ``1/s``; the scalars (all in [-1, 1]) use the scale ``s_e``. With m sampled
-clients the scales are chosen so that ``m R s`` (and ``m s_e``) plus the noise headroom
-stay below ``2^(k-1)``: the centered sum of the survivors never wraps around, and
-decoding is exact up to rounding. **Stated error**: each entry of the decoded sum
+multiple of ``1/s``; the scalars (all in [-1, 1]) use the even integer scale ``s_e``.
+**No wrap-around** (the bound :meth:`veil.fl.strategies.SecAgg.plan` enforces): an entry
+``|x| <= R`` encodes to ``|rint(x s)| <= R s + 1/2``, so with m sampled clients the sum of
+the survivors' entries has absolute value at most ``m (R s + 1/2)``, and the scale is
+chosen with ``m (R s + 1/2) + H <= 2^(k-1) - 1`` (H: the noise headroom, 4 sqrt(d) z plus
+8 standard deviations); the scalars are exact integers, ``|sum| <= m s_e + H``. The
+centered lift of the ring sum is therefore the integer sum itself: decoding is exact up
+to rounding, even with every client at +R or -R. **Stated error**: each entry of the decoded sum
 ``sum_k w_k delta_k`` is within ``|U3| / (2 s)`` of the true sum of the clipped values
 (|U3| = number of survivors), reported per round as ``quantization_error``.
 
 :class:`Plan` holds a round's encoding and thresholds (the server sends its public part to
-every client at setup, :func:`read_plan` validates it there); :func:`encode_update` and
-:func:`decode_sum` are the two ends.
+every client at setup, each client checks it against its own with :func:`check_plan`);
+:func:`encode_update` and :func:`decode_sum` are the two ends.
 """
 
 from __future__ import annotations
@@ -24,14 +28,13 @@ from typing import Any
 
 import numpy as np
 
-from veil._validation import check_choice
 from veil.dp.samplers import discrete_gaussian
 from veil.errors import ConfigError, ProtocolError
 from veil.fl.messages import Message
 from veil.random import Generator
 
 __all__ = ["CLIPPED", "MAX_LEVELS", "PRGS", "WEIGHT", "Plan", "decode_sum", "encode_update",
-           "read_plan", "reduce_ring", "ring_dtype"]
+           "check_plan", "reduce_ring", "ring_dtype"]
 
 #: the finest quantization step is 2^-30 of the clipping range
 MAX_LEVELS = 2.0 ** 30
@@ -86,24 +89,28 @@ class Plan:
                 "extras_noise_std": dict(self.extras_noise_std), "prg": self.prg}
 
 
-def read_plan(msg: Message, neighbours: list[int]) -> Plan:
-    """The plan as a client receives it, validated (ProtocolError if inconsistent)."""
+def check_plan(msg: Message, own: Plan, neighbours: list[int]) -> Plan:
+    """A client's check of the server's announced plan against its ``own`` (computed from
+    its own strategy configuration): every field must agree, and the threshold must exceed
+    half the neighbours (Bonawitz et al. 2017: otherwise a server can collect a client's
+    self-mask seed and its mask key from two disjoint sets of holders). ProtocolError
+    naming the field if not."""
     raw = msg.get("secagg", dict)
-    sub = Message(msg.protocol, msg.round, msg.stage, msg.sender, msg.recipient, raw)
-    bits = sub.integer("bits", low=2, high=64)
-    extras = sub.get("extras", list)
-    if not extras or extras[0] != WEIGHT or not all(isinstance(e, str) for e in extras):
-        raise ProtocolError(f"round {msg.round}: setup field 'extras' is {extras!r}")
-    noise = sub.get("extras_noise_std", dict)
-    if not all(k in extras and isinstance(v, float) and v >= 0 for k, v in noise.items()):
-        raise ProtocolError(f"round {msg.round}: setup field 'extras_noise_std' is {noise!r}")
-    return Plan(bits=bits, degree=len(neighbours),
-                 threshold=sub.integer("threshold", low=1, high=max(1, len(neighbours))),
-                 min_survivors=2, clip_range=sub.number("clip_range", low=1e-300),
-                 scale=sub.number("scale", low=1e-300), extras=tuple(extras),
-                 extras_scale=sub.integer("extras_scale", low=2),
-                 noise_std=sub.number("noise_std", low=0.0), extras_noise_std=dict(noise),
-                 prg=check_choice(sub.get("prg", str), "prg", PRGS))
+    announced = own.public()
+    if set(raw) != set(announced):
+        raise ProtocolError(f"round {msg.round}: the setup plan has fields {sorted(raw)}; "
+                            f"expected {sorted(announced)}")
+    for name, mine in announced.items():
+        if raw[name] != mine:
+            raise ProtocolError(f"round {msg.round}: the server's plan has {name}="
+                                f"{raw[name]!r}; this client's own plan has {mine!r}: refused")
+    if len(neighbours) != own.degree:
+        raise ProtocolError(f"round {msg.round}: {len(neighbours)} neighbours; this client's "
+                            f"own plan has degree {own.degree}: refused")
+    if 2 * own.threshold <= own.degree:
+        raise ProtocolError(f"round {msg.round}: threshold {own.threshold} of {own.degree} "
+                            "neighbours is not above half: refused")
+    return own
 
 
 def encode_update(delta: np.ndarray, weight: float, extras: Mapping[str, float], plan: Plan,

@@ -21,8 +21,10 @@ Round t, with N clients, sampling rate q and clip norm C_t:
    ``noise="central"``: the server draws the Gaussian (a trusted aggregator); central and
    local Gaussian noise is released on a fine grid by veil's exact sampler
    (floating-point safe, :func:`veil.dp.samplers.rounded_gaussian`);
-   ``noise="local"``: each client adds N(0, (z C_t)^2 I) to its own clipped update before
-   sending it (protects against the server too; much noisier in aggregate);
+   ``noise="local"``: each client clips to its *own* configured C and adds N(0, (z C)^2 I)
+   to its update before sending it, with z from its own configuration (a server message
+   announcing another clip norm or noise level is refused): this protects against the
+   server too, and is much noisier in aggregate;
    ``noise="distributed"``: each client adds a share of the noise to its quantized update
    before secure aggregation masks it, so the server only sees the noisy sum; this needs
    :class:`~veil.fl.strategies.SecAgg`, which adds discrete Gaussian shares in the ring
@@ -36,10 +38,18 @@ Releasing both sums is one Gaussian mechanism with noise multiplier z when
 ``z_Delta = (z^-2 - (2 sigma_b)^-2)^(-1/2)`` (their Theorem 1: the count query has
 sensitivity 1/2, so its multiplier is 2 sigma_b); sigma_b defaults to qN/20.
 
-Privacy: each round is charged to the ledger as ``PoissonSampled(q, Gaussian(z))`` (for
-q = 1 just ``Gaussian(z)``), whose composition over rounds the ledger's accountant
-certifies; ``z`` comes from :func:`veil.dp.accounting.calibrate_noise` for a target
-(epsilon, delta) over the planned rounds (see :meth:`DPFedAvg.from_budget`).
+Privacy: with central noise each round is charged to the ledger as
+``PoissonSampled(q, Gaussian(z))`` (for q = 1 just ``Gaussian(z)``): amplification by
+sampling holds against everyone who does not see which clients were sampled, i.e. against
+the users of the released model, with the server trusted. With local noise the guarantee
+is meant to hold against the server too, and the server does the sampling: it knows (and
+may choose) which rounds a client takes part in, so there is no amplification. A client
+sampled in K of the T rounds releases K Gaussian(z) answers, K <= T, and the server may
+make K = T; each round is therefore charged as an unsampled ``Gaussian(z)``, and
+:meth:`DPFedAvg.from_budget` calibrates local noise at sampling rate 1. The ledger's
+accountant certifies the composition over rounds; ``z`` comes from
+:func:`veil.dp.accounting.calibrate_noise` for a target (epsilon, delta) over the planned
+rounds.
 """
 
 from __future__ import annotations
@@ -138,9 +148,10 @@ class DPFedAvg(StrategyWrapper):
                     accountant: str = "rdp", **kwargs: Any) -> DPFedAvg:
         """A DPFedAvg whose z makes ``rounds`` rounds (epsilon, delta)-DP (client level),
         calibrated with :func:`veil.dp.accounting.calibrate_noise` at the sampling rate
-        (at rate 1 for distributed noise, which claims no amplification by sampling)."""
+        (at rate 1 for local and distributed noise, which claim no amplification by
+        sampling: the server that samples is the party they protect against)."""
         q = kwargs.get("sample_rate") or getattr(inner, "fraction", 1.0)
-        if kwargs.get("noise") == "distributed":
+        if kwargs.get("noise") in ("local", "distributed"):
             q = 1.0
         z = calibrate_noise(epsilon, delta, sample_rate=q, steps=rounds, accountant=accountant)
         return cls(inner, noise_multiplier=z, **kwargs)
@@ -182,7 +193,8 @@ class DPFedAvg(StrategyWrapper):
         if self.noise == "distributed":
             raise ConfigError("noise='distributed' is accounted by secure aggregation: wrap "
                               "this strategy in SecAgg(...)")
-        return subsampled_gaussian_event(self.noise_multiplier, self.sample_rate)
+        q = 1.0 if self.noise == "local" else self.sample_rate  # see the module docstring
+        return subsampled_gaussian_event(self.noise_multiplier, q)
 
     @property
     def private(self) -> bool:
@@ -241,9 +253,16 @@ class DPFedAvg(StrategyWrapper):
                       config: Mapping[str, Any], rng: Generator) -> ClientUpdate:
         update = self.inner.client_update(trainer, params, config, rng)
         clip = float(config_value(config, "clip_norm", (int, float), low=1e-300))
+        if self.noise == "local":  # the client's own plan, never the server's numbers
+            std = float(config_value(config, "noise_std", (int, float), low=0.0))
+            mine = self.noise_multiplier * self.clip_norm
+            if clip != self.clip_norm or not math.isclose(std, mine, rel_tol=1e-12):
+                raise ProtocolError(
+                    f"the server asks for clip_norm={clip:g} and noise_std={std:g}; this "
+                    f"client's own plan is clip_norm={self.clip_norm:g} and noise_std="
+                    f"{mine:g} (noise_multiplier={self.noise_multiplier:g}): refused")
         delta, clipped = clip_l2(update.delta, clip)
         if self.noise == "local":
-            std = float(config_value(config, "noise_std", (int, float), low=1e-300))
             delta = _gaussian(delta, std, rng)
         extras = {_UNCLIPPED: 0.5 - clipped} if self.adaptive else {}
         return ClientUpdate(delta, 1.0, extras)

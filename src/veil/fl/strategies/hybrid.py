@@ -32,6 +32,7 @@ import dp_accounting
 import numpy as np
 
 from veil._validation import check_choice, check_delta, check_epsilon, check_int
+from veil.dp import Ledger
 from veil.dp.distributed import NOISES, check_trust
 from veil.errors import ConfigError
 from veil.fl.hybrid.fit import plan_multiplier
@@ -42,6 +43,7 @@ from veil.fl.hybrid.protocol import (
     HybridServer,
     QueryEncoding,
     deal_keys,
+    make_identities,
 )
 from veil.fl.protocol import ClientProtocol, ServerRound
 from veil.fl.strategies.base import Strategy
@@ -103,7 +105,10 @@ class Hybrid(Strategy):
             raise ConfigError(f"keys are {keys.public_key.threshold}-of-"
                               f"{keys.public_key.parties}; need {self.parties - self.trust + 1}"
                               f"-of-{self.parties}")
-        self.keys = keys
+        # the dealer's shares are handed to their parties by client(), and forgotten here
+        self.public_key = keys.public_key
+        self._shares: list[Any] = list(keys.shares)
+        self._identities: list[bytes | None] = []
         self.agreement: Agreement | None = None
         self.learner: GradientQueries | None = None
 
@@ -114,9 +119,11 @@ class Hybrid(Strategy):
         if z is None:
             z = plan_multiplier(self.learner, self.noise, self.epsilon, self.delta,
                                 accountant=self.accountant)
+        # each party makes its identity key at set-up (simulated here; see make_identities)
+        self._identities, public = make_identities(self.parties)
         self.agreement = Agreement(self.parties, "hybrid", trust=self.trust, noise=self.noise,
                                    noise_multiplier=z, delta=self.delta, packed=self.packed,
-                                   min_answers=self.min_answers)
+                                   min_answers=self.min_answers, identities=public)
 
     def _ready(self) -> tuple[GradientQueries, Agreement]:
         if self.learner is None or self.agreement is None:
@@ -131,9 +138,17 @@ class Hybrid(Strategy):
         if self.learner is None:
             self._setup(trainer.model)
         _, agreement = self._ready()
+        share, identity = self._shares[client_id], self._identities[client_id]
+        if share is None:
+            raise ConfigError(f"party {client_id}'s key share was already handed to it: each "
+                              "party gets its share once, and this strategy keeps none")
+        self._shares[client_id] = self._identities[client_id] = None
         party_learner = GradientQueries(trainer.model, **self.learner_options)
+        # the party's own budget: it refuses a query that would overspend it
+        ledger = None if self.epsilon is None else Ledger(self.epsilon, self.delta,
+                                                          accountant=self.accountant)
         return HybridClient(client_id, trainer.X, trainer.y, agreement, learner=party_learner,
-                            key_share=self.keys.shares[client_id])
+                            key_share=share, identity=identity, ledger=ledger)
 
     # -- the server side --------------------------------------------------------------------
     def sample(self, round: int, clients: Sequence[int], rng: Generator) -> list[int]:
@@ -153,7 +168,7 @@ class Hybrid(Strategy):
         parties' pools for k rounds before they run (offline) with
         ``runtime.call(federation.clients, HybridClient.precompute, k * ciphertexts)``."""
         learner, agreement = self._ready()
-        return QueryEncoding(learner.shape, agreement, self.keys.public_key.bits).ciphertexts
+        return QueryEncoding(learner.shape, agreement, self.public_key.bits).ciphertexts
 
     @property
     def private(self) -> bool:
@@ -176,7 +191,7 @@ class Hybrid(Strategy):
             learner.update(query, answer)
             return learner.params
 
-        return HybridServer(round, sampled, query, agreement, self.keys.public_key,
+        return HybridServer(round, sampled, query, agreement, self.public_key,
                             finish=step, rng=rng)
 
     def state_dict(self) -> dict[str, Any]:

@@ -57,7 +57,8 @@ class SecAgg(StrategyWrapper):
     bits: k, the ring Z_2^k (2..64); 16 halves traffic against float32, 32 is precise.
     clip_range: R for strategies without an L2 bound on their updates.
     neighbours: degree of the SecAgg+ graph (rounded up to even); None: complete graph.
-    threshold: share threshold as a fraction of the degree: t = floor(threshold deg) + 1.
+    threshold: share threshold as a fraction of the degree: t = floor(threshold deg) + 1;
+        at least 0.5, so that t exceeds half the neighbours (each client also checks this).
     min_survivors: fraction of the sampled clients that must survive (default: threshold);
         also the number of noise shares distributed DP counts on.
     prg: "aes-ctr" or "chacha20".
@@ -72,6 +73,10 @@ class SecAgg(StrategyWrapper):
         self.neighbours = None if neighbours is None else check_int(neighbours, "neighbours",
                                                                     low=2)
         self.threshold = check_probability(threshold, "threshold", low_open=True)
+        if self.threshold < 0.5:
+            raise ConfigError(f"threshold={threshold!r} is not allowed: must be in [0.5, 1], so "
+                              "that a server cannot collect both secrets of a client from two "
+                              "disjoint sets of its neighbours (Bonawitz et al. 2017)")
         self.min_survivors = self.threshold if min_survivors is None else \
             check_probability(min_survivors, "min_survivors", low_open=True)
         self.prg = check_choice(prg, "prg", PRGS)
@@ -89,22 +94,30 @@ class SecAgg(StrategyWrapper):
     def secure(self) -> bool:
         return True
 
-    def plan(self, round: int, params: np.ndarray, sampled: Sequence[int]) -> Plan:
-        """The round's encoding and thresholds (deterministic in its inputs)."""
+    def plan(self, round: int, params: np.ndarray, sampled: Sequence[int], *,
+             clip_range: float | None = None) -> Plan:
+        """The round's encoding and thresholds (deterministic in its inputs).
+
+        ``clip_range``: the bound the server announced (a client recomputes the plan with
+        it: an adaptive clip norm lives on the server; the noise is proportional to it, so
+        the client's noise multiplier holds whatever the bound).
+        """
         m, d = max(2, len(sampled)), int(params.size)  # fewer than 2: the round aborts
         degree = max(1, m - 1) if self.neighbours is None else \
             min(max(1, m - 1), 2 * math.ceil(self.neighbours / 2))
         threshold = min(degree, math.floor(self.threshold * degree) + 1)
         min_survivors = max(2, math.ceil(self.min_survivors * m))
         bound = self.inner.update_norm_bound(round)
-        clip_range = self.clip_range if bound is None else bound
+        if clip_range is None:
+            clip_range = self.clip_range if bound is None else bound
         extras = (WEIGHT, *sorted(self.inner.extras_bounds()),
                   *((CLIPPED,) if bound is None else ()))
         noise = self.inner.distributed_noise(round)
         z = 0.0 if noise is None else noise.multiplier
         extras_std = {} if noise is None else dict(noise.extras_std)
         top = 2.0 ** (self.bits - 1) - 1.0
-        scale = (top - 4.0 * z * math.sqrt(d)) / (m * clip_range + 8.0 * z * clip_range)
+        # m (R s + 1/2) + noise headroom <= top: no wrap-around (veil.fl.secagg.ring)
+        scale = (top - m / 2.0 - 4.0 * z * math.sqrt(d)) / (m * clip_range + 8.0 * z * clip_range)
         scale = min(scale, MAX_LEVELS / clip_range)  # finer steps than 2^-30 R buy nothing
         extras_scale = 2 * math.floor(min(MAX_LEVELS, top / (
             m + 8.0 * max(extras_std.values(), default=0.0))) / 2)
