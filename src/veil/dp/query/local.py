@@ -18,7 +18,7 @@ from veil.dp.query.spec import Measurement
 from veil.errors import DataError
 from veil.random import Generator
 
-__all__ = ["table_totals", "check_columns", "needed_columns"]
+__all__ = ["table_totals", "group_codes", "check_columns", "needed_columns"]
 
 
 def needed_columns(privacy_unit: str, group_by: Sequence[str],
@@ -49,7 +49,7 @@ def _unit_codes(column: pd.Series) -> np.ndarray:
     return pd.factorize(column, use_na_sentinel=True)[0].astype(np.int64)
 
 
-def _group_codes(frame: pd.DataFrame, group_by: Sequence[str],
+def group_codes(frame: pd.DataFrame, group_by: Sequence[str],
                  keys: pd.DataFrame | None) -> tuple[np.ndarray, pd.DataFrame]:
     """Group codes (-1: outside the declared keys) and the key values per code."""
     if not group_by:
@@ -60,9 +60,9 @@ def _group_codes(frame: pd.DataFrame, group_by: Sequence[str],
             else pd.Index(frame[group_by[0]])
         return index.get_indexer(target).astype(np.int64), keys.reset_index(drop=True)
     if len(group_by) == 1:
-        codes, uniques = pd.factorize(frame[group_by[0]])
+        codes, uniques = pd.factorize(frame[group_by[0]], sort=True)
         return codes.astype(np.int64), pd.DataFrame({group_by[0]: uniques})
-    codes, uniques = pd.factorize(pd.MultiIndex.from_frame(frame[list(group_by)]))
+    codes, uniques = pd.factorize(pd.MultiIndex.from_frame(frame[list(group_by)]), sort=True)
     return codes.astype(np.int64), uniques.to_frame(index=False)
 
 
@@ -92,7 +92,7 @@ def table_totals(frame: pd.DataFrame, privacy_unit: str, group_by: Sequence[str]
                                 "declare categories for a categorical histogram") from None
         else:
             columns[c] = frame[c].to_numpy()
-    groups, key_values = _group_codes(frame, group_by, keys)
+    groups, key_values = group_codes(frame, group_by, keys)
     out = totals(_unit_codes(frame[privacy_unit]), groups, len(key_values), columns,
                  measurements, max_groups=max_groups, max_rows=max_rows, rng=rng)
     out.keys = key_values

@@ -199,17 +199,18 @@ class Query:
                               "or None")
         plan = self.plan(epsilon, delta, noise=noise,
                          accountant=ledger.accountant if ledger is not None else "pld")
-        generator = check_rng(rng)
+        # one stream for bounding, one for noise: both backends draw the same noise
+        bounding_rng, noise_rng = check_rng(rng).spawn(2)
         measurements = self.measurements()
         options = {"max_groups": self.max_groups, "max_rows": self.max_rows}
         if _is_spark(data):
             from veil.dp.query import spark
 
             totals = spark.table_totals(data, self.privacy_unit, self.by, self.keys,
-                                        measurements, rng=generator, **options)
+                                        measurements, rng=bounding_rng, **options)
         elif isinstance(data, pd.DataFrame):
             totals = local.table_totals(data, self.privacy_unit, self.by, self.keys,
-                                        measurements, rng=generator, **options)
+                                        measurements, rng=bounding_rng, **options)
         else:
             raise DataError(f"data of type {type(data).__name__} is not allowed: pass a "
                             "pandas or a pyspark DataFrame")
@@ -217,7 +218,8 @@ class Query:
         mechanism.check(totals)  # missing values: refused before any ledger exists
         if ledger is None:
             ledger = Ledger(plan.epsilon, plan.delta)
-        table = ledger.release(mechanism, totals, label=label or self._label(), rng=generator)
+        table = ledger.release(mechanism, totals, label=label or self._label(),
+                               rng=noise_rng)
         if any(v for k, v in totals.diagnostics.items() if not k.startswith("missing:")):
             logger.warning("contribution bounding dropped or clipped some rows (exact counts "
                            "in the result's diagnostics, for the curator only)")

@@ -102,7 +102,7 @@ class QueryMechanism(Mechanism):
         """The exponential mechanism per released group (Smith 2011, on the cell grid)."""
         agg = part.aggregate
         group, cell, count = totals.cells.get(part.index, (np.zeros(0, np.int64),) * 3)
-        order = np.argsort(group, kind="stable")
+        order = np.lexsort((cell, group))  # by group, cells ascending inside each
         group, cell, count = group[order], cell[order], count[order]
         bounds = np.searchsorted(group, np.stack([keep, keep + 1]))
         mechanism = part.mechanism()
