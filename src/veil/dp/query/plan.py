@@ -36,6 +36,10 @@ measurements' pairs with the (0, delta_s) pair of a record exposed with probabil
 ``delta_s``, ``PoissonSampledDpEvent(delta_s, NonPrivateDpEvent())``. ``delta_s`` is half
 the query's delta. The noisy count used for the threshold is released with the groups.
 
+Noise kind: Laplace when delta is 0; otherwise, unless asked for, whichever of Laplace and
+Gaussian gives the smaller noise for this query (Laplace for few groups per unit,
+Gaussian for many: its cost grows as sqrt(L0), Laplace's as L0).
+
 Tight composition: the whole query is one ``ComposedDpEvent`` of its parts, and ``s`` is
 the smallest scale (to 0.1%) at which the ledger's accountant (PLD by default: tight)
 certifies ``(epsilon, delta)`` for it (:func:`veil.dp.accounting.calibration.calibrate`).
@@ -174,14 +178,27 @@ def threshold(count: Part, noise: str, max_groups: int, max_rows: int,
     return (max_rows + tail) * (1.0 + _MARGIN) + count.grid / 2.0
 
 
+def _noise_level(plan: Plan) -> float:
+    """How noisy a plan is: the standard deviation of its first noised part over its bound
+    (all noised parts scale together), or, with quantiles only, minus their epsilon."""
+    for p in plan.parts:
+        if p.noise != "exponential":
+            return p.scale * (math.sqrt(2.0) if p.noise == "laplace" else 1.0) / p.unit_bound
+    return -plan.parts[0].epsilon
+
+
 def make_plan(measurements: Sequence[Measurement], quantiles: Sequence[Aggregate], *,
               epsilon: float, delta: float, noise: str | None, max_groups: int,
               max_rows: int, public_keys: bool, accountant: str = "pld") -> Plan:
     """Calibrate the query (module docstring). ``quantiles`` are the quantile aggregates;
     ``measurements`` every measurement (the quantiles' cell counts are not noised)."""
     epsilon, delta = check_epsilon(epsilon), check_delta(delta)
-    noise = ("laplace" if delta == 0 else "gaussian") if noise is None else \
-        check_choice(noise, "noise", NOISES)
+    if noise is None and delta > 0:  # whichever noise is smaller for this query
+        options = dict(epsilon=epsilon, delta=delta, max_groups=max_groups,
+                       max_rows=max_rows, public_keys=public_keys, accountant=accountant)
+        plans = [make_plan(measurements, quantiles, noise=n, **options) for n in NOISES]
+        return min(plans, key=_noise_level)
+    noise = "laplace" if noise is None else check_choice(noise, "noise", NOISES)
     if noise == "gaussian" and delta == 0:
         raise ConfigError("delta=0 is not allowed with noise='gaussian': Gaussian noise "
                           "needs delta > 0; use noise='laplace'")

@@ -171,8 +171,8 @@ class Query:
              accountant: str = "pld") -> Plan:
         """The noise and the certified cost of this query: a dry run, no data read.
 
-        ``noise``: "laplace" or "gaussian" (default: Laplace when ``delta == 0``, else
-        Gaussian).
+        ``noise``: "laplace" or "gaussian" (default: Laplace when ``delta == 0``, else the
+        one with less noise for this query).
         """
         if not self.aggregates:
             raise ConfigError("the query has no aggregate: add count(), sum(...), mean(...), "
