@@ -37,8 +37,9 @@ measurements' pairs with the (0, delta_s) pair of a record exposed with probabil
 the query's delta. The noisy count used for the threshold is released with the groups.
 
 Noise kind: Laplace when delta is 0; otherwise, unless asked for, whichever of Laplace and
-Gaussian gives the smaller noise for this query (Laplace for few groups per unit,
-Gaussian for many: its cost grows as sqrt(L0), Laplace's as L0).
+Gaussian has the smaller standard deviation at the first-order scales (Laplace for few
+groups and parts per unit, Gaussian for many: its scale grows as sqrt(L0 k), Laplace's as
+L0 k).
 
 Tight composition: the whole query is one ``ComposedDpEvent`` of its parts, and ``s`` is
 the smallest scale (to 0.1%) at which the ledger's accountant (PLD by default: tight)
@@ -60,6 +61,7 @@ from veil._validation import check_choice, check_delta, check_epsilon
 from veil.dp._numeric import div_down, div_up, noise_grid
 from veil.dp.accounting import describe, make_accountant
 from veil.dp.accounting.calibration import calibrate
+from veil.dp.gaussian import analytic_gaussian_sigma
 from veil.dp.query.spec import Aggregate, Measurement
 from veil.dp.selection import Exponential, pure_dp_event
 from veil.errors import ConfigError
@@ -160,11 +162,42 @@ def _scaled_parts(s: float, noised: Sequence[tuple[int, Measurement]],
 
 
 def _event(parts: Sequence[Part], max_groups: int, selection_delta: float) -> de.DpEvent:
-    events: list[de.DpEvent] = [de.SelfComposedDpEvent(p.group_event(), max_groups)
-                                for p in parts]
+    """The query's event: each part in each of a unit's ``max_groups`` groups, and the
+    selection. Parts with equal group events are one self-composition, and Gaussian parts
+    one Gaussian with ``s = (sum_i L0 / s_i^2)^(-1/2)`` (exactly their composition), so
+    an accountant prices the query with few convolutions."""
+    counts: dict[de.DpEvent, int] = {}
+    inverse_sq = 0.0
+    for p in parts:
+        event = p.group_event()
+        if isinstance(event, de.GaussianDpEvent):
+            inverse_sq += max_groups / event.noise_multiplier ** 2
+        else:
+            counts[event] = counts.get(event, 0) + max_groups
+    events: list[de.DpEvent] = [de.SelfComposedDpEvent(e, n) for e, n in counts.items()]
+    if inverse_sq:
+        events.append(de.GaussianDpEvent(div_down(1.0, math.sqrt(inverse_sq))))
     if selection_delta > 0:
         events.append(de.PoissonSampledDpEvent(selection_delta, de.NonPrivateDpEvent()))
     return de.ComposedDpEvent(events)
+
+
+def _start(noise: str, parts: int, epsilon: float, delta: float, max_groups: int) -> float:
+    """A starting scale for calibration: basic composition of the Laplace parts
+    (``L0 parts w / s = epsilon``), or the analytic Gaussian of the composed Gaussian parts
+    (``s / sqrt(L0) = sigma(epsilon, delta)``)."""
+    if noise == "laplace":
+        return max_groups / epsilon
+    return math.sqrt(max_groups) * analytic_gaussian_sigma(epsilon, delta)
+
+
+def _noise_for(parts: int, epsilon: float, delta: float, max_groups: int) -> str:
+    """The noise with the smaller standard deviation per unit bound, from the starting
+    scales: Laplace ``sqrt(2) L0 k / epsilon``, Gaussian ``sqrt(L0 k) sigma(epsilon,
+    delta/2)`` (k noised parts)."""
+    laplace = math.sqrt(2.0) * max_groups * parts / epsilon
+    gaussian = math.sqrt(max_groups * parts) * analytic_gaussian_sigma(epsilon, delta / 2.0)
+    return "laplace" if laplace <= gaussian else "gaussian"
 
 
 def threshold(count: Part, noise: str, max_groups: int, max_rows: int,
@@ -178,27 +211,17 @@ def threshold(count: Part, noise: str, max_groups: int, max_rows: int,
     return (max_rows + tail) * (1.0 + _MARGIN) + count.grid / 2.0
 
 
-def _noise_level(plan: Plan) -> float:
-    """How noisy a plan is: the standard deviation of its first noised part over its bound
-    (all noised parts scale together), or, with quantiles only, minus their epsilon."""
-    for p in plan.parts:
-        if p.noise != "exponential":
-            return p.scale * (math.sqrt(2.0) if p.noise == "laplace" else 1.0) / p.unit_bound
-    return -plan.parts[0].epsilon
-
-
 def make_plan(measurements: Sequence[Measurement], quantiles: Sequence[Aggregate], *,
               epsilon: float, delta: float, noise: str | None, max_groups: int,
               max_rows: int, public_keys: bool, accountant: str = "pld") -> Plan:
     """Calibrate the query (module docstring). ``quantiles`` are the quantile aggregates;
     ``measurements`` every measurement (the quantiles' cell counts are not noised)."""
     epsilon, delta = check_epsilon(epsilon), check_delta(delta)
-    if noise is None and delta > 0:  # whichever noise is smaller for this query
-        options = dict(epsilon=epsilon, delta=delta, max_groups=max_groups,
-                       max_rows=max_rows, public_keys=public_keys, accountant=accountant)
-        plans = [make_plan(measurements, quantiles, noise=n, **options) for n in NOISES]
-        return min(plans, key=_noise_level)
-    noise = "laplace" if noise is None else check_choice(noise, "noise", NOISES)
+    n_noised = sum(1 for m in measurements if m.noised)
+    if noise is None:
+        noise = "laplace" if delta == 0 or not n_noised else \
+            _noise_for(n_noised, epsilon, delta, max_groups)
+    check_choice(noise, "noise", NOISES)
     if noise == "gaussian" and delta == 0:
         raise ConfigError("delta=0 is not allowed with noise='gaussian': Gaussian noise "
                           "needs delta > 0; use noise='laplace'")
@@ -223,7 +246,8 @@ def make_plan(measurements: Sequence[Measurement], quantiles: Sequence[Aggregate
                                     noise_delta or 1.0), max_groups, selection_delta)
 
     try:
-        s = calibrate(event_for, epsilon, delta, accountant)
+        s = calibrate(event_for, epsilon, delta, accountant,
+                      guess=_start(noise, n_noised, epsilon, noise_delta or delta, max_groups))
     except ConfigError as exc:
         raise ConfigError(f"the query cannot be calibrated to epsilon={epsilon:g}, "
                           f"delta={delta:g} with the {accountant!r} accountant: {exc}") from None
