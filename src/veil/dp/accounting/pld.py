@@ -18,9 +18,7 @@ dp_accounting's fine default (``1e-4``, ``e^-50``) at about a quarter of its cos
 
 Leaves: Gaussian, Laplace, discrete Laplace, randomized response (replace-one, see
 :mod:`~veil.dp.accounting.events`), and Poisson-subsampled Gaussian (or a tree of
-Gaussians on the same batch) or Laplace; a Poisson-sampled *non-private* event (with
-probability q a record is exposed, e.g. the threshold of DP partition selection) as the
-(0, q)-DP pair; any other pure eps-DP event by its randomized
+Gaussians on the same batch) or Laplace; any other pure eps-DP event by its randomized
 response stand-in (:func:`~veil.dp.accounting.events.pure_stand_in`). A fixed-size
 batch arrives already rewritten by the coupling bound. A parallel composition of
 identical events costs one of them; of different events, their sequential composition
@@ -38,7 +36,7 @@ import math
 import numpy as np
 from dp_accounting import dp_event as de
 from dp_accounting import privacy_accountant as pa
-from dp_accounting.pld import common, pld_pmf
+from dp_accounting.pld import pld_pmf
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dp_accounting.pld import privacy_loss_mechanism as plm
 
@@ -177,10 +175,11 @@ class _Plds:
             if q == 0:
                 return self.zero()
             if isinstance(event.event, de.NonPrivateDpEvent):
-                # with probability q the record is released in the clear, else nothing of
-                # it is: the dominating pair of (0, q)-DP (Kairouz, Oh & Viswanath 2015)
+                # with probability q the record is exposed (e.g. the threshold of DP
+                # partition selection), else nothing of it is: dominated by the pair of
+                # (0, q)-DP (Kairouz, Oh & Viswanath 2015)
                 return pld_lib.from_privacy_parameters(
-                    common.DifferentialPrivacyParameters(0.0, q),
+                    pld_lib.common.DifferentialPrivacyParameters(0.0, q),
                     value_discretization_interval=step)
             sigma = gaussian_noise_multiplier(event.event)
             if sigma is not None:
