@@ -48,7 +48,7 @@ from veil.errors import ConfigError, DataError
 from veil.random import check_rng
 
 __all__ = ["NEIGHBOURS", "global_sensitivity", "median_local_sensitivity",
-           "smooth_sensitivity_median", "clip_values", "clip_l1", "clip_l2", "grid_sum",
+           "smooth_sensitivity_median", "clip_values", "clip_l1", "clip_l2", "grid_sum", "sum_grid",
            "sample_and_aggregate"]
 
 logger = logging.getLogger(__name__)
@@ -167,6 +167,16 @@ def clip_l1(rows: Any, max_norm: float) -> tuple[np.ndarray, int]:
     return _clip_rows(rows, max_norm, 1)
 
 
+def sum_grid(bounds: Any) -> tuple[float, int, int]:
+    """The grid of an exact sum over ``bounds``: ``(q, k_lo, k_hi)`` with
+    ``q = 2^(e - 23)`` (``2^(e-1) <= max(|lo|, |hi|) < 2^e``) and ``k = round(bound / q)``;
+    a value in bounds rounds to an integer multiple of q in ``[k_lo, k_hi]`` (see
+    :func:`grid_sum`)."""
+    lo, hi = check_bounds(bounds)
+    q = math.ldexp(1.0, math.frexp(max(abs(lo), abs(hi)))[1] - 23)
+    return q, int(np.rint(lo / q)), int(np.rint(hi / q))
+
+
 def grid_sum(values: Any, bounds: Any) -> tuple[float, float, float]:
     """An exact sum with exactly known sensitivity: ``(total, add/remove sensitivity,
     replace-one sensitivity)``.
@@ -184,8 +194,7 @@ def grid_sum(values: Any, bounds: Any) -> tuple[float, float, float]:
     if v.size > 2 ** 30:
         raise DataError(f"{v.size} values are too many for an exact sum (at most 2^30); "
                         "split the data")
-    q = math.ldexp(1.0, math.frexp(max(abs(lo), abs(hi)))[1] - 23)
-    k_lo, k_hi = int(np.rint(lo / q)), int(np.rint(hi / q))
+    q, k_lo, k_hi = sum_grid((lo, hi))
     k = np.rint(v / q).astype(np.int64)
     total = sum(int(k[i:i + 2 ** 22].sum()) for i in range(0, k.size, 2 ** 22))
     return q * total, q * max(abs(k_lo), abs(k_hi)), q * (k_hi - k_lo)

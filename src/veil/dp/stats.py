@@ -251,6 +251,41 @@ def histogram(data: Any, bins: Any = None, *, categories: Sequence[Any] | None =
     return _result(value, parts, clipped, "histogram", **details)
 
 
+def quantile_candidates(points: np.ndarray, counts: np.ndarray, g: int,
+                        q: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The exponential mechanism's candidate groups for the q-quantile on the grid
+    ``0..g``, from the data's grid indices ``points`` (sorted, distinct) and their
+    ``counts``: ``(starts, sizes, utilities)`` of the gaps between data points and the
+    points themselves (see :func:`quantile`). Adding or removing r records moves every
+    utility by at most r."""
+    le = np.cumsum(counts)
+    lt = le - counts
+    target = q * float(le[-1] if le.size else 0)
+
+    def utility(below: np.ndarray, upto: np.ndarray) -> np.ndarray:
+        return -np.maximum(np.maximum(below - target, target - upto), 0.0)
+
+    # groups: the gap before each data point, the data point itself, and the final gap
+    gap_start = np.concatenate(([0], points + 1))
+    gap_size = np.concatenate((points, [g + 1])) - gap_start
+    gap_rank = np.concatenate(([0], le)).astype(np.float64)
+    starts = np.concatenate((gap_start, points))
+    sizes = np.concatenate((gap_size, np.ones(points.size, dtype=np.int64)))
+    utilities = np.concatenate((utility(gap_rank, gap_rank),
+                                utility(lt.astype(np.float64), le.astype(np.float64))))
+    keep = sizes > 0
+    return starts[keep], sizes[keep], utilities[keep]
+
+
+def quantile_point(starts: np.ndarray, sizes: np.ndarray, group: int,
+                   bounds: tuple[float, float], g: int, rng: Any) -> float:
+    """The grid point released for the chosen candidate group: uniform inside it."""
+    lo, hi = bounds
+    j = int(starts[group]) + (int(rng.integers(0, int(sizes[group]))) if sizes[group] > 1
+                              else 0)
+    return float(builtins.min(lo + j * ((hi - lo) / g), hi))
+
+
 def quantile(data: Any, q: float, *, bounds: Any, epsilon: float, ledger: Any = None,
              label: str | None = None, rng: Any = None, resolution: int = 2 ** 20) -> Result:
     """The q-quantile by the exponential mechanism over a grid of the declared range.
@@ -270,27 +305,10 @@ def quantile(data: Any, q: float, *, bounds: Any, epsilon: float, ledger: Any = 
     step = (hi - lo) / g
     idx = np.clip(np.floor((values - lo) / step), 0, g).astype(np.int64)
     points, counts = np.unique(idx, return_counts=True)
-    le = np.cumsum(counts)
-    lt = le - counts
-    target = q * values.size
-
-    def utility(below: np.ndarray, upto: np.ndarray) -> np.ndarray:
-        return -np.maximum(np.maximum(below - target, target - upto), 0.0)
-
-    # groups: the gap before each data point, the data point itself, and the final gap
-    gap_start = np.concatenate(([0], points + 1))
-    gap_size = np.concatenate((points, [g + 1])) - gap_start
-    gap_rank = np.concatenate(([0], le)).astype(np.float64)
-    starts = np.concatenate((gap_start, points))
-    sizes = np.concatenate((gap_size, np.ones(points.size, dtype=np.int64)))
-    utilities = np.concatenate((utility(gap_rank, gap_rank),
-                                utility(lt.astype(np.float64), le.astype(np.float64))))
-    keep = sizes > 0
-    starts, sizes, utilities = starts[keep], sizes[keep], utilities[keep]
+    starts, sizes, utilities = quantile_candidates(points, counts, g, q)
     mechanism = Exponential(epsilon, 1.0)
     parts = [("", mechanism, (utilities, sizes.astype(np.float64)))]
     rng = check_rng(rng)
     (group,) = _release(parts, ledger, label or f"quantile {q:g}", rng)
-    j = int(starts[group]) + (int(rng.integers(0, int(sizes[group]))) if sizes[group] > 1 else 0)
-    value = float(builtins.min(lo + j * step, hi))
+    value = quantile_point(starts, sizes, group, bounds, g, rng)
     return _result(value, parts, clipped, "quantile", q=q, resolution=g)

@@ -183,9 +183,11 @@ def _solve(eps_of: Callable[[float], float], epsilon: float, guess: float,
 
 
 def calibrate(event_for: Callable[[float], de.DpEvent], epsilon: float, delta: float,
-              accountant: str = "rdp", *, rtol: float = 1e-3, **options: Any) -> float:
+              accountant: str = "rdp", *, rtol: float = 1e-3, guess: float | None = None,
+              **options: Any) -> float:
     """The smallest scale ``s`` (to ``rtol``) whose event ``event_for(s)`` is
     (epsilon, delta)-DP under ``accountant``; the cost must be non-increasing in ``s``.
+    ``guess``: where the search starts (default: the GDP approximation's scale).
 
     The returned scale is verified (it met the target when evaluated). Raises ConfigError
     when no scale up to 1e5 meets the target.
@@ -200,7 +202,9 @@ def calibrate(event_for: Callable[[float], de.DpEvent], epsilon: float, delta: f
         acc.compose(event_for(scale))
         return acc.get_epsilon(delta)
 
-    return _solve(eps_of, epsilon, _guess(event_for, epsilon, delta), rtol)
+    start = _guess(event_for, epsilon, delta) if guess is None else check_positive(guess,
+                                                                                  "guess")
+    return _solve(eps_of, epsilon, start, rtol)
 
 
 def calibrate_noise(epsilon: float, delta: float, sample_rate: float = 1.0, steps: int = 1,

@@ -192,6 +192,13 @@ class _Plds:
             q = event.sampling_probability
             if q == 0:
                 return self.zero()
+            if isinstance(event.event, de.NonPrivateDpEvent):
+                # with probability q the record is exposed (e.g. the threshold of DP
+                # partition selection), else nothing of it is: dominated by the pair of
+                # (0, q)-DP (Kairouz, Oh & Viswanath 2015)
+                return pld_lib.from_privacy_parameters(
+                    pld_lib.common.DifferentialPrivacyParameters(0.0, q),
+                    value_discretization_interval=step)
             sigma = gaussian_noise_multiplier(event.event)
             if sigma is not None:
                 return _gaussian_pld(sigma, q, step, self.log_tail)
