@@ -44,7 +44,7 @@ from veil._validation import (
 )
 from veil.dp.gaussian import Gaussian
 from veil.dp.laplace import Laplace
-from veil.dp.ledger import Ledger
+from veil.dp.ledger import open_ledger
 from veil.dp.mechanism import Mechanism
 from veil.dp.result import Result
 from veil.dp.selection import Exponential
@@ -98,10 +98,7 @@ def _release(parts: list[tuple[str, Mechanism, Any]], ledger: Any, label: str | 
         mechanism.check(value)
     eps = builtins.sum(m.epsilon for _, m, _ in parts)
     delta = builtins.sum(m.delta for _, m, _ in parts)
-    if ledger is None:
-        ledger = Ledger(eps, delta)
-    elif not isinstance(ledger, Ledger):
-        raise ConfigError(f"ledger={ledger!r} is not allowed: expected a veil.dp.Ledger or None")
+    ledger = open_ledger(ledger, eps, delta)
     if len(parts) > 1:
         composed = de.ComposedDpEvent([m.event for _, m, _ in parts])
         if not ledger.fits(composed, delta=delta or None):

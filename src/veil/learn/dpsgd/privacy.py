@@ -35,7 +35,7 @@ from veil._validation import (
     check_probability,
 )
 from veil.dp.accounting import calibrate_noise, epsilon_for, subsampled_gaussian_event
-from veil.dp.ledger import Ledger
+from veil.dp.ledger import Ledger, check_ledger
 from veil.errors import BudgetExceededError, ConfigError
 from veil.learn.dpsgd._torch import nn, torch
 from veil.learn.dpsgd.engine import PerExampleGradients
@@ -226,9 +226,7 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data: Any, 
     if max_physical_batch_size is not None:
         max_physical_batch_size = check_int(max_physical_batch_size, "max_physical_batch_size",
                                             low=1)
-    if ledger is not None and not isinstance(ledger, Ledger):
-        raise ConfigError(f"ledger={type(ledger).__name__} is not allowed: expected a "
-                          "veil.dp.Ledger")
+    check_ledger(ledger, optional=True)
     default = ledger.accountant if ledger is not None else "pld"
     accountant = default if accountant is None else accountant
     check_choice(accountant, "accountant", ("pld", "rdp"))

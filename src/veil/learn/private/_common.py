@@ -28,7 +28,7 @@ from veil._validation import check_array, check_delta, check_epsilon
 from veil.dp import stats
 from veil.dp.gaussian import Gaussian
 from veil.dp.laplace import Laplace
-from veil.dp.ledger import Ledger
+from veil.dp.ledger import Ledger, open_ledger
 from veil.dp.mechanism import Mechanism
 from veil.errors import BudgetExceededError, ConfigError, DataError
 
@@ -40,15 +40,6 @@ __all__ = ["ESTIMATE_SHARE", "open_ledger", "reserve", "noise_mechanism", "split
 ESTIMATE_SHARE = 0.1
 _K_MIN, _K_MAX = -20, 60  # logarithmic bins cover magnitudes 2^-20 .. 2^61
 _FAILURE = 1e-3           # beta: probability that an empty bin passes the threshold
-
-
-def open_ledger(ledger: Any, epsilon: float, delta: float) -> Ledger:
-    """``ledger``, or a one-off ledger holding exactly (epsilon, delta) when None."""
-    if ledger is None:
-        return Ledger(epsilon, delta)
-    if not isinstance(ledger, Ledger):
-        raise ConfigError(f"ledger={ledger!r} is not allowed: expected a veil.dp.Ledger or None")
-    return ledger
 
 
 def reserve(ledger: Ledger, events: Sequence[de.DpEvent], what: str) -> None:

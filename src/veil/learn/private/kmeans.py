@@ -104,13 +104,14 @@ class KMeans(ClusterMixin, BaseEstimator):
             centers = np.clip(sums * n / (n ** 2 + 3.0 * noise_var / r ** 2), -r, r)
         self.cluster_centers_ = centers + mid
         self.n_features_in_ = d
+        self.n_iter_ = iters
         self.ledger_ = ledger
         return self
 
     def predict(self, X: Any) -> np.ndarray:
         """The index of the nearest centre for each row."""
         check_fitted(self, "cluster_centers_")
-        X = check_features(X, self.n_features_in_)
+        X = check_features(X, self.n_features_in_, owner=self)
         return _nearest(X, self.cluster_centers_)
 
     def fit_predict(self, X: Any, y: Any = None) -> np.ndarray:

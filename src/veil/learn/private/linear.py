@@ -26,12 +26,12 @@ from scipy.special import expit
 from sklearn.base import BaseEstimator, ClassifierMixin
 
 from veil._validation import (
-    check_array,
     check_choice,
     check_features,
     check_fitted,
     check_int,
     check_positive,
+    check_xy,
 )
 from veil.dp.selection import pure_dp_event
 from veil.dp.sensitivity import clip_l2
@@ -83,10 +83,7 @@ class _PrivateLinear(ClassifierMixin, BaseEstimator):
         """Train on (X, y) under the model's (epsilon, delta), charged to its ledger."""
         epsilon, delta = check_privacy(self.epsilon, self.delta)
         method = check_choice(self.method, "method", ("objective", "dpsgd"))
-        X = check_array(X, "X", ndim=2)
-        y = np.asarray(y)
-        if y.shape != (X.shape[0],):
-            raise DataError(f"y has shape {y.shape}; expected ({X.shape[0]},) to match X")
+        X, y = check_xy(X, y)
         classes = np.unique(y)
         if classes.size < 2:
             raise DataError(f"y holds {classes.size} class; need at least two")
@@ -143,7 +140,7 @@ class _PrivateLinear(ClassifierMixin, BaseEstimator):
     def decision_function(self, X: Any) -> np.ndarray:
         """``X coef^T + intercept``: shape (n,) for two classes, (n, n_classes) otherwise."""
         check_fitted(self, "coef_")
-        X = check_features(X, self.n_features_in_)
+        X = check_features(X, self.n_features_in_, owner=self)
         scores = X @ self.coef_.T + self.intercept_
         return scores[:, 0] if scores.shape[1] == 1 else scores
 

@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 
-from veil._validation import check_array, check_features, check_fitted, check_positive
-from veil.errors import ConfigError, DataError
+from veil._validation import check_array, check_features, check_fitted, check_positive, check_xy
+from veil.errors import ConfigError
 from veil.learn.private._common import (
     check_privacy,
     declared_box,
@@ -95,10 +95,8 @@ class LinearRegression(RegressorMixin, BaseEstimator):
                                          and check_positive(self.alpha, "alpha",
                                                             allow_zero=True) >= 0)):
             raise ConfigError(f"alpha={self.alpha!r} is not allowed: a number >= 0 or 'auto'")
-        X = check_array(X, "X", ndim=2)
+        X, y = check_xy(X, y)
         y = check_array(y, "y", ndim=1)
-        if y.size != X.shape[0]:
-            raise DataError(f"y has {y.size} values; expected {X.shape[0]} to match X")
         rng = check_rng(self.rng)
         ledger = open_ledger(self.ledger, epsilon, delta)
         box_x = declared_box(self.bounds_X, X.shape[1], "bounds_X")
@@ -148,5 +146,5 @@ class LinearRegression(RegressorMixin, BaseEstimator):
 
     def predict(self, X: Any) -> np.ndarray:
         check_fitted(self, "coef_")
-        X = check_features(X, self.n_features_in_)
+        X = check_features(X, self.n_features_in_, owner=self)
         return X @ self.coef_ + self.intercept_
