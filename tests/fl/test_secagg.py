@@ -19,7 +19,7 @@ def _round(data, strategy, faults=None, seed=0, record=False):
     faults = faults or Faults()
     fed = Federation(data, LogisticRegression(), strategy, 1, rng=seed)
     rng = fed._round_rng(0)
-    server = strategy.server_round(0, fed.params, strategy.sample(0, sorted(fed.clients), rng),
+    server = strategy.server(0, fed.params, strategy.sample(0, sorted(fed.clients), rng),
                                    rng)
     report = LocalRuntime(faults, record=record).run_round(server, fed.clients, seed)
     return fed, server, report

@@ -92,10 +92,10 @@ class CanaryClients:
     def included(self) -> np.ndarray:
         return self.canaries.included
 
-    def observe(self, round: int, params: np.ndarray) -> None:
-        """Take in the global parameters after ``round`` (a federation calls this)."""
+    def observe(self, server_round: int, params: np.ndarray) -> None:
+        """Take in the global parameters after ``server_round`` (a federation calls this)."""
         params = np.asarray(params, dtype=np.float64)
-        self._signed += sign(round) * (params - self._last)
+        self._signed += sign(server_round) * (params - self._last)
         self._last = params.copy()
 
     def state_dict(self) -> dict[str, Any]:

@@ -143,7 +143,7 @@ class Federation:
                                       "ledger=veil.dp.Ledger(epsilon, delta, ...) to charge "
                                       "its rounds to")
                 self.ledger.charge(event, label=f"fl round {t}")
-            server = self.strategy.server_round(t, self.params, sampled, rng)
+            server = self.strategy.server(t, self.params, sampled, rng)
             report = self.runtime.run_round(server, self.clients, rng)
             self._apply(report)
             for observer in self.observers:

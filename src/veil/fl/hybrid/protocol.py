@@ -242,11 +242,11 @@ class HybridServer(ServerRound):
     protocol = "hybrid"
     stages = ("answer", "decrypt")
 
-    def __init__(self, round: int, clients: Sequence[int], query: Query, agreement: Agreement,
-                 public_key: threshold.ThresholdPublicKey | None = None, *,
+    def __init__(self, server_round: int, clients: Sequence[int], query: Query,
+                 agreement: Agreement, public_key: threshold.ThresholdPublicKey | None = None, *,
                  finish: Callable[[QueryAnswer], np.ndarray] | None = None,
                  rng: Any = None) -> None:
-        super().__init__(round, clients)
+        super().__init__(server_round, clients)
         if agreement.encrypted and not isinstance(public_key, threshold.ThresholdPublicKey):
             raise ConfigError(f"method={agreement.method!r} encrypts: give the threshold "
                               "public key from deal_keys")

@@ -136,13 +136,13 @@ class Hybrid(Strategy):
                             key_share=self.keys.shares[client_id])
 
     # -- the server side --------------------------------------------------------------------
-    def sample(self, round: int, clients: Sequence[int], rng: Generator) -> list[int]:
+    def sample(self, server_round: int, clients: Sequence[int], rng: Generator) -> list[int]:
         if len(clients) != self.parties:
             raise ConfigError(f"{len(clients)} clients; this Hybrid strategy was set up for "
                               f"{self.parties} parties")
         return sorted(clients)
 
-    def round_event(self, round: int, params: np.ndarray, sampled: Sequence[int],
+    def round_event(self, server_round: int, params: np.ndarray, sampled: Sequence[int],
                     population: int) -> dp_accounting.DpEvent:
         learner, agreement = self._ready()
         return agreement.mechanism(learner.shape).event
@@ -163,20 +163,21 @@ class Hybrid(Strategy):
     def secure(self) -> bool:
         return True
 
-    def server_round(self, round: int, params: np.ndarray, sampled: Sequence[int],
+    def server(self, server_round: int, params: np.ndarray, sampled: Sequence[int],
                      rng: Generator) -> ServerRound:
         learner, agreement = self._ready()
         learner.params = np.asarray(params, dtype=np.float64).copy()
         query = learner.next_query()
         if query is None:
-            raise ConfigError(f"round {round} is not allowed: this Hybrid strategy was "
-                              f"planned (and its noise calibrated) for {learner.rounds} rounds")
+            raise ConfigError(f"server_round={server_round} is not allowed: this Hybrid "
+                              "strategy was planned (and its noise calibrated) for "
+                              f"{learner.rounds} rounds")
 
         def step(answer: QueryAnswer) -> np.ndarray:
             learner.update(query, answer)
             return learner.params
 
-        return HybridServer(round, sampled, query, agreement, self.keys.public_key,
+        return HybridServer(server_round, sampled, query, agreement, self.keys.public_key,
                             finish=step, rng=rng)
 
     def state_dict(self) -> dict[str, Any]:
