@@ -13,7 +13,7 @@ from sklearn.model_selection import cross_val_score
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from veil.dp import Ledger
-from veil.learn import ID3Classifier, LinearSVM, LogisticRegression, SoftmaxRegression, private
+from veil.learn import ID3Classifier, LinearSVC, LogisticRegression, SoftmaxRegression, private
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +133,7 @@ _ID3_CHECKS = (
 _FAST = [ID3Classifier(), private.GaussianNB(epsilon=1.0, bounds=(-10, 10), rng=0),
          private.KMeans(n_clusters=3, epsilon=1.0, bounds=(-10, 10), rng=0),
          private.LinearRegression(epsilon=1.0, bounds_X=(-10, 10), bounds_y=(-10, 10), rng=0)]
-_SLOW = [LogisticRegression(), SoftmaxRegression(), LinearSVM(),
+_SLOW = [LogisticRegression(), SoftmaxRegression(), LinearSVC(),
          private.LogisticRegression(epsilon=1.0, data_norm=10.0, rng=0),
          private.LinearSVC(epsilon=1.0, data_norm=10.0, rng=0)]
 
@@ -154,4 +154,4 @@ def test_every_estimator_is_checked():
     ledger = Ledger(1.0)
     assert {type(e) for e in _private_estimators(ledger)} <= checked
     assert np.all([cls in checked for cls in (LogisticRegression, SoftmaxRegression,
-                                              LinearSVM, ID3Classifier)])
+                                              LinearSVC, ID3Classifier)])

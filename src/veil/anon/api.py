@@ -41,6 +41,7 @@ from veil.anon.microaggregation import mdav, standardize
 from veil.anon.models import KAnonymity, LDiversity, PrivacyModel, TCloseness, max_suppressed
 from veil.anon.mondrian import OrderedColumn, mondrian_partition, release_partitions
 from veil.errors import ConfigError, DataError
+from veil.random import RngLike
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +148,7 @@ def anonymize(df: pd.DataFrame, quasi_identifiers: Mapping[str, Any] | Sequence[
               sensitive: str | None = None, models: Sequence[PrivacyModel] = (), *,
               algorithm: str = "optimal", suppression_limit: float = 0.0,
               metric: str = "entropy", strict: bool = False, risk_threshold: float = 0.2,
-              rng: Any = None) -> AnonymizationResult:
+              rng: RngLike = None) -> AnonymizationResult:
     """Anonymize ``df`` so that every model in ``models`` holds.
 
     Parameters

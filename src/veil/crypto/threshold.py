@@ -66,7 +66,7 @@ from veil.crypto.paillier import (
     make_noise_base,
 )
 from veil.errors import ConfigError, CryptoError
-from veil.random import check_rng
+from veil.random import RngLike, check_rng
 
 __all__ = [
     "ThresholdPublicKey",
@@ -302,7 +302,7 @@ class KeyShare:
                               "verification key")
 
     def partial_decrypt(self, ciphertext: EncryptedNumber | EncryptedArray, *,
-                        rng: Any = None) -> PartialDecryption:
+                        rng: RngLike = None) -> PartialDecryption:
         """x = c^(2 Delta s_i) for every ciphertext, with a (batched) proof of correctness."""
         pk = self.public_key
         if not isinstance(ciphertext, (EncryptedNumber, EncryptedArray)):
@@ -333,7 +333,7 @@ class KeyShare:
 
 def keygen(bits: int = 2048, parties: int = 3, threshold: int = 2, *,
            insecure_ok: bool = False, primes: tuple[int, int] | None = None,
-           rng: Any = None) -> tuple[ThresholdPublicKey, list[KeyShare]]:
+           rng: RngLike = None) -> tuple[ThresholdPublicKey, list[KeyShare]]:
     """Trusted-dealer key generation: the public key and one :class:`KeyShare` per party.
 
     ``primes``: two pre-generated safe primes (from :func:`generate_safe_primes`) of

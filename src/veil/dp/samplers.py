@@ -74,7 +74,7 @@ from veil.dp.intervals import (
     solve,
 )
 from veil.errors import ConfigError
-from veil.random import Generator, Size, check_rng
+from veil.random import Generator, RngLike, Size, check_rng
 
 __all__ = ["rounded_laplace", "rounded_gaussian", "discrete_laplace", "discrete_gaussian",
            "bernoulli_exp", "bernoulli", "noisy_argmax", "check_grid"]
@@ -142,7 +142,7 @@ def _fast_bound(s: float) -> float:
     return 2.0 ** 10 * KAPPA * (s + 1.0)
 
 
-def rounded_laplace(center: Any, scale: float, grid: float, rng: Any = None) -> Any:
+def rounded_laplace(center: Any, scale: float, grid: float, rng: RngLike = None) -> Any:
     """Exact ``K = floor((center + scale * L) / grid + 1/2)``, ``L ~ Laplace(0, 1)``.
 
     ``grid`` must be a power of two and ``scale / grid`` at most 2^32. Returns int64 grid
@@ -196,7 +196,7 @@ def _slow_laplace(center: float, grid: float, m: float, k: float, a: int,
     return solve(decide, [(a, 63)], rng)
 
 
-def rounded_gaussian(center: Any, sigma: float, grid: float, rng: Any = None) -> Any:
+def rounded_gaussian(center: Any, sigma: float, grid: float, rng: RngLike = None) -> Any:
     """Exact ``K = floor((center + sigma * Z) / grid + 1/2)``, ``Z ~ N(0, 1)``.
 
     ``grid`` must be a power of two and ``sigma / grid`` at most 2^32. Z comes from
@@ -353,7 +353,7 @@ def _geometric(scale: float, cells: np.ndarray, rng: Generator) -> np.ndarray:
     return g.astype(np.int64)
 
 
-def discrete_laplace(scale: float, size: Size = None, rng: Any = None) -> Any:
+def discrete_laplace(scale: float, size: Size = None, rng: RngLike = None) -> Any:
     """Integers with ``P(k) = tanh(1 / (2 scale)) exp(-|k| / scale)`` (two-sided geometric).
 
     A magnitude ``G = floor(scale * E)`` (geometric: ``P(G >= g) = exp(-g/scale)``) and a
@@ -379,7 +379,7 @@ def discrete_laplace(scale: float, size: Size = None, rng: Any = None) -> Any:
     return _shaped(out, shape)
 
 
-def bernoulli_exp(x: Any, rng: Any = None) -> Any:
+def bernoulli_exp(x: Any, rng: RngLike = None) -> Any:
     """Exact coins with ``P(True) = exp(-x)`` for doubles ``x >= 0`` (True iff E > x for an
     exponential E)."""
     rng = check_rng(rng)
@@ -413,7 +413,7 @@ def _exp_coins(x_float: np.ndarray, x_err: np.ndarray, exact_x: Callable[[Exact,
     return accept
 
 
-def discrete_gaussian(sigma: float, size: Size = None, rng: Any = None) -> Any:
+def discrete_gaussian(sigma: float, size: Size = None, rng: RngLike = None) -> Any:
     """Integers with ``P(k) proportional to exp(-k^2 / (2 sigma^2))`` (the discrete Gaussian).
 
     Canonne, Kamath & Steinke (2020), Algorithm 3: with ``t = floor(sigma) + 1``, draw
@@ -450,7 +450,7 @@ def discrete_gaussian(sigma: float, size: Size = None, rng: Any = None) -> Any:
     return _shaped(out, shape)
 
 
-def bernoulli(p: float, size: Size = None, rng: Any = None) -> Any:
+def bernoulli(p: float, size: Size = None, rng: RngLike = None) -> Any:
     """Exact coins with ``P(True) = p`` for a double ``p`` in [0, 1].
 
     A double is a dyadic rational: ``U < p`` is decided on the first 64 bits of ``U``
@@ -474,7 +474,7 @@ def bernoulli(p: float, size: Size = None, rng: Any = None) -> Any:
 # -- selection ---------------------------------------------------------------------
 
 def noisy_argmax(utilities: Any, *, coef: float = 1.0, multiplicities: Any = None,
-                 noise: str = "gumbel", scale: float = 1.0, rng: Any = None) -> int:
+                 noise: str = "gumbel", scale: float = 1.0, rng: RngLike = None) -> int:
     """Exact ``argmax_i coef * u_i + log(m_i) + scale * N_i`` for i.i.d. noise N_i.
 
     ``noise="gumbel"``: ``N = -ln(-ln U)``; with scale 1 the winner is i with probability

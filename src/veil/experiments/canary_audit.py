@@ -67,6 +67,7 @@ from veil._validation import check_int, check_positive
 from veil.audit import Canaries, OneRunBound, make_canaries
 from veil.errors import ConfigError, DataError
 from veil.fl.canary import CanaryClient, CanaryTrainer, sign
+from veil.random import RngLike
 
 __all__ = ["CanaryClients", "add_canary_clients"]
 
@@ -119,7 +120,7 @@ class CanaryClients:
 
 
 def add_canary_clients(federation: Any, m: int, *, norm: float, kind: str = "dirac",
-                       n_examples: int | None = None, rng: Any = None) -> CanaryClients:
+                       n_examples: int | None = None, rng: RngLike = None) -> CanaryClients:
     """Add ``m`` canary clients to ``federation`` (a :class:`~veil.fl.Federation` before its
     first round) and register their audit as one of its observers (see the module doc).
 

@@ -19,7 +19,7 @@ from veil._validation import check_array, check_int
 from veil.errors import DataError
 from veil.fl.messages import Message
 from veil.fl.protocol import ClientProtocol
-from veil.random import Generator
+from veil.random import Generator, RngLike
 
 __all__ = ["CanaryClient", "CanaryTrainer", "sign"]
 
@@ -49,7 +49,7 @@ class CanaryTrainer:
         self.round = 0
 
     def train(self, params: np.ndarray, *, epochs: int, learning_rate: float,
-              batch_size: int | None, rng: Any,
+              batch_size: int | None, rng: RngLike,
               penalty: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
         """``params + (-1)^round * update``, whatever the training settings."""
         return params + sign(self.round) * self.update

@@ -11,6 +11,7 @@ import numpy as np
 from veil._validation import check_xy
 from veil.errors import DataError
 from veil.learn.base import GradientClassifier, sgd
+from veil.random import RngLike
 
 __all__ = ["LocalTrainer"]
 
@@ -34,7 +35,7 @@ class LocalTrainer:
         return int(self.X.shape[0])
 
     def train(self, params: np.ndarray, *, epochs: int, learning_rate: float,
-              batch_size: int | None, rng: Any,
+              batch_size: int | None, rng: RngLike,
               penalty: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
         """Local SGD from ``params``; returns the parameters after training."""
         self.model.set_params_vector(params)

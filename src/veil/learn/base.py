@@ -25,7 +25,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 
 from veil._validation import check_features, check_int, check_positive, check_xy
 from veil.errors import ConfigError, DataError
-from veil.random import Generator, check_rng
+from veil.random import Generator, RngLike, check_rng
 
 __all__ = ["GradientClassifier", "sgd"]
 
@@ -155,7 +155,7 @@ class GradientClassifier(ClassifierMixin, BaseEstimator):
 
 
 def sgd(model: GradientClassifier, X: np.ndarray, y: np.ndarray, *, epochs: int,
-        learning_rate: float, batch_size: int | None = None, rng: Any = None,
+        learning_rate: float, batch_size: int | None = None, rng: RngLike = None,
         penalty: Callable[[np.ndarray], np.ndarray] | None = None) -> GradientClassifier:
     """Mini-batch stochastic gradient descent on ``model``'s objective, in place.
 

@@ -48,7 +48,7 @@ from veil.fl.strategies.base import Strategy
 from veil.fl.trainer import LocalTrainer
 from veil.learn.private.queries import GradientQueries
 from veil.learn.queries import QueryAnswer
-from veil.random import Generator
+from veil.random import Generator, RngLike
 
 __all__ = ["Hybrid"]
 
@@ -78,7 +78,7 @@ class Hybrid(Strategy):
                  max_records: int = 2 ** 16, keys: HybridKeys | None = None,
                  key_bits: int = 2048, primes: Any = None, insecure_ok: bool = False,
                  packed: bool = True, min_answers: int | None = None,
-                 accountant: str = "pld", rng: Any = None) -> None:
+                 accountant: str = "pld", rng: RngLike = None) -> None:
         self.trust, self.parties = check_trust(trust, parties)
         self.rounds = check_int(rounds, "rounds", low=1)
         if (epsilon is None) == (noise_multiplier is None):

@@ -41,7 +41,7 @@ from veil.learn.dpsgd._torch import nn, torch
 from veil.learn.dpsgd.engine import PerExampleGradients
 from veil.learn.dpsgd.loader import PrivateLoader, StepCounter, as_source
 from veil.learn.dpsgd.optimizer import PrivateOptimizer
-from veil.random import check_rng
+from veil.random import RngLike, check_rng
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data: Any, 
                  sampling: str = "poisson", max_physical_batch_size: int | None = None,
                  loss_reduction: str = "mean", accountant: str | None = None,
                  ledger: Ledger | None = None, nonfinite: str = "skip",
-                 rng: Any = None) -> tuple[PrivateModel, PrivateOptimizer, PrivateLoader]:
+                 rng: RngLike = None) -> tuple[PrivateModel, PrivateOptimizer, PrivateLoader]:
     """Prepare ``model``, ``optimizer`` and ``data`` for DP-SGD; charge the whole schedule.
 
     Parameters

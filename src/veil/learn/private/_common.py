@@ -31,6 +31,7 @@ from veil.dp.laplace import Laplace
 from veil.dp.ledger import Ledger, open_ledger
 from veil.dp.mechanism import Mechanism
 from veil.errors import BudgetExceededError, ConfigError, DataError
+from veil.random import RngLike
 
 __all__ = ["ESTIMATE_SHARE", "open_ledger", "reserve", "noise_mechanism", "split",
            "check_privacy", "estimate_cost", "estimate_events", "declared_box", "declared_norm",
@@ -146,8 +147,8 @@ def _log_edges() -> np.ndarray:
     return np.concatenate((-powers[::-1], powers))
 
 
-def estimate_bounds(X: Any, epsilon: float, *, ledger: Any = None,
-                    rng: Any = None) -> tuple[np.ndarray, np.ndarray]:
+def estimate_bounds(X: Any, epsilon: float, *, ledger: Ledger | None = None,
+                    rng: RngLike = None) -> tuple[np.ndarray, np.ndarray]:
     """Per-column ``(lo, hi)`` of ``X`` (n, d), estimated with pure epsilon-DP.
 
     See the module docstring. Raises DataError when no bin stands out from the noise

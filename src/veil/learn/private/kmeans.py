@@ -31,6 +31,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin
 
 from veil._validation import check_array, check_features, check_fitted, check_int
+from veil.dp.ledger import Ledger
 from veil.learn.private._common import (
     check_privacy,
     declared_box,
@@ -43,7 +44,7 @@ from veil.learn.private._common import (
     reserve,
     split,
 )
-from veil.random import check_rng
+from veil.random import RngLike, check_rng
 
 __all__ = ["KMeans"]
 
@@ -64,8 +65,8 @@ class KMeans(ClusterMixin, BaseEstimator):
     """
 
     def __init__(self, n_clusters: int = 8, *, epsilon: float = 1.0, delta: float = 0.0,
-                 bounds: Any = None, max_iter: int = 2, ledger: Any = None,
-                 rng: Any = None) -> None:
+                 bounds: Any = None, max_iter: int = 2, ledger: Ledger | None = None,
+                 rng: RngLike = None) -> None:
         self.n_clusters = n_clusters
         self.epsilon = epsilon
         self.delta = delta

@@ -29,6 +29,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 
 from veil._validation import check_array, check_features, check_fitted, check_positive, check_xy
+from veil.dp.ledger import Ledger
 from veil.errors import ConfigError
 from veil.learn.private._common import (
     check_privacy,
@@ -40,7 +41,7 @@ from veil.learn.private._common import (
     open_ledger,
     reserve,
 )
-from veil.random import check_rng
+from veil.random import RngLike, check_rng
 
 __all__ = ["LinearRegression", "sufficient_statistics", "statistics_sensitivity"]
 
@@ -79,7 +80,7 @@ class LinearRegression(RegressorMixin, BaseEstimator):
 
     def __init__(self, *, epsilon: float = 1.0, delta: float = 0.0, bounds_X: Any = None,
                  bounds_y: Any = None, fit_intercept: bool = True, alpha: Any = "auto",
-                 ledger: Any = None, rng: Any = None) -> None:
+                 ledger: Ledger | None = None, rng: RngLike = None) -> None:
         self.epsilon = epsilon
         self.delta = delta
         self.bounds_X = bounds_X

@@ -28,6 +28,7 @@ from scipy.special import logsumexp
 from sklearn.base import BaseEstimator, ClassifierMixin
 
 from veil._validation import check_array, check_features, check_fitted, check_positive, check_xy
+from veil.dp.ledger import Ledger
 from veil.errors import ConfigError
 from veil.learn.private._common import (
     check_privacy,
@@ -41,7 +42,7 @@ from veil.learn.private._common import (
     reserve,
     split,
 )
-from veil.random import check_rng
+from veil.random import RngLike, check_rng
 
 __all__ = ["GaussianNB"]
 
@@ -56,8 +57,8 @@ class GaussianNB(ClassifierMixin, BaseEstimator):
     """
 
     def __init__(self, *, epsilon: float = 1.0, delta: float = 0.0, bounds: Any = None,
-                 priors: Any = None, var_smoothing: float = 1e-9, ledger: Any = None,
-                 rng: Any = None) -> None:
+                 priors: Any = None, var_smoothing: float = 1e-9, ledger: Ledger | None = None,
+                 rng: RngLike = None) -> None:
         self.epsilon = epsilon
         self.delta = delta
         self.bounds = bounds
