@@ -10,35 +10,14 @@ drawn with exactly the probabilities of the mathematical mechanism, so a release
 exact draw of the ideal mechanism followed by post-processing, and its epsilon is the ideal
 one.
 
-How (one technique for every sampler)
--------------------------------------
-Each output is a deterministic function of exact uniform reals ``U`` (in (0, 1] or
-(-1, 1)): a floor ``J = floor(w(U))`` (a grid cell), a comparison (a coin, or whether a
-point is in the unit disc) or an argmax (a selection). The binary expansion of each ``U``
-is read from the stream lazily:
-
-* fast path (numpy, vectorised): the first 63 or 64 bits of ``U`` give a cell of width
-  2^-63 or 2^-64. ``w`` is evaluated in double precision inside the cell with a bound on
-  ``|w(U) - w_float|`` that holds for *every* ``U`` in the cell: the cell's width times a
-  bound on ``|dw/dU|``, plus a floating-point allowance kappa = 2^-40 relative to the
-  magnitudes involved (the derivations are in the functions' comments). When
-  ``w_float - bound`` and ``w_float + bound`` fall in the same integer cell (on the same
-  side of a comparison; one winner), the output is decided for every ``U`` in the cell,
-  hence exact. Cells where ``|dw/dU|`` is unbounded (``U < 2^-20``, and the analogous
-  tails) always take the slow path;
-* slow path (per undecided sample, about 4 in 10^6 for the grid samplers): the cell is
-  refined with 64 further stream bits at a time and ``w`` is enclosed by interval
-  arithmetic in MPFR (gmpy2) with directed rounding, at a precision above the cell's, until
-  the enclosure is decided. Boundaries have probability zero, so this ends with
-  probability one.
-
-The fast path assumes numpy's ``log`` and ``sqrt`` are accurate to 2^-40 relative to their
-result (they are accurate to a few ulp, about 2^-51); the slow path, the integer
-arithmetic and the stream bits are exact. Under that assumption every sampler below draws
-from its stated distribution exactly.
-
-The engine (interval arithmetic, refinement, the fast path's checks) is
-:mod:`veil.dp.intervals`.
+How
+---
+Each output is a deterministic function of exact uniform reals, read lazily from the
+stream: a vectorised double-precision fast path with a proven error bound decides almost
+every sample, and MPFR interval arithmetic refines the rest until they are decided. The
+method, its error bounds and its one floating-point assumption are in
+:mod:`veil.dp.intervals`, the engine; under that assumption every sampler below draws from
+its stated distribution exactly.
 
 Samplers
 --------
