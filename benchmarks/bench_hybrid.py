@@ -181,7 +181,7 @@ def runtime_rounds(keys, data, model, z: float, workers: int, rounds: int):
             per_round.append((record["time"], ours, None if busy is None else busy - ours))
             last = now
 
-        fed.on_round = account
+        fed.on_progress = account
         history = fed.run()
     assert all(r["status"] == "ok" for r in history.rounds)
     return per_round, offline

@@ -85,7 +85,7 @@ def run_veil(updates, args, secure: bool) -> dict:
         SecAggServer._after_unmask = timed
     rng = Generator(args.seed)
     params = np.zeros(args.dim)
-    server = strategy.server_round(0, params, strategy.sample(0, list(clients), rng), rng)
+    server = strategy.server(0, params, strategy.sample(0, list(clients), rng), rng)
     faults = Faults(dropout=args.dropout, dropout_exact=True, dropout_stage="masked_input") \
         if secure else Faults()
     report = LocalRuntime(faults).run_round(server, clients, rng)

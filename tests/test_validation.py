@@ -58,5 +58,5 @@ def test_fitted_and_feature_checks():
     with pytest.raises(ConfigError, match="this Model is not fitted"):
         check_fitted(Model(), "coef_")
     assert check_features([[1, 2]], 2).shape == (1, 2)
-    with pytest.raises(DataError, match="X has 3 features; the model expects 2"):
+    with pytest.raises(DataError, match="X has 3 features, but the model is expecting 2"):
         check_features([[1, 2, 3]], 2)

@@ -101,22 +101,50 @@ def check_bounds(bounds: Any, name: str = "bounds") -> tuple[float, float]:
 
 def check_array(x: Any, name: str = "x", *, ndim: int | tuple[int, ...] | None = None,
                 dtype: Any = np.float64, allow_empty: bool = False) -> np.ndarray:
-    """Data as a finite numpy array (NaN/inf and non-numeric values are a DataError)."""
+    """Data as a finite numpy array (NaN/inf and non-numeric values are a DataError).
+
+    The messages carry scikit-learn's wording where its estimator checks look for it
+    (sparse input, complex data, "Reshape your data", "0 feature(s)")."""
+    if hasattr(x, "tocsr") or hasattr(x, "sparse"):   # scipy.sparse / pandas sparse
+        raise DataError(f"{name} is a sparse matrix: sparse input is not supported; pass a "
+                        "dense array")
     try:
-        arr = np.asarray(x, dtype=dtype)
+        arr = np.asarray(x)
+        if arr.dtype.kind == "c":
+            raise DataError(f"{name} holds complex numbers: Complex data not supported")
+        arr = arr.astype(dtype, copy=False) if dtype is not None else arr
     except (TypeError, ValueError) as exc:
+        if isinstance(exc, DataError):
+            raise
         raise DataError(f"{name} is not numeric data: {exc}") from None
     if ndim is not None:
         allowed = (ndim,) if isinstance(ndim, int) else ndim
         if arr.ndim not in allowed:
+            hint = (": Reshape your data with x.reshape(-1, 1) for one feature or "
+                    "x.reshape(1, -1) for one sample") if allowed == (2,) else ""
             raise DataError(f"{name} has {arr.ndim} dimensions (shape {arr.shape}); "
-                            f"expected {' or '.join(map(str, allowed))}")
+                            f"expected {' or '.join(map(str, allowed))}{hint}")
     if not allow_empty and arr.size == 0:
+        if arr.ndim == 2 and arr.shape[1] == 0:
+            raise DataError(f"{name} has 0 feature(s) (shape={arr.shape}) while a minimum of "
+                            "1 is required.")
         raise DataError(f"{name} is empty; expected at least one value")
     if np.issubdtype(arr.dtype, np.floating) and not np.all(np.isfinite(arr)):
         bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
         raise DataError(f"{name} holds {bad} NaN or infinite value(s); clean or impute them first")
     return arr
+
+
+def check_xy(X: Any, y: Any, *, name: str = "X") -> tuple[np.ndarray, np.ndarray]:
+    """Training data: X a finite 2-d array, y one label or target per row of X."""
+    X = check_array(X, name, ndim=2)
+    if y is None:
+        raise DataError("y=None is not allowed: this estimator requires y to be passed, but "
+                        "the target y is None")
+    y = np.asarray(y)
+    if y.shape != (X.shape[0],):
+        raise DataError(f"y has shape {y.shape}; expected ({X.shape[0]},) to match {name}")
+    return X, y
 
 
 def check_fitted(estimator: Any, attribute: str) -> None:
@@ -125,9 +153,13 @@ def check_fitted(estimator: Any, attribute: str) -> None:
         raise ConfigError(f"this {type(estimator).__name__} is not fitted: call fit first")
 
 
-def check_features(X: Any, n_features: int, name: str = "X") -> np.ndarray:
-    """A finite 2-d array with the ``n_features`` columns a fitted model expects."""
+def check_features(X: Any, n_features: int, name: str = "X", *,
+                   owner: Any = None) -> np.ndarray:
+    """A finite 2-d array with the ``n_features`` columns a fitted model (``owner``)
+    expects."""
     arr = check_array(X, name, ndim=2)
     if arr.shape[1] != n_features:
-        raise DataError(f"{name} has {arr.shape[1]} features; the model expects {n_features}")
+        model = "the model" if owner is None else type(owner).__name__
+        raise DataError(f"{name} has {arr.shape[1]} features, but {model} is expecting "
+                        f"{n_features} features as input")
     return arr

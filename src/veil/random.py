@@ -51,7 +51,7 @@ from scipy.special import gammaln
 
 from veil.errors import ConfigError
 
-__all__ = ["Generator", "default_rng", "check_rng", "secure_rng"]
+__all__ = ["Generator", "RngLike", "default_rng", "check_rng", "secure_rng"]
 
 _KEY_BYTES = 32
 _TWO_M53 = 2.0 ** -53
@@ -493,7 +493,12 @@ def default_rng(seed: int | bytes | None = None) -> Generator:
     return Generator(seed)
 
 
-def check_rng(rng: Any = None) -> Generator:
+#: what an ``rng=`` argument accepts: None (secure), a seed (int or bytes: a simulation) or a
+#: :class:`Generator`
+RngLike = Generator | int | bytes | None
+
+
+def check_rng(rng: RngLike = None) -> Generator:
     """Resolve an ``rng=`` argument: None -> shared secure generator, int/bytes -> seeded."""
     if rng is None:
         return secure_rng()

@@ -164,7 +164,7 @@ def test_resume_after_a_crash_gives_the_same_scores(digits_clients, tmp_path):
             raise Crash
 
     with pytest.raises(Crash):
-        run(tmp_path / "b", on_round=die_after_round_2)[0].run()
+        run(tmp_path / "b", on_progress=die_after_round_2)[0].run()
     fed, resumed = run(tmp_path / "b")
     fed.run(resume=True)
     np.testing.assert_array_equal(fed.params, full_fed.params)

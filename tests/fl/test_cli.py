@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -85,31 +84,45 @@ def test_run_writes_results_and_plot_and_refuses_to_overwrite(tmp_path, capsys):
     assert "--resume" in capsys.readouterr().err
 
 
+#: the CLI in a child process that reports each checkpoint it saved on a pipe and, after
+#: round 3, waits there to be killed: the test waits on that pipe, never on a clock
+_ANNOUNCING_CHILD = """
+import os, sys
+from veil.cli.main import main
+from veil.fl.checkpoint import Checkpoint
+save, report = Checkpoint.save, int(sys.argv[1])
+def announce(self, state):
+    save(self, state)
+    os.write(report, b"%d\\n" % state["next_round"])
+    if state["next_round"] >= 3:
+        os.read(0, 1)   # blocks until the test kills this process
+Checkpoint.save = announce
+sys.exit(main(sys.argv[2:]))
+"""
+
+
 def test_kill_9_and_resume_gives_the_uninterrupted_model(tmp_path):
-    # 80 rounds: long enough that the watcher below catches round 3 even on a loaded machine
-    config = _config(tmp_path, SMALL.format(rounds=80))
+    config = _config(tmp_path, SMALL.format(rounds=8))
     full, killed = tmp_path / "full", tmp_path / "killed"
     assert main(["fl", "run", str(config), "--out", str(full)]) == 0
-    proc = subprocess.Popen([sys.executable, "-m", "veil.cli.main", "fl", "run", str(config),
-                             "--out", str(killed)], stdout=subprocess.DEVNULL,
+    read_end, write_end = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-c", _ANNOUNCING_CHILD, str(write_end), "fl",
+                             "run", str(config), "--out", str(killed)], pass_fds=(write_end,),
+                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
-    checkpoint = Checkpoint(killed / "checkpoint.veil")
-    deadline = time.monotonic() + 120
+    os.close(write_end)
     try:
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                state = checkpoint.load()
-            except Exception:  # caught mid-replace on a slow disk: look again
-                state = None
-            if state and state["next_round"] >= 3:
-                os.kill(proc.pid, signal.SIGKILL)
-                break
-            time.sleep(0.02)
+        with os.fdopen(read_end) as announcements:
+            for line in announcements:   # one line per saved checkpoint; EOF if it exits
+                if int(line) >= 3:
+                    os.kill(proc.pid, signal.SIGKILL)
+                    break
     finally:
+        proc.kill()
         proc.wait()
     assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed"
-    stopped_at = checkpoint.load()["next_round"]
-    assert 3 <= stopped_at < 80
+    stopped_at = Checkpoint(killed / "checkpoint.veil").load()["next_round"]
+    assert stopped_at == 3
     assert main(["fl", "run", str(config), "--out", str(killed), "--resume"]) == 0
     a = json.loads((full / "results.json").read_text())
     b = json.loads((killed / "results.json").read_text())

@@ -50,7 +50,7 @@ def test_client_sampling_per_round(clients, known_updates):
     data = clients(10)
     seen = []
     fed = Federation(data, LogisticRegression(), known_updates(fraction=0.3), 6, rng=3,
-                     on_round=lambda r: seen.append(r["sampled"]))
+                     on_progress=lambda r: seen.append(r["sampled"]))
     history = fed.run()
     assert seen == [3] * 6
     assert all(r["aggregated"] == 3 for r in history.rounds)

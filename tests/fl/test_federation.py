@@ -43,7 +43,7 @@ def test_kill_and_resume_gives_the_uninterrupted_model(clients, tmp_path):
             raise Crash
 
     with pytest.raises(Crash):
-        _federation(data, tmp_path / "b", on_round=die_after_round_3).run()
+        _federation(data, tmp_path / "b", on_progress=die_after_round_3).run()
     assert Checkpoint(tmp_path / "b" / "ck.veil").load()["next_round"] == 3
     # a fresh process: new objects, same files
     resumed_fed = _federation(data, tmp_path / "b")

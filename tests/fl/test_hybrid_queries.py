@@ -11,7 +11,7 @@ from veil.dp.distributed import DistributedSkellam
 from veil.errors import BudgetExceededError, ConfigError, DataError
 from veil.fl.hybrid.fit import METHODS, SimulatedAggregator, fit_queries, plan_multiplier
 from veil.fl.hybrid.grid import contribute, grid_bits, query_noise, value_limit
-from veil.learn import LinearSVM, LogisticRegression, SoftmaxRegression
+from veil.learn import LinearSVC, LogisticRegression, SoftmaxRegression
 from veil.learn.private.queries import GradientQueries
 from veil.learn.queries import QueryShape
 
@@ -77,7 +77,7 @@ def test_method_table():
         METHODS["hybrid"].noise_parties(8, 7)
 
 
-@pytest.mark.parametrize("model", [LogisticRegression(alpha=0.0), LinearSVM(alpha=0.0)])
+@pytest.mark.parametrize("model", [LogisticRegression(alpha=0.0), LinearSVC(alpha=0.0)])
 def test_gradient_queries_without_noise_match_clipped_gradient_descent(model):
     X, y = _blobs()
     model.initialize(X.shape[1], [0, 1])

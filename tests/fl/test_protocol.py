@@ -15,8 +15,8 @@ class Collect(ServerRound):
     protocol = "toy"
     stages = ("values", "confirm")
 
-    def __init__(self, round, clients, need):
-        super().__init__(round, clients)
+    def __init__(self, server_round, clients, need):
+        super().__init__(server_round, clients)
         self.need, self.values, self.confirmed, self.asked = need, {}, set(), set()
 
     def _begin(self):

@@ -51,7 +51,7 @@ def test_bad_updates_are_rejected_and_the_round_completes_without_them(
     strategy = known_updates()
     fed = Federation(data, LogisticRegression(), strategy, 1, rng=0)
     fed.clients[2] = _Liar(fed.clients[2], tamper)
-    server = strategy.server_round(0, fed.params, [0, 1, 2, 3], fed._round_rng(0))
+    server = strategy.server(0, fed.params, [0, 1, 2, 3], fed._round_rng(0))
     report = LocalRuntime().run_round(server, fed.clients, 0)
     assert any(re.search(problem, reason) for _, reason in report.rejected), report.rejected
     assert report.result.clients == (0, 1, 3)
@@ -98,14 +98,14 @@ def test_stragglers_miss_the_deadline_and_are_left_out(clients, known_updates):
     strategy = known_updates()
     fed = Federation(data, LogisticRegression(), strategy, 1, rng=1)
     runtime = LocalRuntime(Faults(straggler=0.4, deadline=1.0, latency=0.01, slowdown=1e4))
-    server = strategy.server_round(0, fed.params, list(range(8)), fed._round_rng(0))
+    server = strategy.server(0, fed.params, list(range(8)), fed._round_rng(0))
     report = runtime.run_round(server, fed.clients, 1)
     late = 8 - len(report.result.clients)
     assert report.late == late > 0
     np.testing.assert_allclose(report.result.params,
                                _expected(fed, strategy, data, report.result.clients), atol=1e-15)
     # the late answers reach the next round's server, which rejects them as replays
-    server = strategy.server_round(1, fed.params, list(range(8)), fed._round_rng(1))
+    server = strategy.server(1, fed.params, list(range(8)), fed._round_rng(1))
     report = runtime.run_round(server, fed.clients, 2)
     assert sum("replayed" in reason for _, reason in report.rejected) == late
 
@@ -134,7 +134,7 @@ def test_byte_counts_add_up(clients, known_updates):
     data = clients(3)
     strategy = known_updates()
     fed = Federation(data, LogisticRegression(), strategy, 1, rng=0)
-    server = strategy.server_round(0, fed.params, [0, 1, 2], fed._round_rng(0))
+    server = strategy.server(0, fed.params, [0, 1, 2], fed._round_rng(0))
     report = LocalRuntime(record=True).run_round(server, fed.clients, 0)
     assert len(report.messages) == 6
     per_client = report.client_bytes()

@@ -19,7 +19,7 @@ def _round(data, strategy, faults=None, seed=0, record=False):
     faults = faults or Faults()
     fed = Federation(data, LogisticRegression(), strategy, 1, rng=seed)
     rng = fed._round_rng(0)
-    server = strategy.server_round(0, fed.params, strategy.sample(0, sorted(fed.clients), rng),
+    server = strategy.server(0, fed.params, strategy.sample(0, sorted(fed.clients), rng),
                                    rng)
     report = LocalRuntime(faults, record=record).run_round(server, fed.clients, seed)
     return fed, server, report
@@ -213,7 +213,7 @@ def _setup_request(strategy, data, seed=0, **changes):
     """Client 0's setup message, with fields of the announced plan replaced."""
     fed = Federation(data, LogisticRegression(), strategy, 1, rng=seed)
     rng = fed._round_rng(0)
-    server = strategy.server_round(0, fed.params, sorted(fed.clients), rng)
+    server = strategy.server(0, fed.params, sorted(fed.clients), rng)
     request = next(m for m in server.start() if m.recipient == 0)
     body = {**request.body, "secagg": {**request.body["secagg"], **changes}}
     return fed, Message(request.protocol, request.round, request.stage, SERVER, 0, body)

@@ -216,7 +216,7 @@ def test_a_killed_worker_is_named_and_everything_stops(clients):
                 os.kill(pids[1], signal.SIGKILL)
 
         fed = Federation(data, LogisticRegression(), FedAvg(), 3, runtime=runtime, rng=1,
-                         on_round=kill_worker_1)
+                         on_progress=kill_worker_1)
         with pytest.raises(WorkerLost, match=r"holding client\(s\) 1, 3 exited") as caught:
             fed.run()
         assert isinstance(caught.value, ProtocolError) and caught.value.clients == (1, 3)
@@ -235,7 +235,7 @@ def test_a_hung_worker_is_named_after_the_timeout_not_waited_for(clients):
             os.kill(pids[0], signal.SIGSTOP)
 
         fed = Federation(data, LogisticRegression(), FedAvg(), 3, runtime=runtime, rng=1,
-                         on_round=stop_worker_0)
+                         on_progress=stop_worker_0)
         began = time.monotonic()
         with pytest.raises(WorkerLost, match=r"client\(s\) 0, 2 did not answer within 1 s"):
             fed.run()

@@ -10,7 +10,7 @@ from threadpoolctl import threadpool_limits
 
 from veil.datasets import load_xy
 from veil.errors import ConfigError, DataError
-from veil.learn import LinearSVM, LogisticRegression, SoftmaxRegression
+from veil.learn import LinearSVC, LogisticRegression, SoftmaxRegression
 
 
 @pytest.fixture(autouse=True)
@@ -32,9 +32,9 @@ def _data(k: int, n: int = 120, d: int = 5, seed: int = 0):
 MODELS = [
     (LogisticRegression, {}, 1),
     (SoftmaxRegression, {}, 3),
-    (LinearSVM, {"loss": "squared_hinge"}, 3),
-    (LinearSVM, {"loss": "squared_hinge"}, 1),
-    (LinearSVM, {"loss": "hinge", "solver": "sgd", "max_iter": 5}, 3),
+    (LinearSVC, {"loss": "squared_hinge"}, 3),
+    (LinearSVC, {"loss": "squared_hinge"}, 1),
+    (LinearSVC, {"loss": "hinge", "solver": "sgd", "max_iter": 5}, 3),
 ]
 
 
@@ -86,7 +86,7 @@ def test_softmax_and_svm_learn_digits():
     X, y = load_xy("digits")
     X = X / 16.0
     assert SoftmaxRegression(alpha=1e-3).fit(X, y).score(X, y) > 0.97
-    assert LinearSVM(alpha=1e-3).fit(X, y).score(X, y) > 0.97
+    assert LinearSVC(alpha=1e-3).fit(X, y).score(X, y) > 0.97
 
 
 def test_labels_keep_their_values_and_probabilities_sum_to_one():

@@ -14,18 +14,16 @@ each joins a group that does not yet hold its value.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from veil._validation import check_int
 from veil.errors import DataError
-from veil.random import check_rng
+from veil.random import RngLike, check_rng
 
 __all__ = ["anatomy_groups"]
 
 
-def anatomy_groups(sensitive: np.ndarray, l: int, rng: Any = None) -> np.ndarray:
+def anatomy_groups(sensitive: np.ndarray, l: int, rng: RngLike = None) -> np.ndarray:
     """Group index of every record, given its sensitive value code (0..m-1).
 
     Which record of a bucket joins which group is drawn with ``rng`` (veil.random).

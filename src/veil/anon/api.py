@@ -42,6 +42,7 @@ from veil.anon.microaggregation import mdav, standardize
 from veil.anon.models import KAnonymity, LDiversity, PrivacyModel, TCloseness, max_suppressed
 from veil.anon.mondrian import OrderedColumn, mondrian_partition, release_partitions
 from veil.errors import ConfigError, DataError
+from veil.random import RngLike
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +149,7 @@ def anonymize(df: pd.DataFrame, quasi_identifiers: Mapping[str, Any] | Sequence[
               sensitive: str | None = None, models: Sequence[PrivacyModel] = (), *,
               algorithm: str = "optimal", suppression_limit: float = 0.0,
               metric: str = "entropy", monotonic: bool = False, strict: bool = False,
-              risk_threshold: float = 0.2, rng: Any = None) -> AnonymizationResult:
+              risk_threshold: float = 0.2, rng: RngLike = None) -> AnonymizationResult:
     """Anonymize ``df`` so that every model in ``models`` holds.
 
     Parameters

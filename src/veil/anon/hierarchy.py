@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from veil._io import atomic_write
 from veil.errors import ConfigError, DataError
 
 __all__ = ["Hierarchy", "factorize", "value_keys", "sniff_separator"]
@@ -239,7 +240,7 @@ class Hierarchy:
 
     def to_csv(self, path: str | os.PathLike, sep: str = ";") -> None:
         """Write the hierarchy in ARX's CSV format."""
-        self.to_frame().to_csv(path, sep=sep, header=False, index=False)
+        atomic_write(path, self.to_frame().to_csv(sep=sep, header=False, index=False))
 
     def _level(self, level: int) -> int:
         if isinstance(level, bool) or not isinstance(level, numbers.Integral) or not (

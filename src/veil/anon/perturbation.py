@@ -17,7 +17,6 @@ All randomness comes from :mod:`veil.random` (``rng=``; secure by default).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -25,7 +24,7 @@ import pandas as pd
 from veil._validation import check_choice, check_positive
 from veil.anon.metrics import class_ids
 from veil.errors import ConfigError, DataError
-from veil.random import check_rng
+from veil.random import RngLike, check_rng
 
 __all__ = ["permute_sensitive", "add_noise", "rank_swap"]
 
@@ -57,7 +56,7 @@ def _distinct_keys(rng, n: int) -> np.ndarray:
 
 
 def permute_sensitive(table: pd.DataFrame, quasi_identifiers: Sequence[str], sensitive: str,
-                      rng: Any = None) -> pd.DataFrame:
+                      rng: RngLike = None) -> pd.DataFrame:
     """A copy of ``table`` with ``sensitive`` shuffled uniformly within each class."""
     qis = _columns(table, quasi_identifiers)
     _columns(table, [sensitive])
@@ -78,7 +77,7 @@ def permute_sensitive(table: pd.DataFrame, quasi_identifiers: Sequence[str], sen
 
 def add_noise(table: pd.DataFrame, columns: Sequence[str] | str,
               scale: float | Mapping[str, float], *, distribution: str = "gaussian",
-              rng: Any = None) -> pd.DataFrame:
+              rng: RngLike = None) -> pd.DataFrame:
     """A copy of ``table`` with additive noise on numeric ``columns``.
 
     ``scale`` (one value or one per column) is the noise's standard deviation for
@@ -100,7 +99,7 @@ def add_noise(table: pd.DataFrame, columns: Sequence[str] | str,
 
 
 def rank_swap(table: pd.DataFrame, columns: Sequence[str] | str, p: float = 5.0,
-              rng: Any = None) -> pd.DataFrame:
+              rng: RngLike = None) -> pd.DataFrame:
     """A copy of ``table`` with each of ``columns`` rank-swapped within ``p`` percent of n."""
     cols = _columns(table, columns)
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 100:

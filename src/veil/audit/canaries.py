@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from veil._validation import check_array, check_choice, check_int, check_positive
+from veil._validation import check_array, check_choice, check_int, check_positive, check_xy
 from veil.audit.attacks import loss_scores
 from veil.audit.one_run import OneRunBound, one_run_epsilon_lower_bound
 from veil.errors import DataError
@@ -194,11 +194,8 @@ class CanaryRecords:
 def label_flip_canaries(X, y, m: int, *, rng=None) -> CanaryRecords:
     """``m`` records of ``(X, y)`` (a pool the training set does not otherwise use), each given
     a uniformly random label different from its own, and included with probability 1/2."""
-    X = check_array(X, "X", ndim=2)
-    y = np.asarray(y)
+    X, y = check_xy(X, y)
     m = check_int(m, "m", low=1, high=X.shape[0])
-    if y.shape != (X.shape[0],):
-        raise DataError(f"y has shape {y.shape}; expected one label per row of X ({X.shape[0]})")
     classes = np.unique(y)
     if classes.size < 2:
         raise DataError("label-flip canaries need at least two classes in y")

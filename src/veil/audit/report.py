@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from veil._io import atomic_write
 from veil._json import to_jsonable
 from veil._validation import check_probability
 from veil.audit.attacks import AttackResult
@@ -84,8 +85,8 @@ class PrivacyReport:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         json_path, html_path = out / "report.json", out / "report.html"
-        json_path.write_text(self.to_json())
-        html_path.write_text(self.to_html(), encoding="utf-8")
+        atomic_write(json_path, self.to_json())
+        atomic_write(html_path, self.to_html())
         return json_path, html_path
 
 

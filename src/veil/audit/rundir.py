@@ -55,6 +55,7 @@ from typing import Any
 
 import numpy as np
 
+from veil._io import atomic_open, atomic_write
 from veil._validation import check_choice
 from veil.errors import ConfigError, DataError
 
@@ -148,12 +149,13 @@ def write_run(path: str | os.PathLike, run: Run) -> Path:
         if record.arrays:
             arrays = _check_arrays(record.arrays, f"run record {record.label!r}")
             name = _SAFE.sub("_", record.label) + ".npz"
-            np.savez(root / name, **arrays)
+            with atomic_open(root / name, "wb") as fh:
+                np.savez(fh, **arrays)
             entry["scores"] = name
         entries.append(entry)
     target = root / "run.json"
-    target.write_text(json.dumps({"format": FORMAT, "name": run.name, "kind": run.kind,
-                                  "runs": entries}, indent=2))
+    atomic_write(target, json.dumps({"format": FORMAT, "name": run.name, "kind": run.kind,
+                                     "runs": entries}, indent=2))
     return target
 
 

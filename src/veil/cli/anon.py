@@ -20,6 +20,7 @@ import pandas as pd
 import typer
 from typer.core import TyperGroup
 
+from veil._io import atomic_write
 from veil.anon import (
     ALGORITHMS,
     Hierarchy,
@@ -171,10 +172,10 @@ def run(
                        strict=strict)
     if out is not None:
         try:
-            result.table.to_csv(out, sep=sep, index=False)
+            atomic_write(out, result.table.to_csv(sep=sep, index=False))
             if result.sensitive_table is not None:
                 st_path = out.with_name(out.stem + "_sensitive" + out.suffix)
-                result.sensitive_table.to_csv(st_path, sep=sep, index=False)
+                atomic_write(st_path, result.sensitive_table.to_csv(sep=sep, index=False))
         except OSError as exc:
             raise DataError(f"cannot write {str(out)!r}: {exc}") from None
     summary: dict[str, object] = {"algorithm": algorithm,

@@ -43,7 +43,7 @@ def demo(json_: bool = typer.Option(False, "--json", help="Print JSON instead of
                   console=err_console, transient=True) as progress:
         task = progress.add_task("dealing a threshold key", total=None)
         report = run_demo(epsilon=epsilon, quick=quick, key_bits=512 if quick else KEY_BITS,
-                          out=out, rng=seed, on_run=lambda done, total, what: progress.update(
+                          out=out, rng=seed, on_progress=lambda done, total, what: progress.update(
                               task, completed=done, total=total, description=what))
         progress.update(task, description="privacy report")
         audit = privacy_report(out, confidence=CONFIDENCE, rng=seed)

@@ -14,11 +14,12 @@ from veil.datasets.census import EDUCATION
 from veil.datasets.tabular import ADULT_CATEGORIES
 from veil.dp import stats
 from veil.dp.ledger import Ledger
+from veil.random import RngLike
 
 BUDGET = (2.0, 1e-6)
 
 
-def run_demo(rng: Any = None) -> tuple[str, Ledger, list[dict[str, Any]]]:
+def run_demo(rng: RngLike = None) -> tuple[str, Ledger, list[dict[str, Any]]]:
     """Nine statistics of one table against one Ledger(epsilon=2, delta=1e-6).
 
     Returns the data set's name, the ledger and one row per statistic (its DP value, the

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from veil._io import atomic_write
 from veil.cli._output import console, err_console, print_json, print_table
 from veil.errors import ConfigError
 
@@ -100,7 +101,7 @@ def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = F
             console=err_console, transient=json_) as progress:
         task = progress.add_task("", total=rounds)
 
-        def on_round(record: dict) -> None:
+        def on_progress(record: dict) -> None:
             eps = record.get("epsilon")
             progress.update(task, completed=record["round"] + 1, description=(
                 f"acc {record.get('accuracy', float('nan')):.4f}"
@@ -109,13 +110,13 @@ def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = F
 
         federation = Federation(clients, cfg.model(), strategy, rounds, test=test,
                                 runtime=runtime, checkpoint=checkpoint, rng=seed,
-                                on_round=on_round)
+                                on_progress=on_progress)
         canaries = cfg.canaries(federation, rng=canary_seed)
         # the ledger file is created only once everything that can refuse the config has
         # run: a refused config leaves no trace that would block the next attempt
         os.makedirs(out_dir, exist_ok=True)
-        state_file.write_text(json.dumps({"config": str(config), "partition_seed":
-                                          partition_seed, "canary_seed": canary_seed.hex()}))
+        atomic_write(state_file, json.dumps({"config": str(config), "partition_seed":
+                                             partition_seed, "canary_seed": canary_seed.hex()}))
         ledger = None
         if cfg.has("privacy"):
             p = cfg["privacy"]

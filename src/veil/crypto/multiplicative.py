@@ -45,7 +45,7 @@ from veil._validation import check_int
 from veil.crypto import _primes
 from veil.crypto.paillier import check_key_bits, key_fingerprint
 from veil.errors import ConfigError, CryptoError
-from veil.random import check_rng
+from veil.random import RngLike, check_rng
 
 __all__ = [
     "RSAPublicKey",
@@ -168,7 +168,7 @@ class RSAPrivateKey:
 
 
 def rsa_keygen(bits: int = 2048, *, e: int = 65537, insecure_ok: bool = False,
-               rng: Any = None) -> tuple[RSAPublicKey, RSAPrivateKey]:
+               rng: RngLike = None) -> tuple[RSAPublicKey, RSAPrivateKey]:
     """A textbook RSA key pair with a ``bits``-bit modulus (>= 2048 unless insecure_ok)."""
     bits = check_key_bits(bits, insecure_ok)
     e = check_int(e, "e", low=3)
@@ -217,7 +217,7 @@ class ElGamalGroup:
         return cls(p, 2)
 
     @classmethod
-    def generate(cls, bits: int, *, rng: Any = None) -> ElGamalGroup:
+    def generate(cls, bits: int, *, rng: RngLike = None) -> ElGamalGroup:
         """A random safe-prime group of ``bits`` bits (g = h^2 for a random h)."""
         rng = check_rng(rng)
         p = _primes.safe_prime(check_int(bits, "bits", low=64), rng=rng)
@@ -280,16 +280,16 @@ class ElGamalPublicKey:
     def __repr__(self) -> str:
         return f"ElGamalPublicKey(bits={self.group.bits})"
 
-    def _pair(self, gm: mpz, rng: Any) -> tuple[mpz, mpz]:
+    def _pair(self, gm: mpz, rng: RngLike) -> tuple[mpz, mpz]:
         grp = self.group
         k = check_rng(rng).randbelow(grp.q - 1) + 1
         return gmpy2.powmod(grp.g, k, grp.p), gm * gmpy2.powmod(self.h, k, grp.p) % grp.p
 
-    def encrypt(self, m: int, *, rng: Any = None) -> ElGamalCiphertext:
+    def encrypt(self, m: int, *, rng: RngLike = None) -> ElGamalCiphertext:
         """(g^k, m h^k) for a subgroup element m (multiplicatively homomorphic)."""
         return ElGamalCiphertext._trusted(self, *self._pair(self.group.element(m), rng))
 
-    def encrypt_exponent(self, m: int, *, rng: Any = None) -> ExpElGamalCiphertext:
+    def encrypt_exponent(self, m: int, *, rng: RngLike = None) -> ExpElGamalCiphertext:
         """(g^k, g^m h^k) for an integer m (additively homomorphic; decrypt small m only)."""
         grp = self.group
         gm = gmpy2.powmod(grp.g, _as_int(m, "m") % grp.q, grp.p)
@@ -324,7 +324,7 @@ class _Pair:
         k = _as_int(k, "k") % grp.q
         return gmpy2.powmod(self.c1, k, grp.p), gmpy2.powmod(self.c2, k, grp.p)
 
-    def rerandomize(self, *, rng: Any = None) -> Any:
+    def rerandomize(self, *, rng: RngLike = None) -> Any:
         """The same plaintext under fresh randomness (multiply by an encryption of 1)."""
         one = type(self)._trusted(self.public_key, *self.public_key._pair(mpz(1), rng))
         return type(self)._trusted(self.public_key, *self._times(one))
@@ -421,7 +421,7 @@ class ElGamalPrivateKey:
 
 def elgamal_keygen(bits: int = 2048, *, group: ElGamalGroup | None = None,
                    insecure_ok: bool = False,
-                   rng: Any = None) -> tuple[ElGamalPublicKey, ElGamalPrivateKey]:
+                   rng: RngLike = None) -> tuple[ElGamalPublicKey, ElGamalPrivateKey]:
     """An ElGamal key pair in ``group`` (default: RFC 7919 ffdhe2048 for bits=2048)."""
     rng = check_rng(rng)
     if group is None:

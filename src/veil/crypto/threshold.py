@@ -66,7 +66,7 @@ from veil.crypto.paillier import (
     make_noise_base,
 )
 from veil.errors import ConfigError, CryptoError
-from veil.random import check_rng, secure_rng
+from veil.random import RngLike, check_rng, secure_rng
 
 __all__ = [
     "ThresholdPublicKey",
@@ -351,7 +351,7 @@ def _hedged_nonce(share: int, bits: int, *statement: Any) -> mpz:
 
 def keygen(bits: int = 2048, parties: int = 3, threshold: int = 2, *,
            insecure_ok: bool = False, primes: tuple[int, int] | None = None,
-           rng: Any = None) -> tuple[ThresholdPublicKey, list[KeyShare]]:
+           rng: RngLike = None) -> tuple[ThresholdPublicKey, list[KeyShare]]:
     """Trusted-dealer key generation: the public key and one :class:`KeyShare` per party.
 
     ``primes``: two pre-generated safe primes (from :func:`generate_safe_primes`) of

@@ -17,10 +17,10 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import tempfile
 import urllib.request
 from pathlib import Path
 
+from veil._io import atomic_write
 from veil.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -113,7 +113,5 @@ def fetch(relpath: str, path: str | os.PathLike | None = None) -> Path:
     if actual != digest:
         raise DataError(f"downloaded {relpath!r} has SHA-256 {actual}, expected {digest}; "
                         "the upstream file changed: place the original under VEIL_DATA")
-    with tempfile.NamedTemporaryFile(dir=target.parent, delete=False) as tmp:
-        tmp.write(content)
-    os.replace(tmp.name, target)
+    atomic_write(target, content)
     return target

@@ -41,7 +41,7 @@ from veil._validation import (
 )
 from veil.dp.accounting.calibration import calibrate
 from veil.dp.accounting.events import subsampled_gaussian_event
-from veil.dp.ledger import Ledger
+from veil.dp.ledger import Ledger, check_ledger
 from veil.errors import ConfigError
 
 __all__ = ["Allocation", "FixedAllocation", "ScheduledAllocation", "BudgetAwareAllocation",
@@ -119,8 +119,7 @@ class BudgetAwareAllocation(Allocation):
     """
 
     def __init__(self, ledger: Ledger, rounds: int) -> None:
-        if not isinstance(ledger, Ledger):
-            raise ConfigError(f"ledger={ledger!r} is not allowed: expected a veil.dp.Ledger")
+        check_ledger(ledger)
         super().__init__(ledger.epsilon, ledger.delta, rounds)
         self.ledger = ledger
 
@@ -175,8 +174,7 @@ def hierarchical(ledger: Ledger, levels: Mapping[str, float]) -> dict[str, Ledge
     ``(fraction_l epsilon, fraction_l delta)`` and, since every charge is also checked
     against the parent, all levels together never spend more than the parent's budget.
     """
-    if not isinstance(ledger, Ledger):
-        raise ConfigError(f"ledger={ledger!r} is not allowed: expected a veil.dp.Ledger")
+    check_ledger(ledger)
     if not isinstance(levels, Mapping) or not levels:
         raise ConfigError(f"levels={levels!r} is not allowed: expected a non-empty mapping "
                           "of level name -> fraction")

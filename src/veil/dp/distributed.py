@@ -73,7 +73,7 @@ from veil.dp.budget import FixedAllocation, noise_decay
 from veil.dp.gaussian import analytic_gaussian_sigma
 from veil.dp.mechanism import Mechanism
 from veil.errors import ConfigError
-from veil.random import Generator, check_rng
+from veil.random import Generator, RngLike, check_rng
 
 __all__ = ["DistributedMechanism", "DistributedGaussian", "DistributedLaplace",
            "DistributedSkellam", "NOISES", "distributed_noise", "calibrate_multiplier",
@@ -107,7 +107,7 @@ class DistributedMechanism(Mechanism):
         self.honest, self.parties = check_trust(honest, parties)
 
     @abstractmethod
-    def share(self, size: int | tuple[int, ...], rng: Any = None) -> np.ndarray:
+    def share(self, size: int | tuple[int, ...], rng: RngLike = None) -> np.ndarray:
         """One party's noise share for ``size`` coordinates."""
 
     @property
@@ -181,7 +181,7 @@ class DistributedGaussian(DistributedMechanism):
     def share_variance(self) -> float:
         return self.sigma ** 2 / self.honest
 
-    def share(self, size: int | tuple[int, ...], rng: Any = None) -> np.ndarray:
+    def share(self, size: int | tuple[int, ...], rng: RngLike = None) -> np.ndarray:
         return check_rng(rng).normal(0.0, self.sigma / math.sqrt(self.honest), size)
 
     def tail_bound(self, bits: int = 64) -> float:
@@ -221,7 +221,7 @@ class DistributedLaplace(DistributedMechanism):
     def share_variance(self) -> float:
         return 2.0 * self.scale ** 2 / self.honest   # Var Gamma(k, b) = k b^2, k = 1/t
 
-    def share(self, size: int | tuple[int, ...], rng: Any = None) -> np.ndarray:
+    def share(self, size: int | tuple[int, ...], rng: RngLike = None) -> np.ndarray:
         g = check_rng(rng)
         k = 1.0 / self.honest
         return g.gamma(k, self.scale, size) - g.gamma(k, self.scale, size)
@@ -280,7 +280,7 @@ class DistributedSkellam(DistributedMechanism):
     def share_variance(self) -> float:
         return self.variance / self.honest
 
-    def share(self, size: int | tuple[int, ...], rng: Any = None) -> np.ndarray:
+    def share(self, size: int | tuple[int, ...], rng: RngLike = None) -> np.ndarray:
         g = check_rng(rng)
         lam = self.variance / (2.0 * self.honest)
         return g.poisson(lam, size) - g.poisson(lam, size)

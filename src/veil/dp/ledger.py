@@ -52,7 +52,7 @@ from veil.dp.mechanism import Mechanism
 from veil.errors import BudgetExceededError, ConfigError, DataError
 from veil.random import check_rng
 
-__all__ = ["Ledger", "Charge", "FORMAT_VERSION"]
+__all__ = ["Ledger", "Charge", "FORMAT_VERSION", "check_ledger", "open_ledger"]
 
 logger = logging.getLogger(__name__)
 
@@ -428,6 +428,18 @@ class Ledger:
     def __enter__(self) -> Ledger:
         return self
 
+    # -- copies ----------------------------------------------------------------------
+    def __copy__(self) -> Ledger:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Ledger:
+        """A ledger is a budget, not a value: any copy (``copy.deepcopy``, hence
+        ``sklearn.base.clone`` and ``cross_val_score``) is the ledger itself, so that every
+        copy of an estimator charges the one shared budget and nothing is spent twice
+        unseen. (Pickling still fails: a budget cannot be split across processes; give
+        several processes one ledger file, ``path=``.)"""
+        return self
+
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
@@ -441,3 +453,14 @@ def _rebuild(epsilon: float, delta: float, accountant: str, charges: tuple) -> L
         ledger._book.charges.append(charge)
         ledger._book.last_id = charge.index
     return ledger
+def check_ledger(ledger: Any, *, optional: bool = False) -> Ledger | None:
+    """``ledger`` if it is a :class:`Ledger` (or None when ``optional``), else ConfigError."""
+    if (ledger is None and optional) or isinstance(ledger, Ledger):
+        return ledger
+    allowed = "a veil.dp.Ledger or None" if optional else "a veil.dp.Ledger"
+    raise ConfigError(f"ledger={type(ledger).__name__} is not allowed: expected {allowed}")
+
+
+def open_ledger(ledger: Any, epsilon: float, delta: float) -> Ledger:
+    """``ledger``, or (None) a one-off ledger holding exactly (epsilon, delta)."""
+    return Ledger(epsilon, delta) if ledger is None else check_ledger(ledger)

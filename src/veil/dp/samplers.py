@@ -10,35 +10,14 @@ drawn with exactly the probabilities of the mathematical mechanism, so a release
 exact draw of the ideal mechanism followed by post-processing, and its epsilon is the ideal
 one.
 
-How (one technique for every sampler)
--------------------------------------
-Each output is a deterministic function of exact uniform reals ``U`` (in (0, 1] or
-(-1, 1)): a floor ``J = floor(w(U))`` (a grid cell), a comparison (a coin, or whether a
-point is in the unit disc) or an argmax (a selection). The binary expansion of each ``U``
-is read from the stream lazily:
-
-* fast path (numpy, vectorised): the first 63 or 64 bits of ``U`` give a cell of width
-  2^-63 or 2^-64. ``w`` is evaluated in double precision inside the cell with a bound on
-  ``|w(U) - w_float|`` that holds for *every* ``U`` in the cell: the cell's width times a
-  bound on ``|dw/dU|``, plus a floating-point allowance kappa = 2^-40 relative to the
-  magnitudes involved (the derivations are in the functions' comments). When
-  ``w_float - bound`` and ``w_float + bound`` fall in the same integer cell (on the same
-  side of a comparison; one winner), the output is decided for every ``U`` in the cell,
-  hence exact. Cells where ``|dw/dU|`` is unbounded (``U < 2^-20``, and the analogous
-  tails) always take the slow path;
-* slow path (per undecided sample, about 4 in 10^6 for the grid samplers): the cell is
-  refined with 64 further stream bits at a time and ``w`` is enclosed by interval
-  arithmetic in MPFR (gmpy2) with directed rounding, at a precision above the cell's, until
-  the enclosure is decided. Boundaries have probability zero, so this ends with
-  probability one.
-
-The fast path assumes numpy's ``log`` and ``sqrt`` are accurate to 2^-40 relative to their
-result (they are accurate to a few ulp, about 2^-51); the slow path, the integer
-arithmetic and the stream bits are exact. Under that assumption every sampler below draws
-from its stated distribution exactly.
-
-The engine (interval arithmetic, refinement, the fast path's checks) is
-:mod:`veil.dp.intervals`.
+How
+---
+Each output is a deterministic function of exact uniform reals, read lazily from the
+stream: a vectorised double-precision fast path with a proven error bound decides almost
+every sample, and MPFR interval arithmetic refines the rest until they are decided. The
+method, its error bounds and its one floating-point assumption are in
+:mod:`veil.dp.intervals`, the engine; under that assumption every sampler below draws from
+its stated distribution exactly.
 
 Samplers
 --------
@@ -74,7 +53,7 @@ from veil.dp.intervals import (
     solve,
 )
 from veil.errors import ConfigError
-from veil.random import Generator, Size, check_rng
+from veil.random import Generator, RngLike, Size, check_rng
 
 __all__ = ["rounded_laplace", "rounded_gaussian", "discrete_laplace", "discrete_gaussian",
            "bernoulli_exp", "bernoulli", "noisy_argmax", "check_grid"]
@@ -142,7 +121,7 @@ def _fast_bound(s: float) -> float:
     return 2.0 ** 10 * KAPPA * (s + 1.0)
 
 
-def rounded_laplace(center: Any, scale: float, grid: float, rng: Any = None) -> Any:
+def rounded_laplace(center: Any, scale: float, grid: float, rng: RngLike = None) -> Any:
     """Exact ``K = floor((center + scale * L) / grid + 1/2)``, ``L ~ Laplace(0, 1)``.
 
     ``grid`` must be a power of two and ``scale / grid`` at most 2^32. Returns int64 grid
@@ -196,7 +175,7 @@ def _slow_laplace(center: float, grid: float, m: float, k: float, a: int,
     return solve(decide, [(a, 63)], rng)
 
 
-def rounded_gaussian(center: Any, sigma: float, grid: float, rng: Any = None) -> Any:
+def rounded_gaussian(center: Any, sigma: float, grid: float, rng: RngLike = None) -> Any:
     """Exact ``K = floor((center + sigma * Z) / grid + 1/2)``, ``Z ~ N(0, 1)``.
 
     ``grid`` must be a power of two and ``sigma / grid`` at most 2^32. Z comes from
@@ -353,7 +332,7 @@ def _geometric(scale: float, cells: np.ndarray, rng: Generator) -> np.ndarray:
     return g.astype(np.int64)
 
 
-def discrete_laplace(scale: float, size: Size = None, rng: Any = None) -> Any:
+def discrete_laplace(scale: float, size: Size = None, rng: RngLike = None) -> Any:
     """Integers with ``P(k) = tanh(1 / (2 scale)) exp(-|k| / scale)`` (two-sided geometric).
 
     A magnitude ``G = floor(scale * E)`` (geometric: ``P(G >= g) = exp(-g/scale)``) and a
@@ -379,7 +358,7 @@ def discrete_laplace(scale: float, size: Size = None, rng: Any = None) -> Any:
     return _shaped(out, shape)
 
 
-def bernoulli_exp(x: Any, rng: Any = None) -> Any:
+def bernoulli_exp(x: Any, rng: RngLike = None) -> Any:
     """Exact coins with ``P(True) = exp(-x)`` for doubles ``x >= 0`` (True iff E > x for an
     exponential E)."""
     rng = check_rng(rng)
@@ -413,7 +392,7 @@ def _exp_coins(x_float: np.ndarray, x_err: np.ndarray, exact_x: Callable[[Exact,
     return accept
 
 
-def discrete_gaussian(sigma: float, size: Size = None, rng: Any = None) -> Any:
+def discrete_gaussian(sigma: float, size: Size = None, rng: RngLike = None) -> Any:
     """Integers with ``P(k) proportional to exp(-k^2 / (2 sigma^2))`` (the discrete Gaussian).
 
     Canonne, Kamath & Steinke (2020), Algorithm 3: with ``t = floor(sigma) + 1``, draw
@@ -450,7 +429,7 @@ def discrete_gaussian(sigma: float, size: Size = None, rng: Any = None) -> Any:
     return _shaped(out, shape)
 
 
-def bernoulli(p: float, size: Size = None, rng: Any = None) -> Any:
+def bernoulli(p: float, size: Size = None, rng: RngLike = None) -> Any:
     """Exact coins with ``P(True) = p`` for a double ``p`` in [0, 1].
 
     A double is a dyadic rational: ``U < p`` is decided on the first 64 bits of ``U``
@@ -474,7 +453,7 @@ def bernoulli(p: float, size: Size = None, rng: Any = None) -> Any:
 # -- selection ---------------------------------------------------------------------
 
 def noisy_argmax(utilities: Any, *, coef: float = 1.0, multiplicities: Any = None,
-                 noise: str = "gumbel", scale: float = 1.0, rng: Any = None) -> int:
+                 noise: str = "gumbel", scale: float = 1.0, rng: RngLike = None) -> int:
     """Exact ``argmax_i coef * u_i + log(m_i) + scale * N_i`` for i.i.d. noise N_i.
 
     ``noise="gumbel"``: ``N = -ln(-ln U)``; with scale 1 the winner is i with probability

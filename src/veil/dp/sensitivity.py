@@ -43,9 +43,10 @@ from veil._validation import (
     check_int,
     check_positive,
 )
+from veil.dp.ledger import Ledger
 from veil.dp.result import Result
 from veil.errors import ConfigError, DataError
-from veil.random import check_rng
+from veil.random import RngLike, check_rng
 
 __all__ = ["NEIGHBOURS", "global_sensitivity", "median_local_sensitivity",
            "smooth_sensitivity_median", "clip_values", "clip_l1", "clip_l2", "grid_sum", "sum_grid",
@@ -205,8 +206,9 @@ def _take(data: Any, idx: np.ndarray) -> Any:
 
 
 def sample_and_aggregate(data: Any, estimator: Callable[[Any], Any], *, blocks: int,
-                         bounds: Any, epsilon: float, delta: float = 0.0, ledger: Any = None,
-                         label: str | None = None, rng: Any = None) -> Result:
+                         bounds: Any, epsilon: float, delta: float = 0.0,
+                         ledger: Ledger | None = None,
+                         label: str | None = None, rng: RngLike = None) -> Result:
     """Sample-and-aggregate (Nissim, Raskhodnikova & Smith 2007; Smith 2011).
 
     Each record (row) joins one of ``blocks`` blocks uniformly at random, independently of

@@ -28,11 +28,12 @@ from dp_accounting import dp_event as de
 
 from veil._validation import check_array, check_epsilon, check_positive
 from veil.dp._numeric import check_grid_value, div_up, noise_grid
+from veil.dp.ledger import Ledger
 from veil.dp.mechanism import Mechanism
 from veil.dp.samplers import discrete_laplace
 from veil.dp.selection import pure_dp_event
 from veil.errors import ConfigError
-from veil.random import Generator, check_rng
+from veil.random import Generator, RngLike, check_rng
 
 __all__ = ["AboveThreshold", "SparseVector"]
 
@@ -102,7 +103,8 @@ class SparseVector:
     """
 
     def __init__(self, epsilon: float, threshold: float, sensitivity: float = 1.0, *,
-                 ledger: Any = None, label: str | None = None, rng: Any = None) -> None:
+                 ledger: Ledger | None = None, label: str | None = None,
+                 rng: RngLike = None) -> None:
         from veil.dp.ledger import Ledger
 
         self.mechanism = AboveThreshold(epsilon, threshold, sensitivity)

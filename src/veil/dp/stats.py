@@ -44,13 +44,13 @@ from veil._validation import (
 )
 from veil.dp.gaussian import Gaussian
 from veil.dp.laplace import Laplace
-from veil.dp.ledger import Ledger
+from veil.dp.ledger import Ledger, open_ledger
 from veil.dp.mechanism import Mechanism
 from veil.dp.result import Result
 from veil.dp.selection import Exponential
 from veil.dp.sensitivity import clip_values, grid_sum
 from veil.errors import BudgetExceededError, ConfigError, DataError
-from veil.random import check_rng
+from veil.random import RngLike, check_rng
 
 __all__ = ["count", "sum", "mean", "variance", "histogram", "quantile"]
 
@@ -90,18 +90,15 @@ def _mechanism(epsilon: float, delta: float, sensitivity: float) -> Mechanism:
     return Gaussian(epsilon, delta, sensitivity)
 
 
-def _release(parts: list[tuple[str, Mechanism, Any]], ledger: Any, label: str | None,
-             rng: Any) -> list[Any]:
+def _release(parts: list[tuple[str, Mechanism, Any]], ledger: Ledger | None, label: str | None,
+             rng: RngLike) -> list[Any]:
     """Release each (name, mechanism, value) through the ledger after checking that the
     values are valid and that all the parts fit the budget together."""
     for _, mechanism, value in parts:
         mechanism.check(value)
     eps = builtins.sum(m.epsilon for _, m, _ in parts)
     delta = builtins.sum(m.delta for _, m, _ in parts)
-    if ledger is None:
-        ledger = Ledger(eps, delta)
-    elif not isinstance(ledger, Ledger):
-        raise ConfigError(f"ledger={ledger!r} is not allowed: expected a veil.dp.Ledger or None")
+    ledger = open_ledger(ledger, eps, delta)
     if len(parts) > 1:
         composed = de.ComposedDpEvent([m.event for _, m, _ in parts])
         if not ledger.fits(composed, delta=delta or None):
@@ -130,8 +127,8 @@ def _result(value: Any, parts: list[tuple[str, Mechanism, Any]], clipped: int, q
 
 # -- the statistics ----------------------------------------------------------------------
 
-def count(data: Any, *, epsilon: float, delta: float = 0.0, ledger: Any = None,
-          label: str | None = None, rng: Any = None) -> Result:
+def count(data: Any, *, epsilon: float, delta: float = 0.0, ledger: Ledger | None = None,
+          label: str | None = None, rng: RngLike = None) -> Result:
     """The number of records (sensitivity 1), rounded to an integer >= 0."""
     epsilon, delta = _privacy(epsilon, delta)
     n = _labels(data).size if _is_labels(data) else _numeric(data).size
@@ -141,7 +138,7 @@ def count(data: Any, *, epsilon: float, delta: float = 0.0, ledger: Any = None,
 
 
 def sum(data: Any, *, bounds: Any, epsilon: float, delta: float = 0.0,
-        ledger: Any = None, label: str | None = None, rng: Any = None) -> Result:
+        ledger: Ledger | None = None, label: str | None = None, rng: RngLike = None) -> Result:
     """The sum of the values clipped into ``bounds`` (sensitivity max(|lo|, |hi|))."""
     epsilon, delta = _privacy(epsilon, delta)
     bounds = check_bounds(bounds)
@@ -152,8 +149,9 @@ def sum(data: Any, *, bounds: Any, epsilon: float, delta: float = 0.0,
     return _result(noisy, parts, clipped, "sum")
 
 
-def mean(data: Any, *, bounds: Any, epsilon: float, delta: float = 0.0, ledger: Any = None,
-         label: str | None = None, rng: Any = None) -> Result:
+def mean(data: Any, *, bounds: Any, epsilon: float, delta: float = 0.0,
+         ledger: Ledger | None = None,
+         label: str | None = None, rng: RngLike = None) -> Result:
     """The mean: a noisy sum over a noisy count (half the budget each), clipped to bounds."""
     epsilon, delta = _privacy(epsilon, delta)
     bounds = check_bounds(bounds)
@@ -168,7 +166,7 @@ def mean(data: Any, *, bounds: Any, epsilon: float, delta: float = 0.0, ledger: 
 
 
 def variance(data: Any, *, bounds: Any, epsilon: float, delta: float = 0.0,
-             ledger: Any = None, label: str | None = None, rng: Any = None) -> Result:
+             ledger: Ledger | None = None, label: str | None = None, rng: RngLike = None) -> Result:
     """The (population) variance from noisy count, sum and sum of squares of ``x - m``
     (m the bounds' midpoint; budget 1/4, 1/4, 1/2), clipped to ``[0, (hi - lo)^2 / 4]``."""
     epsilon, delta = _privacy(epsilon, delta)
@@ -206,8 +204,9 @@ def _labels(data: Any) -> np.ndarray:
 
 
 def histogram(data: Any, bins: Any = None, *, categories: Sequence[Any] | None = None,
-              epsilon: float, delta: float = 0.0, ledger: Any = None, label: str | None = None,
-              rng: Any = None) -> Result:
+              epsilon: float, delta: float = 0.0, ledger: Ledger | None = None,
+              label: str | None = None,
+              rng: RngLike = None) -> Result:
     """Counts per bin (sensitivity 1 under add/remove: a record is in one bin), rounded to
     integers >= 0.
 
@@ -286,8 +285,8 @@ def quantile_point(starts: np.ndarray, sizes: np.ndarray, group: int,
     return float(builtins.min(lo + j * ((hi - lo) / g), hi))
 
 
-def quantile(data: Any, q: float, *, bounds: Any, epsilon: float, ledger: Any = None,
-             label: str | None = None, rng: Any = None, resolution: int = 2 ** 20) -> Result:
+def quantile(data: Any, q: float, *, bounds: Any, epsilon: float, ledger: Ledger | None = None,
+             label: str | None = None, rng: RngLike = None, resolution: int = 2 ** 20) -> Result:
     """The q-quantile by the exponential mechanism over a grid of the declared range.
 
     Candidates are the ``resolution + 1`` points ``lo + j (hi - lo) / resolution``. With the

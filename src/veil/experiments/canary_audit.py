@@ -67,6 +67,7 @@ from veil._validation import check_int, check_positive
 from veil.audit import Canaries, OneRunBound, make_canaries
 from veil.errors import ConfigError, DataError
 from veil.fl.canary import CanaryClient, CanaryTrainer, sign
+from veil.random import RngLike
 
 __all__ = ["CanaryClients", "add_canary_clients"]
 
@@ -92,10 +93,10 @@ class CanaryClients:
     def included(self) -> np.ndarray:
         return self.canaries.included
 
-    def observe(self, round: int, params: np.ndarray) -> None:
-        """Take in the global parameters after ``round`` (a federation calls this)."""
+    def observe(self, server_round: int, params: np.ndarray) -> None:
+        """Take in the global parameters after ``server_round`` (a federation calls this)."""
         params = np.asarray(params, dtype=np.float64)
-        self._signed += sign(round) * (params - self._last)
+        self._signed += sign(server_round) * (params - self._last)
         self._last = params.copy()
 
     def state_dict(self) -> dict[str, Any]:
@@ -119,7 +120,7 @@ class CanaryClients:
 
 
 def add_canary_clients(federation: Any, m: int, *, norm: float, kind: str = "dirac",
-                       n_examples: int | None = None, rng: Any = None) -> CanaryClients:
+                       n_examples: int | None = None, rng: RngLike = None) -> CanaryClients:
     """Add ``m`` canary clients to ``federation`` (a :class:`~veil.fl.Federation` before its
     first round) and register their audit as one of its observers (see the module doc).
 

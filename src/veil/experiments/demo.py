@@ -43,7 +43,7 @@ from veil.experiments.tasks import load_task, make_learner
 from veil.fl.hybrid.fit import METHODS, fit_queries, plan_multiplier
 from veil.fl.hybrid.protocol import Agreement, HybridKeys, deal_keys
 from veil.fl.hybrid.run import HybridAggregator
-from veil.random import check_rng
+from veil.random import RngLike, check_rng
 
 __all__ = ["DemoRun", "DemoReport", "run_demo", "KEY_BITS", "METHOD_LABELS", "AUDIT_RECORDS"]
 
@@ -140,13 +140,13 @@ def _tasks(quick: bool) -> list[tuple[str, str, dict[str, Any]]]:
 def run_demo(*, parties: int = 10, epsilon: float = 1.0, delta: float = 1e-5,
              noise: str = "skellam", key_bits: int = KEY_BITS, quick: bool = False,
              out: str | os.PathLike | None = None, audit_records: int = AUDIT_RECORDS,
-             on_run: Callable[[int, int, str], None] | None = None,
-             rng: Any = None) -> DemoReport:
+             on_progress: Callable[[int, int, str], None] | None = None,
+             rng: RngLike = None) -> DemoReport:
     """Run the demonstration (module docstring); ``quick``: shallow tree, 4 rounds and, if
     ``key_bits`` < 2048, an insecure test key (for tests only). ``out``: write the run
     directory there (ledgers under ``out/ledgers``; a rerun replaces them).
     ``audit_records``: audit records per task (at most a quarter of its training set).
-    ``on_run(done, total, what)`` is called before each training run."""
+    ``on_progress(done, total, what)`` is called before each training run."""
     audit_records = check_int(audit_records, "audit_records", low=2)
     rng = check_rng(rng)
     trust = math.ceil(parties / 2)
@@ -167,8 +167,8 @@ def run_demo(*, parties: int = 10, epsilon: float = 1.0, delta: float = 1e-5,
         z = plan_multiplier(make_learner(task, **options), noise, epsilon, delta)
         name = f"{dataset} {model}"
         for method in _ORDER:
-            if on_run is not None:
-                on_run(done, total, f"{name}: {method}")
+            if on_progress is not None:
+                on_progress(done, total, f"{name}: {method}")
             done += 1
             t = trust if METHODS[method].encrypted else None
             agreement = Agreement(parties, method, trust=t, noise=noise,
@@ -202,6 +202,6 @@ def run_demo(*, parties: int = 10, epsilon: float = 1.0, delta: float = 1e-5,
         write_run(out, Run(name=f"veil demo: the hybrid approach, {parties} parties",
                            kind="hybrid", records=[r.record() for r in report.runs]))
         report.run_dir = str(out)
-    if on_run is not None:
-        on_run(total, total, "done")
+    if on_progress is not None:
+        on_progress(total, total, "done")
     return report

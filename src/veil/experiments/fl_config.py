@@ -62,7 +62,7 @@ import numpy as np
 from veil._validation import check_choice, check_delta, check_positive, check_probability
 from veil.crypto.paillier import MIN_SECURE_BITS
 from veil.errors import ConfigError, DataError
-from veil.random import Generator
+from veil.random import Generator, RngLike
 
 __all__ = ["FLConfig", "load_config", "SCHEMA"]
 
@@ -155,12 +155,12 @@ class FLConfig:
         return [(X[p], y[p]) for p in parts], (X_test, y_test)
 
     def model(self) -> Any:
-        from veil.learn import LinearSVM, LogisticRegression, SoftmaxRegression
+        from veil.learn import LinearSVC, LogisticRegression, SoftmaxRegression
 
         m = self["model"]
         kind = check_choice(m["type"], "model.type", _MODELS)
         cls = {"logistic_regression": LogisticRegression, "softmax_regression":
-               SoftmaxRegression, "linear_svm": LinearSVM}[kind]
+               SoftmaxRegression, "linear_svm": LinearSVC}[kind]
         return cls(alpha=m["alpha"])
 
     def strategy(self, clients: list[tuple[np.ndarray, np.ndarray]]) -> Any:
@@ -222,7 +222,7 @@ class FLConfig:
             return "hybrid"
         return "dpfedavg" if self.has("privacy") else "fedavg"
 
-    def canaries(self, federation: Any, rng: Any = None) -> Any:
+    def canaries(self, federation: Any, rng: RngLike = None) -> Any:
         """Add the ``[audit]`` section's canary clients to ``federation`` (before its first
         round); returns their :class:`~veil.experiments.canary_audit.CanaryClients` (None
         without one)."""

@@ -33,7 +33,7 @@ from veil._validation import check_int
 from veil.audit import loss_scores
 from veil.errors import DataError
 from veil.learn.tree import ID3Classifier
-from veil.random import check_rng
+from veil.random import RngLike, check_rng
 
 __all__ = ["AuditPool", "LeafFrequencies", "membership_scores"]
 
@@ -81,7 +81,7 @@ class AuditPool:
     included: np.ndarray = dataclasses.field(repr=False)
 
     @classmethod
-    def draw(cls, n: int, size: int, *, rng: Any = None) -> AuditPool:
+    def draw(cls, n: int, size: int, *, rng: RngLike = None) -> AuditPool:
         """``size`` of the ``n`` training records, uniformly, each with a fair coin."""
         n = check_int(n, "n", low=2)
         size = check_int(size, "audit_records", low=2, high=n)

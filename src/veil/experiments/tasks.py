@@ -28,7 +28,7 @@ from veil.datasets.tabular import ADULT_CATEGORIES, NURSERY_CATEGORIES, NURSERY_
 from veil.learn.private.queries import GradientQueries
 from veil.learn.queries import QueryLearner
 from veil.learn.tree import ID3Queries
-from veil.random import check_rng
+from veil.random import RngLike, check_rng
 
 __all__ = ["DATASETS", "MODELS", "Task", "load_task", "make_learner", "DEFAULTS"]
 
@@ -62,7 +62,7 @@ class Task:
     cardinalities: tuple[int, ...] = ()
 
 
-def _split(X: np.ndarray, y: np.ndarray, rng: Any, test: float = 0.3):
+def _split(X: np.ndarray, y: np.ndarray, rng: RngLike, test: float = 0.3):
     order = check_rng(rng).permutation(len(y))
     cut = int(round(len(y) * (1 - test)))
     tr, te = np.sort(order[:cut]), np.sort(order[cut:])
@@ -80,7 +80,7 @@ def _adult_codes(df: Any) -> tuple[np.ndarray, list[int]]:
     return np.stack(cols, axis=1).astype(np.int64), cards
 
 
-def load_task(dataset: str, model: str, *, rng: Any = None) -> Task:
+def load_task(dataset: str, model: str, *, rng: RngLike = None) -> Task:
     """The data of a task (``rng`` draws the train/test split where there is none)."""
     check_choice(dataset, "dataset", DATASETS)
     check_choice(model, "model", MODELS)
@@ -132,9 +132,9 @@ def make_learner(task: Task, *, init_rng: Any = 0, **options: Any) -> QueryLearn
 
         model = LogisticRegression(alpha=0.0) if binary else SoftmaxRegression(alpha=0.0)
     elif task.model == "svm":
-        from veil.learn import LinearSVM
+        from veil.learn import LinearSVC
 
-        model = LinearSVM(alpha=0.0)
+        model = LinearSVC(alpha=0.0)
     else:
         import torch
 
@@ -150,7 +150,7 @@ def make_learner(task: Task, *, init_rng: Any = 0, **options: Any) -> QueryLearn
     return GradientQueries(model, **params)
 
 
-def _initial_weights(module: Any, rng: Any) -> np.ndarray:
+def _initial_weights(module: Any, rng: RngLike) -> np.ndarray:
     g = check_rng(rng)
     parts, fan_in = [], 1
     for p in module.parameters():

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from veil._io import atomic_open, save_figure
 from veil._validation import check_choice, check_delta, check_epsilon, check_int
 from veil.audit import Run, RunRecord
 from veil.datasets import partition
@@ -44,7 +45,7 @@ from veil.errors import ConfigError
 from veil.experiments.runs import ledger_folder, persisted_ledger
 from veil.experiments.tasks import DATASETS, MODELS, Task, load_task, make_learner
 from veil.fl.hybrid.fit import SimulatedAggregator, fit_queries, plan_multiplier
-from veil.random import check_rng
+from veil.random import RngLike, check_rng
 
 __all__ = ["TruexConfig", "parse_trust", "run_truex", "summarize", "truex_run", "write_csv",
            "plot"]
@@ -115,7 +116,7 @@ def _methods(config: TruexConfig, n: int) -> list[tuple[str, int | None]]:
 
 
 def run_truex(config: TruexConfig, *, ledgers: str | os.PathLike | None = None,
-              rng: Any = None,
+              rng: RngLike = None,
               on_progress: Callable[[int, int, str], None] | None = None) -> list[dict[str, Any]]:
     """Run the sweep; one row per (parties, method, trust, epsilon, repetition), with the
     model's accuracy, the epsilon its Ledger spent, its queries and training seconds.
@@ -235,7 +236,7 @@ def write_csv(rows: Sequence[dict[str, Any]], path: str | os.PathLike) -> None:
     rows = list(rows)
     if not rows:
         raise ConfigError("no rows to write")
-    with open(path, "w", newline="") as f:
+    with atomic_open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
@@ -283,5 +284,4 @@ def plot(summary: Sequence[dict[str, Any]], path: str | os.PathLike,
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)

@@ -19,14 +19,14 @@ from veil._validation import check_array, check_int
 from veil.errors import DataError
 from veil.fl.messages import Message
 from veil.fl.protocol import ClientProtocol
-from veil.random import Generator
+from veil.random import Generator, RngLike
 
 __all__ = ["CanaryClient", "CanaryTrainer", "sign"]
 
 
-def sign(round: int) -> float:
-    """(-1)^round: the sign of a canary's push in ``round``."""
-    return -1.0 if round % 2 else 1.0
+def sign(server_round: int) -> float:
+    """(-1)^round: the sign of a canary's push in ``server_round``."""
+    return -1.0 if server_round % 2 else 1.0
 
 
 class CanaryTrainer:
@@ -36,7 +36,7 @@ class CanaryTrainer:
 
     It has what the strategies read of a :class:`~veil.fl.trainer.LocalTrainer`: ``model``
     (for the parameter count), ``n_examples`` (its FedAvg weight) and :meth:`train`;
-    :class:`CanaryClient` sets ``round`` before each request is handled.
+    :class:`CanaryClient` sets ``server_round`` before each request is handled.
     """
 
     def __init__(self, model: Any, update: np.ndarray, n_examples: int) -> None:
@@ -49,7 +49,7 @@ class CanaryTrainer:
         self.round = 0
 
     def train(self, params: np.ndarray, *, epochs: int, learning_rate: float,
-              batch_size: int | None, rng: Any,
+              batch_size: int | None, rng: RngLike,
               penalty: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
         """``params + (-1)^round * update``, whatever the training settings."""
         return params + sign(self.round) * self.update

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from veil._io import atomic_write
 from veil.errors import DataError, ProtocolError
 from veil.fl.messages import decode, encode
 
@@ -36,19 +37,8 @@ class Checkpoint:
     def save(self, state: dict[str, Any]) -> None:
         """Atomically replace the checkpoint with ``state`` (encodable values only)."""
         data = encode({"kind": _KIND, "version": _VERSION, "state": state})
-        directory = os.path.dirname(os.path.abspath(self.path))
-        os.makedirs(directory, exist_ok=True)
-        tmp = f"{self.path}.tmp"
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.path)
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        atomic_write(self.path, data)
 
     def load(self) -> dict[str, Any] | None:
         """The saved state, or None when there is no checkpoint yet."""

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from veil._validation import check_array, check_int
+from veil.dp.ledger import Ledger
 from veil.errors import ConfigError, DataError
 from veil.fl.checkpoint import Checkpoint
 from veil.fl.history import History
@@ -40,7 +41,7 @@ from veil.fl.runtime import LocalRuntime, RoundReport
 from veil.fl.strategies.base import Strategy
 from veil.fl.trainer import LocalTrainer
 from veil.learn.base import GradientClassifier
-from veil.random import Generator, check_rng
+from veil.random import Generator, RngLike, check_rng
 
 __all__ = ["Federation"]
 
@@ -74,7 +75,7 @@ class Federation:
         veil.random.Generator.
     classes:
         The label set (default: every label seen in the clients' and test data).
-    on_round:
+    on_progress:
         Called with each round's metrics (a dict) after the round is recorded.
 
     ``observers`` (a list, empty at first) holds objects that see the global parameters
@@ -85,10 +86,10 @@ class Federation:
 
     def __init__(self, clients: Sequence[tuple[Any, Any]], model: GradientClassifier,
                  strategy: Strategy, rounds: int, *, test: tuple[Any, Any] | None = None,
-                 ledger: Any = None, runtime: LocalRuntime | None = None,
-                 checkpoint: str | os.PathLike | None = None, rng: Any = None,
+                 ledger: Ledger | None = None, runtime: LocalRuntime | None = None,
+                 checkpoint: str | os.PathLike | None = None, rng: RngLike = None,
                  classes: Sequence[Any] | None = None,
-                 on_round: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 on_progress: Callable[[dict[str, Any]], None] | None = None) -> None:
         if not isinstance(strategy, Strategy):
             raise ConfigError(f"strategy={strategy!r} is not allowed: expected a veil.fl "
                               "strategy (FedAvg, FedProx, DPFedAvg, SecAgg, ...)")
@@ -118,7 +119,7 @@ class Federation:
         self.ledger = ledger
         self.runtime = runtime if runtime is not None else LocalRuntime()
         self.checkpoint = None if checkpoint is None else Checkpoint(checkpoint)
-        self.on_round = on_round
+        self.on_progress = on_progress
         self.observers: list[Any] = []
         self._seed = rng if isinstance(rng, int) and not isinstance(rng, bool) else None
         self._rng = None if self._seed is not None else check_rng(rng)
@@ -143,7 +144,7 @@ class Federation:
                                       "ledger=veil.dp.Ledger(epsilon, delta, ...) to charge "
                                       "its rounds to")
                 self.ledger.charge(event, label=f"fl round {t}")
-            server = self.strategy.server_round(t, self.params, sampled, rng)
+            server = self.strategy.server(t, self.params, sampled, rng)
             report = self.runtime.run_round(server, self.clients, rng)
             self._apply(report)
             for observer in self.observers:
@@ -154,8 +155,8 @@ class Federation:
             self.history.params = self.params.copy()
             if self.checkpoint is not None:
                 self.checkpoint.save(self._state())
-            if self.on_round is not None:
-                self.on_round(record)
+            if self.on_progress is not None:
+                self.on_progress(record)
         self.history.params = self.params.copy()
         return self.history
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from veil._io import atomic_write, save_figure
 from veil._json import to_jsonable
 
 __all__ = ["History"]
@@ -47,8 +48,7 @@ class History:
                        "params": None if self.params is None else self.params})
 
     def save_json(self, path: str | os.PathLike) -> None:
-        with open(path, "w", encoding="utf-8") as fh:
-            json.dump(self.to_dict(), fh, indent=2)
+        atomic_write(path, json.dumps(self.to_dict(), indent=2))
 
     def plot(self, path: str | os.PathLike, *, title: str | None = None) -> None:
         """A PNG of test accuracy (left axis) and epsilon spent (right axis) per round."""
@@ -74,5 +74,4 @@ class History:
         ax.set_title(title or "federated training")
         ax.grid(alpha=0.3)
         fig.tight_layout()
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
+        save_figure(fig, path)

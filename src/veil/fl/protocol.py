@@ -85,8 +85,8 @@ class ServerRound(ABC):
     protocol: ClassVar[str]
     stages: ClassVar[tuple[str, ...]]
 
-    def __init__(self, round: int, clients: Iterable[int]) -> None:
-        self.round = int(round)
+    def __init__(self, server_round: int, clients: Iterable[int]) -> None:
+        self.round = int(server_round)
         self.clients = tuple(sorted(set(int(c) for c in clients)))
         self.result: RoundResult | None = None
         self.excluded: dict[int, str] = {}

@@ -8,9 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from veil._validation import check_array
+from veil._validation import check_xy
 from veil.errors import DataError
 from veil.learn.base import GradientClassifier, sgd
+from veil.random import RngLike
 
 __all__ = ["LocalTrainer"]
 
@@ -26,10 +27,7 @@ class LocalTrainer:
         if not isinstance(model, GradientClassifier):
             raise DataError(f"model is a {type(model).__name__}; expected a veil.learn model")
         self.model = copy.deepcopy(model)
-        self.X = check_array(X, "X", ndim=2)
-        self.y = np.asarray(y)
-        if self.y.shape != (self.X.shape[0],):
-            raise DataError(f"y has shape {self.y.shape}; expected ({self.X.shape[0]},)")
+        self.X, self.y = check_xy(X, y)
         self.model._codes(self.y, self.X.shape[0])  # labels must be among the model's classes
 
     @property
@@ -37,7 +35,7 @@ class LocalTrainer:
         return int(self.X.shape[0])
 
     def train(self, params: np.ndarray, *, epochs: int, learning_rate: float,
-              batch_size: int | None, rng: Any,
+              batch_size: int | None, rng: RngLike,
               penalty: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
         """Local SGD from ``params``; returns the parameters after training."""
         self.model.set_params_vector(params)

@@ -4,7 +4,7 @@ Every model is a scikit-learn classifier (``fit / predict / score``) with a flat
 vector (``get_params_vector / set_params_vector``) and closed-form or autograd per-example
 gradients (``per_example_gradients(X, y)``); see :mod:`veil.learn.base`.
 
-* numpy: :class:`LogisticRegression`, :class:`SoftmaxRegression`, :class:`LinearSVM`;
+* numpy: :class:`LogisticRegression`, :class:`SoftmaxRegression`, :class:`LinearSVC`;
 * torch (optional extra): :class:`TorchModel` wraps any ``nn.Module`` (imported lazily);
 * learners as aggregate queries (:mod:`veil.learn.queries`: :class:`QueryLearner`) and ID3
   trees (:mod:`veil.learn.tree`: :class:`ID3Classifier`, :class:`ID3Queries`), for the
@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from veil.learn.base import GradientClassifier, sgd
-from veil.learn.linear import LinearSVM, LogisticRegression, SoftmaxRegression
+from veil.learn.linear import LinearSVC, LogisticRegression, SoftmaxRegression
 from veil.learn.queries import QueryLearner
 from veil.learn.tree import ID3Classifier, ID3Queries
 
@@ -33,5 +33,5 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'veil.learn' has no attribute {name!r}")
 
 
-__all__ = ["GradientClassifier", "ID3Classifier", "ID3Queries", "LinearSVM", "LogisticRegression",
+__all__ = ["GradientClassifier", "ID3Classifier", "ID3Queries", "LinearSVC", "LogisticRegression",
            "QueryLearner", "SoftmaxRegression", "TorchModel", "sgd"]

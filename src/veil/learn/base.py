@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 
-from veil._validation import check_array, check_features, check_int, check_positive
+from veil._validation import check_features, check_int, check_positive, check_xy
 from veil.errors import ConfigError, DataError
-from veil.random import Generator, check_rng
+from veil.random import Generator, RngLike, check_rng
 
 __all__ = ["GradientClassifier", "sgd"]
 
@@ -95,7 +95,7 @@ class GradientClassifier(ClassifierMixin, BaseEstimator):
 
     def _check_X(self, X: Any) -> np.ndarray:
         self._check_initialized()
-        return check_features(X, self.n_features_in_)
+        return check_features(X, self.n_features_in_, owner=self)
 
     def _check_initialized(self) -> None:
         if not hasattr(self, "classes_"):
@@ -148,17 +148,14 @@ class GradientClassifier(ClassifierMixin, BaseEstimator):
         return self.classes_[np.argmax(scores, axis=1)]
 
     def _prepare_fit(self, X: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
-        X = check_array(X, "X", ndim=2)
-        y = np.asarray(y)
-        if y.ndim != 1 or y.shape[0] != X.shape[0]:
-            raise DataError(f"y has shape {y.shape}; expected ({X.shape[0]},) to match X")
+        X, y = check_xy(X, y)
         if not (getattr(self, "warm_start", False) and hasattr(self, "classes_")):
             self.initialize(X.shape[1], np.unique(y))
         return self._xy(X, y)
 
 
 def sgd(model: GradientClassifier, X: np.ndarray, y: np.ndarray, *, epochs: int,
-        learning_rate: float, batch_size: int | None = None, rng: Any = None,
+        learning_rate: float, batch_size: int | None = None, rng: RngLike = None,
         penalty: Callable[[np.ndarray], np.ndarray] | None = None) -> GradientClassifier:
     """Mini-batch stochastic gradient descent on ``model``'s objective, in place.
 

@@ -10,7 +10,7 @@ the per-example gradient is closed-form and vectorised:
   ``r = sigmoid(s) - y``.
 * :class:`SoftmaxRegression` (k classes): ``l = logsumexp(s) - s_y``,
   ``r = softmax(s) - onehot(y)``.
-* :class:`LinearSVM` (one-vs-rest, k = 1 for two classes): with ``t = +1`` for the true
+* :class:`LinearSVC` (one-vs-rest, k = 1 for two classes): with ``t = +1`` for the true
   class and ``-1`` otherwise and margin ``m = t s``, the hinge ``l = sum_k max(0, 1 - m_k)``
   has the subgradient ``r = -t 1[m < 1]``; the squared hinge (scikit-learn's LinearSVC
   default) ``l = sum_k max(0, 1 - m_k)^2`` has ``r = -2 t max(0, 1 - m)``.
@@ -31,8 +31,9 @@ from scipy.special import expit, logsumexp, softmax
 from veil._validation import check_array, check_choice, check_int, check_positive
 from veil.errors import ConfigError, DataError
 from veil.learn.base import GradientClassifier, sgd
+from veil.random import RngLike
 
-__all__ = ["LogisticRegression", "SoftmaxRegression", "LinearSVM"]
+__all__ = ["LogisticRegression", "SoftmaxRegression", "LinearSVC"]
 
 
 class _LinearClassifier(GradientClassifier):
@@ -41,7 +42,7 @@ class _LinearClassifier(GradientClassifier):
     def __init__(self, *, alpha: float = 1e-4, fit_intercept: bool = True,
                  solver: str = "lbfgs", learning_rate: float = 0.1, max_iter: int = 200,
                  batch_size: int | None = None, warm_start: bool = False,
-                 rng: Any = None) -> None:
+                 rng: RngLike = None) -> None:
         self.alpha = alpha
         self.fit_intercept = fit_intercept
         self.solver = solver
@@ -176,7 +177,7 @@ class SoftmaxRegression(_LinearClassifier):
         return softmax(self._scores(self._check_X(X)), axis=1)
 
 
-class LinearSVM(_LinearClassifier):
+class LinearSVC(_LinearClassifier):
     """Linear support vector machine, one-vs-rest, with the hinge or squared hinge loss.
 
     ``loss="squared_hinge"`` (default, as scikit-learn's LinearSVC) is differentiable and
@@ -187,7 +188,7 @@ class LinearSVM(_LinearClassifier):
                  fit_intercept: bool = True, solver: str = "lbfgs",
                  learning_rate: float = 0.1, max_iter: int = 200,
                  batch_size: int | None = None, warm_start: bool = False,
-                 rng: Any = None) -> None:
+                 rng: RngLike = None) -> None:
         super().__init__(alpha=alpha, fit_intercept=fit_intercept, solver=solver,
                          learning_rate=learning_rate, max_iter=max_iter,
                          batch_size=batch_size, warm_start=warm_start, rng=rng)

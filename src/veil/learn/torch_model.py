@@ -22,6 +22,7 @@ import numpy as np
 from veil._validation import check_array, check_int
 from veil.errors import ConfigError, DataError, MissingDependencyError
 from veil.learn.base import GradientClassifier, sgd
+from veil.random import RngLike
 
 __all__ = ["TorchModel"]
 
@@ -45,7 +46,7 @@ class TorchModel(GradientClassifier):
 
     def __init__(self, module: Any, *, alpha: float = 0.0, learning_rate: float = 0.1,
                  max_iter: int = 10, batch_size: int | None = 64, warm_start: bool = False,
-                 rng: Any = None) -> None:
+                 rng: RngLike = None) -> None:
         self.module = module
         self.alpha = alpha
         self.learning_rate = learning_rate

@@ -16,6 +16,7 @@ import numpy as np
 from gmpy2 import mpz
 
 from veil.errors import CryptoError
+from veil.random import RngLike
 
 if TYPE_CHECKING:
     from veil.crypto.paillier.keys import PublicKey
@@ -89,7 +90,7 @@ class _Encrypted:
     __rmul__ = __mul__
 
     def rerandomize(self, *, pool: NoisePool | None = None,
-                    rng: Any = None) -> EncryptedNumber | EncryptedArray:
+                    rng: RngLike = None) -> EncryptedNumber | EncryptedArray:
         """The same plaintext under fresh noise (unlinkable to this ciphertext)."""
         pk = self.public_key
         size = self._raw.size if isinstance(self._raw, np.ndarray) else 1

@@ -11,13 +11,13 @@ from gmpy2 import mpz
 from veil.crypto import _primes
 from veil.crypto.paillier.keys import PrivateKey, PublicKey, check_key_bits
 from veil.errors import ConfigError
-from veil.random import check_rng
+from veil.random import RngLike, check_rng
 
 __all__ = ["check_safe_primes", "generate_safe_primes", "keygen", "make_noise_base"]
 
 
 def generate_safe_primes(bits: int = 2048, *, insecure_ok: bool = False,
-                         rng: Any = None) -> tuple[mpz, mpz]:
+                         rng: RngLike = None) -> tuple[mpz, mpz]:
     """Two distinct random safe primes of ``bits / 2`` bits each, for a ``bits``-bit key.
 
     This is the slow part of key generation (about a second for a 2048-bit key on one
@@ -49,7 +49,7 @@ def check_safe_primes(primes: Any, bits: int) -> tuple[mpz, mpz]:
     return p, q
 
 
-def make_noise_base(p: mpz, q: mpz, rng: Any) -> mpz:
+def make_noise_base(p: mpz, q: mpz, rng: RngLike) -> mpz:
     """h_s = h^n mod n^2 for h = -y^2 mod n generating J_n (safe primes p, q; see module)."""
     n = p * q
     order = (p - 1) // 2 * ((q - 1) // 2)                    # p' q': J_n has order 2 p' q'
@@ -64,7 +64,7 @@ def make_noise_base(p: mpz, q: mpz, rng: Any) -> mpz:
 
 def keygen(bits: int = 2048, *, insecure_ok: bool = False, short_exponents: bool = False,
            primes: tuple[int, int] | None = None,
-           rng: Any = None) -> tuple[PublicKey, PrivateKey]:
+           rng: RngLike = None) -> tuple[PublicKey, PrivateKey]:
     """A Paillier key pair on a ``bits``-bit modulus of two safe primes, with noise base h_s.
 
     ``short_exponents=True`` selects DJN's short noise exponents (faster encryption under

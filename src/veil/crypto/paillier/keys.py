@@ -20,7 +20,7 @@ from veil.crypto.paillier.ciphertexts import (
     wrap,
 )
 from veil.errors import ConfigError, CryptoError
-from veil.random import check_rng
+from veil.random import RngLike, check_rng
 
 if TYPE_CHECKING:
     from veil.crypto.paillier.pool import NoisePool
@@ -200,7 +200,7 @@ class PublicKey:
                 self._table = FixedBase(self.noise_base, self.n2, self._noise_bits, window)
             return self._table
 
-    def noise(self, count: int, *, rng: Any = None) -> list[mpz]:
+    def noise(self, count: int, *, rng: RngLike = None) -> list[mpz]:
         """``count`` fresh noise values: h_s^a with the key's noise base, else r^n mod n^2."""
         rng = check_rng(rng)
         if self.noise_base is not None:
@@ -209,7 +209,7 @@ class PublicKey:
         rs = [mpz(rng.randbelow(self.n - 1) + 1) for _ in range(count)]
         return gmpy2.powmod_base_list(rs, self.n, self.n2)
 
-    def _draw_noise(self, count: int, pool: NoisePool | None, rng: Any) -> list[mpz]:
+    def _draw_noise(self, count: int, pool: NoisePool | None, rng: RngLike) -> list[mpz]:
         if pool is None:
             return self.noise(count, rng=rng)
         if pool.public_key != self:
@@ -219,7 +219,7 @@ class PublicKey:
 
     # -- encryption ----------------------------------------------------------------
     def encrypt(self, values: Any, *, pool: NoisePool | None = None,
-                rng: Any = None) -> EncryptedNumber | EncryptedArray:
+                rng: RngLike = None) -> EncryptedNumber | EncryptedArray:
         """E(m) = (1 + m n) r^n mod n^2 for an int or an integer array (elementwise).
 
         ``pool``: a :class:`NoisePool` for this key (online encryption is then one
@@ -301,7 +301,7 @@ class PrivateKey:
                   for xp, xq in zip(xps, xqs)]
         return out.reshape(c.shape)
 
-    def noise(self, count: int, *, rng: Any = None) -> list[mpz]:
+    def noise(self, count: int, *, rng: RngLike = None) -> list[mpz]:
         """``count`` noise values: by CRT for a bare-n key (see module), else the key's h_s^a."""
         pk = self.public_key
         if pk.noise_base is not None:

@@ -13,7 +13,7 @@ from gmpy2 import mpz
 
 from veil.crypto.paillier.keys import PrivateKey, PublicKey
 from veil.errors import ConfigError, CryptoError
-from veil.random import check_rng
+from veil.random import RngLike, check_rng
 
 __all__ = ["NoisePool"]
 
@@ -37,7 +37,7 @@ class NoisePool:
     """
 
     def __init__(self, public_key: PublicKey, *, capacity: int = 4096,
-                 private_key: PrivateKey | None = None, rng: Any = None) -> None:
+                 private_key: PrivateKey | None = None, rng: RngLike = None) -> None:
         if not isinstance(public_key, PublicKey):
             raise ConfigError(f"public_key={public_key!r} is not allowed: expected a "
                               "paillier.PublicKey")

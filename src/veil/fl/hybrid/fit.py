@@ -31,7 +31,7 @@ from veil.dp.ledger import Ledger
 from veil.errors import ConfigError, DataError
 from veil.fl.hybrid.grid import contribute, decode, noise_std, query_noise
 from veil.learn.queries import Query, QueryAnswer, QueryLearner
-from veil.random import Generator, check_rng
+from veil.random import Generator, RngLike, check_rng
 
 __all__ = ["METHODS", "Aggregator", "Method", "QueryFit", "SimulatedAggregator", "fit_queries",
            "plan_multiplier"]
@@ -144,7 +144,7 @@ class QueryFit:
 def fit_queries(learner: QueryLearner, aggregator: Aggregator, *, method: str = "hybrid",
                 trust: int | None = None, noise: str = "skellam", epsilon: float | None = None,
                 delta: float = 1e-6, ledger: Ledger | None = None,
-                noise_multiplier: float | None = None, rng: Any = None) -> QueryFit:
+                noise_multiplier: float | None = None, rng: RngLike = None) -> QueryFit:
     """Train ``learner`` through ``aggregator`` with ``method`` (:data:`METHODS`).
 
     For a noisy method the noise multiplier is calibrated so that all the queries of

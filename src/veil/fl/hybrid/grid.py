@@ -24,6 +24,7 @@ from veil.dp.distributed import NOISES, DistributedMechanism, distributed_noise
 from veil.dp.sensitivity import clip_values
 from veil.errors import DataError
 from veil.learn.queries import QueryShape
+from veil.random import RngLike
 
 __all__ = ["FLOAT_NOISE_BITS", "TAIL_BITS", "contribute", "decode", "grid_bits", "noise_std",
            "query_noise", "value_limit"]
@@ -66,7 +67,7 @@ def query_noise(kind: str, noise_multiplier: float, shape: QueryShape, *, partie
 
 
 def contribute(shape: QueryShape, answer: Any, noise: DistributedMechanism | None,
-               rng: Any = None, *, noisy: bool = True) -> tuple[np.ndarray, int]:
+               rng: RngLike = None, *, noisy: bool = True) -> tuple[np.ndarray, int]:
     """One party's integers for the sum, and how many values were clipped.
 
     The answer is clipped into ``[-bound, bound]`` and put on the grid of the query's

@@ -82,7 +82,7 @@ from veil.fl.hybrid.grid import contribute, decode, noise_std, query_noise, valu
 from veil.fl.messages import Message, encode
 from veil.fl.protocol import ClientProtocol, RoundResult, ServerRound
 from veil.learn.queries import Query, QueryAnswer, QueryLearner, QueryShape
-from veil.random import Generator, check_rng
+from veil.random import Generator, RngLike, check_rng
 
 __all__ = ["Agreement", "HybridKeys", "deal_keys", "HybridServer", "HybridClient",
            "QueryEncoding", "make_identities"]
@@ -198,7 +198,7 @@ class HybridKeys:
 
 
 def deal_keys(parties: int, trust: int, *, bits: int = 2048, primes: Any = None,
-              insecure_ok: bool = False, rng: Any = None) -> HybridKeys:
+              insecure_ok: bool = False, rng: RngLike = None) -> HybridKeys:
     """The trusted dealer: a threshold Paillier key with threshold ``t_bar = n - t + 1``
     and one key share per party (:func:`veil.crypto.threshold.keygen`; ``primes``:
     pre-generated safe primes, ``insecure_ok`` for test keys under 2048 bits)."""
@@ -299,11 +299,11 @@ class HybridServer(ServerRound):
     protocol = "hybrid"
     stages = ("answer", "decrypt")
 
-    def __init__(self, round: int, clients: Sequence[int], query: Query, agreement: Agreement,
-                 public_key: threshold.ThresholdPublicKey | None = None, *,
+    def __init__(self, server_round: int, clients: Sequence[int], query: Query,
+                 agreement: Agreement, public_key: threshold.ThresholdPublicKey | None = None, *,
                  finish: Callable[[QueryAnswer], np.ndarray] | None = None,
-                 rng: Any = None) -> None:
-        super().__init__(round, clients)
+                 rng: RngLike = None) -> None:
+        super().__init__(server_round, clients)
         if agreement.encrypted and not isinstance(public_key, threshold.ThresholdPublicKey):
             raise ConfigError(f"method={agreement.method!r} encrypts: give the threshold "
                               "public key from deal_keys")

@@ -34,7 +34,7 @@ from veil.fl.hybrid.protocol import (
 )
 from veil.fl.runtime import LocalRuntime, RoundReport
 from veil.learn.queries import Query, QueryAnswer, QueryLearner
-from veil.random import Generator, check_rng
+from veil.random import Generator, RngLike, check_rng
 
 __all__ = ["HybridAggregator"]
 
@@ -59,7 +59,7 @@ class HybridAggregator(Aggregator):
     def __init__(self, parties: Sequence[tuple[Any, Any]], agreement: Agreement, *,
                  keys: HybridKeys | None = None, key_bits: int = 2048, primes: Any = None,
                  insecure_ok: bool = False, runtime: LocalRuntime | None = None,
-                 rng: Any = None) -> None:
+                 rng: RngLike = None) -> None:
         if not isinstance(agreement, Agreement):
             raise ConfigError(f"agreement={agreement!r} is not allowed: expected an Agreement")
         if len(parties) != agreement.parties:

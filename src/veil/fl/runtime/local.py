@@ -50,7 +50,7 @@ from veil.errors import ConfigError, ProtocolError
 from veil.fl.messages import SERVER, Message
 from veil.fl.protocol import ClientProtocol, RoundResult, ServerRound
 from veil.fl.runtime.workers import Served, WorkerLost, Workers, serve
-from veil.random import Generator, check_rng
+from veil.random import Generator, RngLike, check_rng
 
 __all__ = ["Faults", "LocalRuntime", "RoundReport", "Traffic"]
 
@@ -212,7 +212,7 @@ class LocalRuntime:
 
     # -- one round ------------------------------------------------------------------------
     def run_round(self, server: ServerRound, clients: dict[int, ClientProtocol],
-                  rng: Any = None) -> RoundReport:
+                  rng: RngLike = None) -> RoundReport:
         """Run ``server``'s round to completion or abort; returns the report.
 
         ``clients`` maps ids to client objects (with ``workers > 1``, those not yet in a

@@ -40,15 +40,15 @@ def agree(secret: bytes, peer_public: bytes, info: bytes) -> bytes:
     return HKDF(hashes.SHA256(), KEY, salt=None, info=info).derive(shared)
 
 
-def mask_info(round: int, i: int, j: int) -> bytes:
+def mask_info(server_round: int, i: int, j: int) -> bytes:
     """The HKDF context of the pairwise mask of i and j (symmetric in i, j)."""
     lo, hi = min(i, j), max(i, j)
-    return b"veil secagg mask|%d|%d|%d" % (round, lo, hi)
+    return b"veil secagg mask|%d|%d|%d" % (server_round, lo, hi)
 
 
-def channel_info(round: int, sender: int, recipient: int) -> bytes:
+def channel_info(server_round: int, sender: int, recipient: int) -> bytes:
     """The HKDF context of the key that encrypts the shares ``sender`` sends ``recipient``."""
-    return b"veil secagg share|%d|%d->%d" % (round, sender, recipient)
+    return b"veil secagg share|%d|%d->%d" % (server_round, sender, recipient)
 
 
 def prg(seed: bytes, n: int, bits: int, algorithm: str) -> np.ndarray:

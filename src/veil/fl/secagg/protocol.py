@@ -66,7 +66,7 @@ from veil.fl.trainer import LocalTrainer
 from veil.random import Generator
 
 if TYPE_CHECKING:
-    from veil.fl.strategies.base import Strategy
+    from veil.fl.strategies.base import UpdateStrategy
     from veil.fl.strategies.secagg import SecAgg
 
 __all__ = ["SecAggClient", "SecAggServer", "harary"]
@@ -95,15 +95,15 @@ class SecAggServer(ServerRound):
     protocol = "secagg"
     stages = ("setup", "share_keys", "masked_input", "unmask")
 
-    def __init__(self, strategy: SecAgg, round: int, params: np.ndarray,
+    def __init__(self, strategy: SecAgg, server_round: int, params: np.ndarray,
                  sampled: Sequence[int], rng: Generator) -> None:
-        super().__init__(round, sampled)
+        super().__init__(server_round, sampled)
         self.strategy = strategy
         self.params = params
         self.rng = rng
-        self.plan = strategy.plan(round, params, self.clients)
+        self.plan = strategy.plan(server_round, params, self.clients)
         self.graph = harary(self.clients, self.plan.degree, rng)
-        self.config = strategy.client_config(round)
+        self.config = strategy.client_config(server_round)
         self.keys: dict[int, tuple[bytes, bytes]] = {}
         self.holders: dict[int, tuple[int, ...]] = {}    # N1(i): who holds i's shares
         self.partners: dict[int, tuple[int, ...]] = {}   # U2 and N(i): i's mask partners
@@ -287,7 +287,7 @@ class SecAggClient(ClientProtocol):
     protocol = "secagg"
     stages = ("setup", "share_keys", "masked_input", "unmask")
 
-    def __init__(self, client_id: int, trainer: LocalTrainer, strategy: Strategy) -> None:
+    def __init__(self, client_id: int, trainer: LocalTrainer, strategy: UpdateStrategy) -> None:
         super().__init__(client_id)
         self.trainer = trainer
         self.strategy = strategy

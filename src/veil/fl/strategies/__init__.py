@@ -10,11 +10,12 @@
 * :class:`Hybrid` — threshold Paillier + distributed DP noise (Truex et al. 2019).
 """
 
-from veil.fl.strategies.base import Strategy, StrategyWrapper
+from veil.fl.strategies.base import Strategy, StrategyWrapper, UpdateStrategy
 from veil.fl.strategies.dp import DPFedAvg
 from veil.fl.strategies.fedavg import FedAvg
 from veil.fl.strategies.fedprox import FedProx
 from veil.fl.strategies.hybrid import Hybrid
 from veil.fl.strategies.secagg import SecAgg
 
-__all__ = ["DPFedAvg", "FedAvg", "FedProx", "Hybrid", "SecAgg", "Strategy", "StrategyWrapper"]
+__all__ = ["DPFedAvg", "FedAvg", "FedProx", "Hybrid", "SecAgg", "Strategy", "StrategyWrapper",
+           "UpdateStrategy"]

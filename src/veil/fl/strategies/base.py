@@ -1,13 +1,16 @@
 """The strategy interface, wrappers, and the plain (unprotected) transport of updates.
 
-A :class:`Strategy` decides (as in Flower) which clients take part in a round
-(:meth:`~Strategy.sample`), what they are told (:meth:`~Strategy.client_config`), what each
-computes (:meth:`~Strategy.client_update`, run on the client), how the server turns the sums
-of the updates into the next global model (:meth:`~Strategy.aggregate`) and what a round
-costs in privacy (:meth:`~Strategy.round_event`). It also builds the protocol objects that
-carry the updates: :meth:`~Strategy.server_round` and :meth:`~Strategy.client`. The default
-is the plain transport below, where each client sends its update in the clear; secure
-aggregation (:class:`~veil.fl.strategies.SecAgg`) and the hybrid approach replace it.
+A :class:`Strategy` (an ABC) decides (as in Flower) which clients take part in a round
+(:meth:`~Strategy.sample`) and what a round costs in privacy (:meth:`~Strategy.round_event`),
+and builds the protocol objects of a round: :meth:`~Strategy.server` and
+:meth:`~Strategy.client` (the hybrid approach, :class:`~veil.fl.strategies.Hybrid`, is one).
+An :class:`UpdateStrategy` (the FedAvg family) also says what the clients are told
+(:meth:`~UpdateStrategy.client_config`), what each computes
+(:meth:`~UpdateStrategy.client_update`, run on the client) and how the server turns the sums
+of the updates into the next global model (:meth:`~UpdateStrategy.aggregate`); its default
+transport is the plain one below, where each client sends its update in the clear; secure
+aggregation (:class:`~veil.fl.strategies.SecAgg`) replaces it. Rounds are numbered
+``server_round``, as in Flower.
 
 A :class:`StrategyWrapper` delegates everything to an inner strategy and overrides what it
 changes (DP-FedAvg clips and adds noise around any aggregation rule, secure aggregation
@@ -18,6 +21,7 @@ always built with the outermost strategy, so every callback goes through every w
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -30,8 +34,8 @@ from veil.fl.protocol import Aggregate, ClientProtocol, ClientUpdate, RoundResul
 from veil.fl.trainer import LocalTrainer
 from veil.random import Generator
 
-__all__ = ["Strategy", "StrategyWrapper", "PlainServer", "PlainClient", "config_value",
-           "sum_updates"]
+__all__ = ["Strategy", "StrategyWrapper", "UpdateStrategy", "PlainServer", "PlainClient",
+           "config_value", "sum_updates"]
 
 
 def config_value(config: Mapping[str, Any], name: str, kind: type | tuple[type, ...], *,
@@ -61,33 +65,20 @@ def sum_updates(updates: Mapping[int, ClientUpdate], dim: int,
                      clients=tuple(sorted(updates)))
 
 
-class Strategy:
+class Strategy(ABC):
     """Base class of federated strategies (see the module docstring).
 
     Subclasses implement :meth:`sample`, :meth:`client_config`, :meth:`client_update` and
-    :meth:`aggregate`; the rest has defaults.
+    :meth:`aggregate`; the rest has defaults. Rounds are numbered ``server_round`` (0, 1,
+    ...), Flower's name for them.
     """
 
     #: fewest client updates the server needs to complete a round
     min_clients: int = 1
 
-    def sample(self, round: int, clients: Sequence[int], rng: Generator) -> list[int]:
-        """The clients asked to take part in ``round`` (sorted ids)."""
-        raise NotImplementedError
-
-    def client_config(self, round: int) -> dict[str, Any]:
-        """What the clients are told for ``round`` (plain numbers and text)."""
-        raise NotImplementedError
-
-    def client_update(self, trainer: LocalTrainer, params: np.ndarray,
-                      config: Mapping[str, Any], rng: Generator) -> ClientUpdate:
-        """Run on the client: local training from ``params``; the update to aggregate."""
-        raise NotImplementedError
-
-    def aggregate(self, round: int, params: np.ndarray, total: Aggregate,
-                  rng: Generator) -> np.ndarray:
-        """Run on the server: the next global parameters from the sums of the updates."""
-        raise NotImplementedError
+    @abstractmethod
+    def sample(self, server_round: int, clients: Sequence[int], rng: Generator) -> list[int]:
+        """The clients asked to take part in ``server_round`` (sorted ids)."""
 
     def extras_bounds(self) -> dict[str, tuple[float, float]]:
         """The named scalars each client adds to its update, and their ranges."""
@@ -97,11 +88,11 @@ class Strategy:
         """Largest aggregation weight a client may claim (inf: unbounded)."""
         return math.inf
 
-    def update_norm_bound(self, round: int) -> float | None:
-        """An L2 bound every client's delta respects in ``round`` (None: no bound)."""
+    def update_norm_bound(self, server_round: int) -> float | None:
+        """An L2 bound every client's delta respects in ``server_round`` (None: no bound)."""
         return None
 
-    def round_event(self, round: int, params: np.ndarray,
+    def round_event(self, server_round: int, params: np.ndarray,
                     sampled: Sequence[int], population: int) -> dp_accounting.DpEvent | None:
         """The privacy cost of one round (None: no differential privacy)."""
         return None
@@ -111,8 +102,8 @@ class Strategy:
         """True when the strategy's output is differentially private."""
         return False
 
-    def distributed_noise(self, round: int) -> Any:
-        """The noise secure aggregation must add for ``round`` (None: none); see DPFedAvg."""
+    def distributed_noise(self, server_round: int) -> Any:
+        """The noise secure aggregation must add for ``server_round`` (None: none); see DPFedAvg."""
         return None
 
     @property
@@ -129,26 +120,57 @@ class Strategy:
         """Server-side state that changes across rounds (for checkpoints)."""
         return {}
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:  # noqa: B027 (no state)
         """Restore :meth:`state_dict`."""
 
     # -- protocol objects ----------------------------------------------------------------
-    def server_round(self, round: int, params: np.ndarray, sampled: Sequence[int],
-                     rng: Generator) -> ServerRound:
-        """The server's side of ``round`` (default: plain transport)."""
-        return PlainServer(self, round, params, sampled, rng)
+    @abstractmethod
+    def server(self, server_round: int, params: np.ndarray, sampled: Sequence[int],
+               rng: Generator) -> ServerRound:
+        """The server's side of ``server_round``."""
+
+    @abstractmethod
+    def client(self, client_id: int, trainer: LocalTrainer) -> ClientProtocol:
+        """A client of this strategy's protocol."""
+
+
+class UpdateStrategy(Strategy):
+    """A strategy whose clients train locally and send updates that the server sums (the
+    FedAvg family): it says what the clients are told, what each computes and how the sums
+    become the next model; the transport defaults to the plain one below."""
+
+    @abstractmethod
+    def client_config(self, server_round: int) -> dict[str, Any]:
+        """What the clients are told for ``server_round`` (plain numbers and text)."""
+
+    @abstractmethod
+    def client_update(self, trainer: LocalTrainer, params: np.ndarray,
+                      config: Mapping[str, Any], rng: Generator) -> ClientUpdate:
+        """Run on the client: local training from ``params``; the update to aggregate."""
+
+    @abstractmethod
+    def aggregate(self, server_round: int, params: np.ndarray, total: Aggregate,
+                  rng: Generator) -> np.ndarray:
+        """Run on the server: the next global parameters from the sums of the updates."""
+
+    def server(self, server_round: int, params: np.ndarray, sampled: Sequence[int],
+               rng: Generator) -> ServerRound:
+        """The server's side of ``server_round`` (default: plain transport)."""
+        return PlainServer(self, server_round, params, sampled, rng)
 
     def client(self, client_id: int, trainer: LocalTrainer) -> ClientProtocol:
         """A client of this strategy's protocol (default: plain transport)."""
         return PlainClient(client_id, trainer, self)
 
 
-class StrategyWrapper(Strategy):
+class StrategyWrapper(UpdateStrategy):
     """A strategy that delegates to ``inner`` everything it does not override."""
 
-    def __init__(self, inner: Strategy) -> None:
-        if not isinstance(inner, Strategy):
-            raise ConfigError(f"inner={inner!r} is not allowed: expected a veil.fl Strategy")
+    def __init__(self, inner: UpdateStrategy) -> None:
+        if not isinstance(inner, UpdateStrategy):
+            raise ConfigError(f"inner={type(inner).__name__} is not allowed: expected a "
+                              "veil.fl strategy whose clients send updates (FedAvg, FedProx, "
+                              "DPFedAvg)")
         if inner.secure:
             raise ConfigError(f"{type(self).__name__}({type(inner).__name__}(...)) is not "
                               "allowed: secure aggregation carries the updates and must be "
@@ -160,17 +182,17 @@ class StrategyWrapper(Strategy):
     def min_clients(self) -> int:  # type: ignore[override]
         return self.inner.min_clients
 
-    def sample(self, round, clients, rng):
-        return self.inner.sample(round, clients, rng)
+    def sample(self, server_round, clients, rng):
+        return self.inner.sample(server_round, clients, rng)
 
-    def client_config(self, round):
-        return self.inner.client_config(round)
+    def client_config(self, server_round):
+        return self.inner.client_config(server_round)
 
     def client_update(self, trainer, params, config, rng):
         return self.inner.client_update(trainer, params, config, rng)
 
-    def aggregate(self, round, params, total, rng):
-        return self.inner.aggregate(round, params, total, rng)
+    def aggregate(self, server_round, params, total, rng):
+        return self.inner.aggregate(server_round, params, total, rng)
 
     def extras_bounds(self):
         return self.inner.extras_bounds()
@@ -178,18 +200,18 @@ class StrategyWrapper(Strategy):
     def weight_bound(self):
         return self.inner.weight_bound()
 
-    def update_norm_bound(self, round):
-        return self.inner.update_norm_bound(round)
+    def update_norm_bound(self, server_round):
+        return self.inner.update_norm_bound(server_round)
 
-    def round_event(self, round, params, sampled, population):
-        return self.inner.round_event(round, params, sampled, population)
+    def round_event(self, server_round, params, sampled, population):
+        return self.inner.round_event(server_round, params, sampled, population)
 
     @property
     def private(self) -> bool:
         return self.inner.private
 
-    def distributed_noise(self, round):
-        return self.inner.distributed_noise(round)
+    def distributed_noise(self, server_round):
+        return self.inner.distributed_noise(server_round)
 
     @property
     def requires_secure_aggregation(self) -> bool:
@@ -213,12 +235,12 @@ class PlainServer(ServerRound):
     protocol = "plain"
     stages = ("fit",)
 
-    def __init__(self, strategy: Strategy, round: int, params: np.ndarray,
+    def __init__(self, strategy: UpdateStrategy, server_round: int, params: np.ndarray,
                  sampled: Sequence[int], rng: Generator) -> None:
-        super().__init__(round, sampled)
+        super().__init__(server_round, sampled)
         self.strategy = strategy
         self.params = params
-        self.config = strategy.client_config(round)
+        self.config = strategy.client_config(server_round)
         self.rng = rng
 
     def _begin(self) -> list[Message]:
@@ -246,7 +268,7 @@ class PlainClient(ClientProtocol):
     protocol = "plain"
     stages = ("fit",)
 
-    def __init__(self, client_id: int, trainer: LocalTrainer, strategy: Strategy) -> None:
+    def __init__(self, client_id: int, trainer: LocalTrainer, strategy: UpdateStrategy) -> None:
         super().__init__(client_id)
         self.trainer = trainer
         self.strategy = strategy

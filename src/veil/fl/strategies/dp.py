@@ -68,7 +68,7 @@ from veil.dp.samplers import rounded_gaussian
 from veil.dp.sensitivity import clip_l2
 from veil.errors import ConfigError, ProtocolError
 from veil.fl.protocol import Aggregate, ClientUpdate
-from veil.fl.strategies.base import Strategy, StrategyWrapper, config_value
+from veil.fl.strategies.base import StrategyWrapper, UpdateStrategy, config_value
 from veil.fl.trainer import LocalTrainer
 from veil.random import Generator
 
@@ -114,7 +114,7 @@ class DPFedAvg(StrategyWrapper):
     server_learning_rate: eta_s.
     """
 
-    def __init__(self, inner: Strategy, *, noise_multiplier: float, clip_norm: float = 1.0,
+    def __init__(self, inner: UpdateStrategy, *, noise_multiplier: float, clip_norm: float = 1.0,
                  noise: str = "central", sample_rate: float | None = None,
                  adaptive: bool = False, target_quantile: float = 0.5,
                  clip_learning_rate: float = 0.2, clipped_count_stddev: float | None = None,
@@ -144,7 +144,7 @@ class DPFedAvg(StrategyWrapper):
         self._expected = 0.0
 
     @classmethod
-    def from_budget(cls, inner: Strategy, *, epsilon: float, delta: float, rounds: int,
+    def from_budget(cls, inner: UpdateStrategy, *, epsilon: float, delta: float, rounds: int,
                     accountant: str = "rdp", **kwargs: Any) -> DPFedAvg:
         """A DPFedAvg whose z makes ``rounds`` rounds (epsilon, delta)-DP (client level),
         calibrated with :func:`veil.dp.accounting.calibrate_noise` at the sampling rate
@@ -157,7 +157,7 @@ class DPFedAvg(StrategyWrapper):
         return cls(inner, noise_multiplier=z, **kwargs)
 
     # -- server side ---------------------------------------------------------------------
-    def sample(self, round: int, clients: Sequence[int], rng: Generator) -> list[int]:
+    def sample(self, server_round: int, clients: Sequence[int], rng: Generator) -> list[int]:
         pool = sorted(clients)
         self._expected = self.sample_rate * len(pool)
         self._delta_multiplier()  # checks z against sigma_b before anything is charged
@@ -182,13 +182,13 @@ class DPFedAvg(StrategyWrapper):
                 f"sigma_b={two_sb / 2:g}: raise clipped_count_stddev or sample more clients")
         return (z ** -2 - two_sb ** -2) ** -0.5
 
-    def client_config(self, round: int) -> dict[str, Any]:
-        config = {**self.inner.client_config(round), "clip_norm": self.clip_norm_}
+    def client_config(self, server_round: int) -> dict[str, Any]:
+        config = {**self.inner.client_config(server_round), "clip_norm": self.clip_norm_}
         if self.noise == "local":
             config["noise_std"] = self.noise_multiplier * self.clip_norm_
         return config
 
-    def round_event(self, round: int, params: np.ndarray, sampled: Sequence[int],
+    def round_event(self, server_round: int, params: np.ndarray, sampled: Sequence[int],
                     population: int) -> dp_accounting.DpEvent:
         if self.noise == "distributed":
             raise ConfigError("noise='distributed' is accounted by secure aggregation: wrap "
@@ -204,7 +204,7 @@ class DPFedAvg(StrategyWrapper):
     def requires_secure_aggregation(self) -> bool:
         return self.noise == "distributed"
 
-    def distributed_noise(self, round: int) -> DistributedNoise | None:
+    def distributed_noise(self, server_round: int) -> DistributedNoise | None:
         """For SecAgg: the total noise the clients must add (None unless distributed)."""
         if self.noise != "distributed":
             return None
@@ -217,14 +217,14 @@ class DPFedAvg(StrategyWrapper):
     def weight_bound(self) -> float:
         return 1.0
 
-    def update_norm_bound(self, round: int) -> float | None:
+    def update_norm_bound(self, server_round: int) -> float | None:
         # local noise is added on the client: the noisy update it sends has no bound
         return None if self.noise == "local" else self.clip_norm_
 
-    def aggregate(self, round: int, params: np.ndarray, total: Aggregate,
+    def aggregate(self, server_round: int, params: np.ndarray, total: Aggregate,
                   rng: Generator) -> np.ndarray:
         if not self._expected > 0:
-            raise ProtocolError(f"round {round}: no clients were expected (sample first)")
+            raise ProtocolError(f"round {server_round}: no clients were expected (sample first)")
         clip = self.clip_norm_
         noisy = total.total
         if self.noise == "central":

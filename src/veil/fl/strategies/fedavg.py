@@ -27,14 +27,14 @@ import numpy as np
 from veil._validation import check_int, check_positive, check_probability
 from veil.errors import ProtocolError
 from veil.fl.protocol import Aggregate, ClientUpdate
-from veil.fl.strategies.base import Strategy, config_value
+from veil.fl.strategies.base import UpdateStrategy, config_value
 from veil.fl.trainer import LocalTrainer
 from veil.random import Generator
 
 __all__ = ["FedAvg"]
 
 
-class FedAvg(Strategy):
+class FedAvg(UpdateStrategy):
     """Federated averaging with client sampling (see the module docstring).
 
     Parameters
@@ -63,22 +63,22 @@ class FedAvg(Strategy):
                                                                          "max_weight")
 
     # -- server side ---------------------------------------------------------------------
-    def sample(self, round: int, clients: Sequence[int], rng: Generator) -> list[int]:
+    def sample(self, server_round: int, clients: Sequence[int], rng: Generator) -> list[int]:
         pool = np.asarray(sorted(clients), dtype=np.int64)
         m = min(pool.size, max(self.min_clients, round_half_up(self.fraction * pool.size)))
         if m == pool.size:
             return pool.tolist()
         return sorted(rng.choice(pool, size=m, replace=False).tolist())
 
-    def client_config(self, round: int) -> dict[str, Any]:
+    def client_config(self, server_round: int) -> dict[str, Any]:
         return {"epochs": self.local_epochs, "learning_rate": self.learning_rate,
                 "batch_size": self.batch_size or 0}
 
-    def aggregate(self, round: int, params: np.ndarray, total: Aggregate,
+    def aggregate(self, server_round: int, params: np.ndarray, total: Aggregate,
                   rng: Generator) -> np.ndarray:
         if not total.weight > 0:
-            raise ProtocolError(f"round {round}: the aggregated weights sum to {total.weight}; "
-                                "nothing to average")
+            raise ProtocolError(f"round {server_round}: the aggregated weights sum to "
+                                f"{total.weight}; nothing to average")
         return params + self.server_learning_rate * total.total / total.weight
 
     def weight_bound(self) -> float:

@@ -32,8 +32,8 @@ class FedProx(FedAvg):
         super().__init__(**fedavg)
         self.mu = check_positive(mu, "mu", allow_zero=True)
 
-    def client_config(self, round: int) -> dict[str, Any]:
-        return {**super().client_config(round), "mu": self.mu}
+    def client_config(self, server_round: int) -> dict[str, Any]:
+        return {**super().client_config(server_round), "mu": self.mu}
 
     def _penalty(self, params: np.ndarray, config: Mapping[str, Any]):
         mu = float(config_value(config, "mu", (int, float), low=0.0))

@@ -50,7 +50,7 @@ from veil.fl.strategies.base import Strategy
 from veil.fl.trainer import LocalTrainer
 from veil.learn.private.queries import GradientQueries
 from veil.learn.queries import QueryAnswer
-from veil.random import Generator
+from veil.random import Generator, RngLike
 
 __all__ = ["Hybrid"]
 
@@ -80,7 +80,7 @@ class Hybrid(Strategy):
                  max_records: int = 2 ** 16, keys: HybridKeys | None = None,
                  key_bits: int = 2048, primes: Any = None, insecure_ok: bool = False,
                  packed: bool = True, min_answers: int | None = None,
-                 accountant: str = "pld", rng: Any = None) -> None:
+                 accountant: str = "pld", rng: RngLike = None) -> None:
         self.trust, self.parties = check_trust(trust, parties)
         self.rounds = check_int(rounds, "rounds", low=1)
         if (epsilon is None) == (noise_multiplier is None):
@@ -151,13 +151,13 @@ class Hybrid(Strategy):
                             key_share=share, identity=identity, ledger=ledger)
 
     # -- the server side --------------------------------------------------------------------
-    def sample(self, round: int, clients: Sequence[int], rng: Generator) -> list[int]:
+    def sample(self, server_round: int, clients: Sequence[int], rng: Generator) -> list[int]:
         if len(clients) != self.parties:
             raise ConfigError(f"{len(clients)} clients; this Hybrid strategy was set up for "
                               f"{self.parties} parties")
         return sorted(clients)
 
-    def round_event(self, round: int, params: np.ndarray, sampled: Sequence[int],
+    def round_event(self, server_round: int, params: np.ndarray, sampled: Sequence[int],
                     population: int) -> dp_accounting.DpEvent:
         learner, agreement = self._ready()
         return agreement.mechanism(learner.shape).event
@@ -178,20 +178,21 @@ class Hybrid(Strategy):
     def secure(self) -> bool:
         return True
 
-    def server_round(self, round: int, params: np.ndarray, sampled: Sequence[int],
+    def server(self, server_round: int, params: np.ndarray, sampled: Sequence[int],
                      rng: Generator) -> ServerRound:
         learner, agreement = self._ready()
         learner.params = np.asarray(params, dtype=np.float64).copy()
         query = learner.next_query()
         if query is None:
-            raise ConfigError(f"round {round} is not allowed: this Hybrid strategy was "
-                              f"planned (and its noise calibrated) for {learner.rounds} rounds")
+            raise ConfigError(f"server_round={server_round} is not allowed: this Hybrid "
+                              "strategy was planned (and its noise calibrated) for "
+                              f"{learner.rounds} rounds")
 
         def step(answer: QueryAnswer) -> np.ndarray:
             learner.update(query, answer)
             return learner.params
 
-        return HybridServer(round, sampled, query, agreement, self.public_key,
+        return HybridServer(server_round, sampled, query, agreement, self.public_key,
                             finish=step, rng=rng)
 
     def state_dict(self) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from veil._validation import check_choice, check_int, check_positive, check_prob
 from veil.errors import ConfigError
 from veil.fl.secagg.protocol import SecAggClient, SecAggServer
 from veil.fl.secagg.ring import CLIPPED, MAX_LEVELS, PRGS, WEIGHT, Plan
-from veil.fl.strategies.base import Strategy, StrategyWrapper
+from veil.fl.strategies.base import StrategyWrapper, UpdateStrategy
 from veil.fl.trainer import LocalTrainer
 
 __all__ = ["SecAgg", "SecAggClient", "SecAggServer"]
@@ -64,7 +64,7 @@ class SecAgg(StrategyWrapper):
     prg: "aes-ctr" or "chacha20".
     """
 
-    def __init__(self, inner: Strategy, *, bits: int = 32, clip_range: float = 1.0,
+    def __init__(self, inner: UpdateStrategy, *, bits: int = 32, clip_range: float = 1.0,
                  neighbours: int | None = None, threshold: float = 0.5,
                  min_survivors: float | None = None, prg: str = "aes-ctr") -> None:
         super().__init__(inner)
@@ -94,7 +94,7 @@ class SecAgg(StrategyWrapper):
     def secure(self) -> bool:
         return True
 
-    def plan(self, round: int, params: np.ndarray, sampled: Sequence[int], *,
+    def plan(self, server_round: int, params: np.ndarray, sampled: Sequence[int], *,
              clip_range: float | None = None) -> Plan:
         """The round's encoding and thresholds (deterministic in its inputs).
 
@@ -107,12 +107,12 @@ class SecAgg(StrategyWrapper):
             min(max(1, m - 1), 2 * math.ceil(self.neighbours / 2))
         threshold = min(degree, math.floor(self.threshold * degree) + 1)
         min_survivors = max(2, math.ceil(self.min_survivors * m))
-        bound = self.inner.update_norm_bound(round)
+        bound = self.inner.update_norm_bound(server_round)
         if clip_range is None:
             clip_range = self.clip_range if bound is None else bound
         extras = (WEIGHT, *sorted(self.inner.extras_bounds()),
                   *((CLIPPED,) if bound is None else ()))
-        noise = self.inner.distributed_noise(round)
+        noise = self.inner.distributed_noise(server_round)
         z = 0.0 if noise is None else noise.multiplier
         extras_std = {} if noise is None else dict(noise.extras_std)
         top = 2.0 ** (self.bits - 1) - 1.0
@@ -140,15 +140,15 @@ class SecAgg(StrategyWrapper):
         return Plan(self.bits, degree, threshold, min_survivors, clip_range, scale, extras,
                      extras_scale, sigma, sigmas, rho, self.prg)
 
-    def round_event(self, round: int, params: np.ndarray, sampled: Sequence[int],
+    def round_event(self, server_round: int, params: np.ndarray, sampled: Sequence[int],
                     population: int) -> dp_accounting.DpEvent | None:
-        plan = self.plan(round, params, sampled)  # also checks the ring before any charge
+        plan = self.plan(server_round, params, sampled)  # also checks the ring before any charge
         if plan.rho is None:
-            return self.inner.round_event(round, params, sampled, population)
+            return self.inner.round_event(server_round, params, sampled, population)
         return dp_accounting.ZCDpEvent(plan.rho)
 
-    def server_round(self, round, params, sampled, rng):
-        return SecAggServer(self, round, params, sampled, rng)
+    def server(self, server_round, params, sampled, rng):
+        return SecAggServer(self, server_round, params, sampled, rng)
 
     def client(self, client_id: int, trainer: LocalTrainer) -> SecAggClient:
         return SecAggClient(client_id, trainer, self)

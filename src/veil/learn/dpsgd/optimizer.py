@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from veil.dp.ledger import Ledger
 from veil.errors import ConfigError
 from veil.learn.dpsgd._torch import torch
 from veil.learn.dpsgd.draws import Rows
@@ -49,7 +50,7 @@ class PrivateOptimizer(torch.optim.Optimizer):
 
     def __init__(self, optimizer: torch.optim.Optimizer, engine: PerExampleGradients,
                  plan: Any, counter: StepCounter, rng: Generator, *,
-                 ledger: Any = None, nonfinite: str = "skip") -> None:
+                 ledger: Ledger | None = None, nonfinite: str = "skip") -> None:
         # torch.optim.Optimizer.__init__ is not called: the state lives in `optimizer`.
         self.original_optimizer = optimizer
         self.engine = engine

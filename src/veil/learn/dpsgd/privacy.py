@@ -35,13 +35,13 @@ from veil._validation import (
     check_probability,
 )
 from veil.dp.accounting import calibrate_noise, epsilon_for, subsampled_gaussian_event
-from veil.dp.ledger import Ledger
+from veil.dp.ledger import Ledger, check_ledger
 from veil.errors import BudgetExceededError, ConfigError
 from veil.learn.dpsgd._torch import nn, torch
 from veil.learn.dpsgd.engine import PerExampleGradients
 from veil.learn.dpsgd.loader import PrivateLoader, StepCounter, as_source
 from veil.learn.dpsgd.optimizer import PrivateOptimizer
-from veil.random import check_rng
+from veil.random import RngLike, check_rng
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data: Any, 
                  sampling: str = "poisson", max_physical_batch_size: int | None = None,
                  loss_reduction: str = "mean", accountant: str | None = None,
                  ledger: Ledger | None = None, nonfinite: str = "skip",
-                 rng: Any = None) -> tuple[PrivateModel, PrivateOptimizer, PrivateLoader]:
+                 rng: RngLike = None) -> tuple[PrivateModel, PrivateOptimizer, PrivateLoader]:
     """Prepare ``model``, ``optimizer`` and ``data`` for DP-SGD; charge the whole schedule.
 
     Parameters
@@ -226,9 +226,7 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data: Any, 
     if max_physical_batch_size is not None:
         max_physical_batch_size = check_int(max_physical_batch_size, "max_physical_batch_size",
                                             low=1)
-    if ledger is not None and not isinstance(ledger, Ledger):
-        raise ConfigError(f"ledger={type(ledger).__name__} is not allowed: expected a "
-                          "veil.dp.Ledger")
+    check_ledger(ledger, optional=True)
     default = ledger.accountant if ledger is not None else "pld"
     accountant = default if accountant is None else accountant
     check_choice(accountant, "accountant", ("pld", "rdp"))

@@ -28,9 +28,10 @@ from veil._validation import check_array, check_delta, check_epsilon
 from veil.dp import stats
 from veil.dp.gaussian import Gaussian
 from veil.dp.laplace import Laplace
-from veil.dp.ledger import Ledger
+from veil.dp.ledger import Ledger, open_ledger
 from veil.dp.mechanism import Mechanism
 from veil.errors import BudgetExceededError, ConfigError, DataError
+from veil.random import RngLike
 
 __all__ = ["ESTIMATE_SHARE", "open_ledger", "reserve", "noise_mechanism", "split",
            "check_privacy", "estimate_cost", "estimate_events", "declared_box", "declared_norm",
@@ -40,15 +41,6 @@ __all__ = ["ESTIMATE_SHARE", "open_ledger", "reserve", "noise_mechanism", "split
 ESTIMATE_SHARE = 0.1
 _K_MIN, _K_MAX = -20, 60  # logarithmic bins cover magnitudes 2^-20 .. 2^61
 _FAILURE = 1e-3           # beta: probability that an empty bin passes the threshold
-
-
-def open_ledger(ledger: Any, epsilon: float, delta: float) -> Ledger:
-    """``ledger``, or a one-off ledger holding exactly (epsilon, delta) when None."""
-    if ledger is None:
-        return Ledger(epsilon, delta)
-    if not isinstance(ledger, Ledger):
-        raise ConfigError(f"ledger={ledger!r} is not allowed: expected a veil.dp.Ledger or None")
-    return ledger
 
 
 def reserve(ledger: Ledger, events: Sequence[de.DpEvent], what: str) -> None:
@@ -155,8 +147,8 @@ def _log_edges() -> np.ndarray:
     return np.concatenate((-powers[::-1], powers))
 
 
-def estimate_bounds(X: Any, epsilon: float, *, ledger: Any = None,
-                    rng: Any = None) -> tuple[np.ndarray, np.ndarray]:
+def estimate_bounds(X: Any, epsilon: float, *, ledger: Ledger | None = None,
+                    rng: RngLike = None) -> tuple[np.ndarray, np.ndarray]:
     """Per-column ``(lo, hi)`` of ``X`` (n, d), estimated with pure epsilon-DP.
 
     See the module docstring. Raises DataError when no bin stands out from the noise

@@ -31,6 +31,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin
 
 from veil._validation import check_array, check_features, check_fitted, check_int
+from veil.dp.ledger import Ledger
 from veil.learn.private._common import (
     check_privacy,
     declared_box,
@@ -43,7 +44,7 @@ from veil.learn.private._common import (
     reserve,
     split,
 )
-from veil.random import check_rng
+from veil.random import RngLike, check_rng
 
 __all__ = ["KMeans"]
 
@@ -64,8 +65,8 @@ class KMeans(ClusterMixin, BaseEstimator):
     """
 
     def __init__(self, n_clusters: int = 8, *, epsilon: float = 1.0, delta: float = 0.0,
-                 bounds: Any = None, max_iter: int = 2, ledger: Any = None,
-                 rng: Any = None) -> None:
+                 bounds: Any = None, max_iter: int = 2, ledger: Ledger | None = None,
+                 rng: RngLike = None) -> None:
         self.n_clusters = n_clusters
         self.epsilon = epsilon
         self.delta = delta
@@ -104,13 +105,14 @@ class KMeans(ClusterMixin, BaseEstimator):
             centers = np.clip(sums * n / (n ** 2 + 3.0 * noise_var / r ** 2), -r, r)
         self.cluster_centers_ = centers + mid
         self.n_features_in_ = d
+        self.n_iter_ = iters
         self.ledger_ = ledger
         return self
 
     def predict(self, X: Any) -> np.ndarray:
         """The index of the nearest centre for each row."""
         check_fitted(self, "cluster_centers_")
-        X = check_features(X, self.n_features_in_)
+        X = check_features(X, self.n_features_in_, owner=self)
         return _nearest(X, self.cluster_centers_)
 
     def fit_predict(self, X: Any, y: Any = None) -> np.ndarray:

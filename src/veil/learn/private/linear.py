@@ -26,13 +26,14 @@ from scipy.special import expit
 from sklearn.base import BaseEstimator, ClassifierMixin
 
 from veil._validation import (
-    check_array,
     check_choice,
     check_features,
     check_fitted,
     check_int,
     check_positive,
+    check_xy,
 )
+from veil.dp.ledger import Ledger
 from veil.dp.selection import pure_dp_event
 from veil.dp.sensitivity import clip_l2
 from veil.errors import DataError
@@ -48,7 +49,7 @@ from veil.learn.private._common import (
 )
 from veil.learn.private.objective import LOGISTIC, MarginLoss, fit_perturbed, huber_hinge
 from veil.learn.private.sgd import dp_sgd
-from veil.random import check_rng
+from veil.random import RngLike, check_rng
 
 __all__ = ["LogisticRegression", "LinearSVC"]
 
@@ -59,7 +60,8 @@ class _PrivateLinear(ClassifierMixin, BaseEstimator):
     def __init__(self, *, epsilon: float = 1.0, delta: float = 0.0, data_norm: Any = None,
                  C: float = 1.0, fit_intercept: bool = True, method: str = "objective",
                  max_grad_norm: float = 1.0, epochs: int = 20, batch_size: int = 64,
-                 learning_rate: float = 0.5, ledger: Any = None, rng: Any = None) -> None:
+                 learning_rate: float = 0.5, ledger: Ledger | None = None,
+                 rng: RngLike = None) -> None:
         self.epsilon = epsilon
         self.delta = delta
         self.data_norm = data_norm
@@ -83,10 +85,7 @@ class _PrivateLinear(ClassifierMixin, BaseEstimator):
         """Train on (X, y) under the model's (epsilon, delta), charged to its ledger."""
         epsilon, delta = check_privacy(self.epsilon, self.delta)
         method = check_choice(self.method, "method", ("objective", "dpsgd"))
-        X = check_array(X, "X", ndim=2)
-        y = np.asarray(y)
-        if y.shape != (X.shape[0],):
-            raise DataError(f"y has shape {y.shape}; expected ({X.shape[0]},) to match X")
+        X, y = check_xy(X, y)
         classes = np.unique(y)
         if classes.size < 2:
             raise DataError(f"y holds {classes.size} class; need at least two")
@@ -102,7 +101,7 @@ class _PrivateLinear(ClassifierMixin, BaseEstimator):
         return self
 
     def _fit_objective(self, X: np.ndarray, y: np.ndarray, classes: np.ndarray,
-                       epsilon: float, ledger: Any, rng: Any) -> None:
+                       epsilon: float, ledger: Ledger | None, rng: RngLike) -> None:
         alpha = 1.0 / check_positive(self.C, "C")
         radius = declared_norm(self.data_norm)
         eps_norm = estimate_cost(self.data_norm, epsilon)
@@ -127,7 +126,7 @@ class _PrivateLinear(ClassifierMixin, BaseEstimator):
         self.intercept_ = W[:, -1] if self.fit_intercept else np.zeros(len(targets))
 
     def _fit_dpsgd(self, X: np.ndarray, y: np.ndarray, classes: np.ndarray, epsilon: float,
-                   delta: float, ledger: Any, rng: Any) -> None:
+                   delta: float, ledger: Ledger | None, rng: RngLike) -> None:
         model = self._plain(classes.size)
         model.initialize(X.shape[1], classes)
         self.noise_multiplier_ = dp_sgd(
@@ -143,7 +142,7 @@ class _PrivateLinear(ClassifierMixin, BaseEstimator):
     def decision_function(self, X: Any) -> np.ndarray:
         """``X coef^T + intercept``: shape (n,) for two classes, (n, n_classes) otherwise."""
         check_fitted(self, "coef_")
-        X = check_features(X, self.n_features_in_)
+        X = check_features(X, self.n_features_in_, owner=self)
         scores = X @ self.coef_.T + self.intercept_
         return scores[:, 0] if scores.shape[1] == 1 else scores
 
@@ -194,8 +193,8 @@ class LinearSVC(_PrivateLinear):
     def __init__(self, *, epsilon: float = 1.0, delta: float = 0.0, data_norm: Any = None,
                  C: float = 1.0, huber: float = 0.5, fit_intercept: bool = True,
                  method: str = "objective", max_grad_norm: float = 1.0, epochs: int = 20,
-                 batch_size: int = 64, learning_rate: float = 0.5, ledger: Any = None,
-                 rng: Any = None) -> None:
+                 batch_size: int = 64, learning_rate: float = 0.5, ledger: Ledger | None = None,
+                 rng: RngLike = None) -> None:
         super().__init__(epsilon=epsilon, delta=delta, data_norm=data_norm, C=C,
                          fit_intercept=fit_intercept, method=method,
                          max_grad_norm=max_grad_norm, epochs=epochs, batch_size=batch_size,
@@ -206,4 +205,4 @@ class LinearSVC(_PrivateLinear):
         return huber_hinge(check_positive(self.huber, "huber"))
 
     def _plain(self, n_classes: int) -> plain.GradientClassifier:
-        return plain.LinearSVM(loss="hinge", alpha=0.0, fit_intercept=self.fit_intercept)
+        return plain.LinearSVC(loss="hinge", alpha=0.0, fit_intercept=self.fit_intercept)

@@ -28,8 +28,9 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 
-from veil._validation import check_array, check_features, check_fitted, check_positive
-from veil.errors import ConfigError, DataError
+from veil._validation import check_array, check_features, check_fitted, check_positive, check_xy
+from veil.dp.ledger import Ledger
+from veil.errors import ConfigError
 from veil.learn.private._common import (
     check_privacy,
     declared_box,
@@ -40,7 +41,7 @@ from veil.learn.private._common import (
     open_ledger,
     reserve,
 )
-from veil.random import check_rng
+from veil.random import RngLike, check_rng
 
 __all__ = ["LinearRegression", "sufficient_statistics", "statistics_sensitivity"]
 
@@ -79,7 +80,7 @@ class LinearRegression(RegressorMixin, BaseEstimator):
 
     def __init__(self, *, epsilon: float = 1.0, delta: float = 0.0, bounds_X: Any = None,
                  bounds_y: Any = None, fit_intercept: bool = True, alpha: Any = "auto",
-                 ledger: Any = None, rng: Any = None) -> None:
+                 ledger: Ledger | None = None, rng: RngLike = None) -> None:
         self.epsilon = epsilon
         self.delta = delta
         self.bounds_X = bounds_X
@@ -95,10 +96,8 @@ class LinearRegression(RegressorMixin, BaseEstimator):
                                          and check_positive(self.alpha, "alpha",
                                                             allow_zero=True) >= 0)):
             raise ConfigError(f"alpha={self.alpha!r} is not allowed: a number >= 0 or 'auto'")
-        X = check_array(X, "X", ndim=2)
+        X, y = check_xy(X, y)
         y = check_array(y, "y", ndim=1)
-        if y.size != X.shape[0]:
-            raise DataError(f"y has {y.size} values; expected {X.shape[0]} to match X")
         rng = check_rng(self.rng)
         ledger = open_ledger(self.ledger, epsilon, delta)
         box_x = declared_box(self.bounds_X, X.shape[1], "bounds_X")
@@ -148,5 +147,5 @@ class LinearRegression(RegressorMixin, BaseEstimator):
 
     def predict(self, X: Any) -> np.ndarray:
         check_fitted(self, "coef_")
-        X = check_features(X, self.n_features_in_)
+        X = check_features(X, self.n_features_in_, owner=self)
         return X @ self.coef_ + self.intercept_

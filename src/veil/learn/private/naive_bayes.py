@@ -27,8 +27,9 @@ import numpy as np
 from scipy.special import logsumexp
 from sklearn.base import BaseEstimator, ClassifierMixin
 
-from veil._validation import check_array, check_features, check_fitted, check_positive
-from veil.errors import ConfigError, DataError
+from veil._validation import check_array, check_features, check_fitted, check_positive, check_xy
+from veil.dp.ledger import Ledger
+from veil.errors import ConfigError
 from veil.learn.private._common import (
     check_privacy,
     declared_box,
@@ -41,7 +42,7 @@ from veil.learn.private._common import (
     reserve,
     split,
 )
-from veil.random import check_rng
+from veil.random import RngLike, check_rng
 
 __all__ = ["GaussianNB"]
 
@@ -56,8 +57,8 @@ class GaussianNB(ClassifierMixin, BaseEstimator):
     """
 
     def __init__(self, *, epsilon: float = 1.0, delta: float = 0.0, bounds: Any = None,
-                 priors: Any = None, var_smoothing: float = 1e-9, ledger: Any = None,
-                 rng: Any = None) -> None:
+                 priors: Any = None, var_smoothing: float = 1e-9, ledger: Ledger | None = None,
+                 rng: RngLike = None) -> None:
         self.epsilon = epsilon
         self.delta = delta
         self.bounds = bounds
@@ -69,10 +70,7 @@ class GaussianNB(ClassifierMixin, BaseEstimator):
     def fit(self, X: Any, y: Any) -> GaussianNB:
         epsilon, delta = check_privacy(self.epsilon, self.delta)
         smoothing = check_positive(self.var_smoothing, "var_smoothing", allow_zero=True)
-        X = check_array(X, "X", ndim=2)
-        y = np.asarray(y)
-        if y.shape != (X.shape[0],):
-            raise DataError(f"y has shape {y.shape}; expected ({X.shape[0]},) to match X")
+        X, y = check_xy(X, y)
         classes, codes = np.unique(y, return_inverse=True)
         n_classes, d = classes.size, X.shape[1]
         priors = None
@@ -119,7 +117,7 @@ class GaussianNB(ClassifierMixin, BaseEstimator):
 
     def _joint_log_likelihood(self, X: Any) -> np.ndarray:
         check_fitted(self, "theta_")
-        X = check_features(X, self.n_features_in_)
+        X = check_features(X, self.n_features_in_, owner=self)
         with np.errstate(divide="ignore"):
             log_prior = np.log(self.class_prior_)
         log_norm = -0.5 * np.log(2.0 * np.pi * self.var_).sum(axis=1)
