@@ -33,6 +33,12 @@ samplers of :mod:`veil.dp` rather than adding these doubles to a value.
 
 Every random function in veil takes ``rng=`` and resolves it with :func:`check_rng`:
 ``None`` gives the shared secure generator, an ``int`` a seeded one (tests).
+
+Seeds never reach privacy noise in a run. A federated run with a seed reproduces its data
+splits, sampling, training order and faults, but its protocols draw keys, nonces and masks
+from :func:`secure_rng` always, and DP noise from :func:`noise_rng`: the secure generator,
+unless the run's seeded generator was made with ``simulate_noise=True`` -- an explicit,
+labelled simulation whose epsilon is not certified.
 """
 
 from __future__ import annotations
@@ -51,7 +57,7 @@ from scipy.special import gammaln
 
 from veil.errors import ConfigError
 
-__all__ = ["Generator", "RngLike", "default_rng", "check_rng", "secure_rng"]
+__all__ = ["Generator", "RngLike", "default_rng", "check_rng", "noise_rng", "secure_rng"]
 
 _KEY_BYTES = 32
 _TWO_M53 = 2.0 ** -53
@@ -128,8 +134,8 @@ class Generator:
     for tests only. Instances are thread-safe.
     """
 
-    def __init__(self, seed: int | bytes | None = None, *, _key: bytes | None = None,
-                 _seeded: bool | None = None) -> None:
+    def __init__(self, seed: int | bytes | None = None, *, simulate_noise: bool = False,
+                 _key: bytes | None = None, _seeded: bool | None = None) -> None:
         if _key is not None:
             self.seeded = bool(_seeded)
             key = _key
@@ -139,12 +145,19 @@ class Generator:
         else:
             self.seeded = True
             key = _seed_key(seed)
+        #: a seeded generator that DP noise may come from (:func:`noise_rng`): simulation only
+        self.simulate_noise = bool(simulate_noise) and self.seeded
         self._key = key
         self._pid = os.getpid()
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
-        return f"veil.random.Generator({'seeded' if self.seeded else 'secure'})"
+        return f"veil.random.Generator({self.kind})"
+
+    @property
+    def kind(self) -> str:
+        """"secure", "seeded", or "simulation" (seeded, with simulated DP noise)."""
+        return "simulation" if self.simulate_noise else "seeded" if self.seeded else "secure"
 
     # -- the stream ---------------------------------------------------------------
     def _stream(self, nbytes: int) -> np.ndarray:
@@ -194,7 +207,8 @@ class Generator:
     def spawn(self, n: int) -> list[Generator]:
         """``n`` independent child generators keyed from this stream (same mode)."""
         keys = self._stream(_KEY_BYTES * int(n)).reshape(int(n), _KEY_BYTES)
-        return [Generator(_key=k.tobytes(), _seeded=self.seeded) for k in keys]
+        return [Generator(_key=k.tobytes(), _seeded=self.seeded,
+                          simulate_noise=self.simulate_noise) for k in keys]
 
     # -- uniform -----------------------------------------------------------------
     def random(self, size: Size = None) -> Any:
@@ -486,6 +500,14 @@ def secure_rng() -> Generator:
             if _secure is None:
                 _secure = Generator()
     return _secure
+
+
+def noise_rng(rng: Any = None) -> Generator:
+    """The generator DP noise is drawn from in a protocol run: ``rng`` itself only when it
+    is a seeded generator made with ``simulate_noise=True``, else the secure generator."""
+    if isinstance(rng, Generator) and rng.simulate_noise:
+        return rng
+    return secure_rng()
 
 
 def default_rng(seed: int | bytes | None = None) -> Generator:

@@ -83,15 +83,42 @@ def test_a_running_pool_pickles_to_an_idle_one(keys):
     assert copy._thread is None and "idle" in repr(copy)
 
 
-def test_a_crt_pool_keeps_its_private_key_source(keys):
+def test_a_pickled_crt_pool_leaves_its_private_key_behind(keys):
+    """A pickled CRT pool carried the private key to wherever the pool went."""
     pk, sk = keys
     bare = paillier.PublicKey(pk.n)
     owner = paillier.PrivateKey(sk.p, sk.q, bare)
     pool = NoisePool(bare, capacity=3, private_key=owner)
-    copy = pickle.loads(pickle.dumps(pool))
+    blob = pickle.dumps(pool)
+    assert int(sk.p).to_bytes((int(sk.p).bit_length() + 7) // 8, "little") not in blob
+    copy = pickle.loads(blob)
+    assert copy._private_key is None
     copy.fill()
     c = bare.encrypt(np.array([11, -12]), pool=copy)
     assert list(owner.decrypt(c)) == [11, -12]
+
+
+def test_a_forked_child_never_reuses_the_parents_filled_pool(keys):
+    """A filled pool was reused by parent and child after fork()."""
+    import os
+
+    pk, _ = keys
+    pool = NoisePool(pk, capacity=4, rng=76)              # seeded, and filled before fork
+    pool.fill()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:                                          # the child: report and leave
+        try:
+            size = len(pool)
+            drawn = pool.take(1)[0]
+            os.write(write, f"{size} {int(drawn)}".encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    size, drawn = os.read(read, 100_000).decode().split()
+    os.waitpid(pid, 0)
+    assert int(size) == 0
+    assert int(drawn) not in {int(x) for x in pool.take(4)}
 
 
 def _pool_draws(pool):

@@ -19,7 +19,7 @@ def tkeys():
 
 def test_paillier_round_trips(pkeys):
     pk, sk = pkeys
-    pk2 = loads(dumps(pk))
+    pk2 = loads(dumps(pk), insecure_ok=True)
     assert pk2 == pk and pk2.noise_base == pk.noise_base and pk2.short_exponents
     sk2 = loads(dumps(sk), public_key=pk2)
     x = np.arange(-4, 8).reshape(3, 4)
@@ -30,14 +30,14 @@ def test_paillier_round_trips(pkeys):
     n = pk.encrypt(-9)
     assert sk2.decrypt(loads(dumps(n), public_key=pk2)) == -9
     full, _ = paillier.keygen(256, insecure_ok=True, rng=53)
-    assert not loads(dumps(full)).short_exponents
-    bare = loads(dumps(paillier.PublicKey(pk.n)))
+    assert not loads(dumps(full), insecure_ok=True).short_exponents
+    bare = loads(dumps(paillier.PublicKey(pk.n)), insecure_ok=True)
     assert bare.noise_base is None and bare != pk  # another noise mode: another key
 
 
 def test_threshold_round_trips(tkeys):
     tpk, shares = tkeys
-    tpk2 = loads(dumps(tpk))
+    tpk2 = loads(dumps(tpk), insecure_ok=True)
     assert tpk2 == tpk and tpk2.verification_keys == tpk.verification_keys
     assert tpk2.noise_base == tpk.noise_base is not None
     shares2 = [loads(dumps(s), public_key=tpk2) for s in shares]
@@ -53,12 +53,12 @@ def test_threshold_round_trips(tkeys):
 
 def test_multiplicative_round_trips():
     pk, sk = mult.rsa_keygen(512, insecure_ok=True, rng=54)
-    pk2 = loads(dumps(pk))
+    pk2 = loads(dumps(pk), insecure_ok=True)
     sk2 = loads(dumps(sk), public_key=pk2)
     assert sk2.decrypt(loads(dumps(pk.encrypt(77)), public_key=pk2)) == 77
     group = mult.ElGamalGroup.generate(128, rng=55)
     epk, esk = mult.elgamal_keygen(group=group, insecure_ok=True, rng=56)
-    epk2 = loads(dumps(epk))
+    epk2 = loads(dumps(epk), insecure_ok=True)
     esk2 = loads(dumps(esk), public_key=epk2)
     m = group.encode(5)
     assert esk2.decrypt(loads(dumps(epk.encrypt(m)), public_key=epk2)) == m
@@ -143,3 +143,22 @@ def test_blobs_are_versioned():
     assert blob[:4] == b"VCRY" and blob[4] == 2 and blob[5] == 1
     with pytest.raises(CryptoError, match="magic"):   # a version-1 blob
         loads(b"VEIL\x01" + blob[5:])
+
+
+def test_peer_keys_are_bounded_before_use(tkeys):
+    """A 100 kB threshold key blob made a 79 MiB table (no bound on parties); a 23-bit
+    ElGamal group and small RSA moduli were accepted from a peer."""
+    from veil._codec import Format  # noqa: F401 (the blob layout is veil's own)
+    from veil.crypto import multiplicative as mult
+
+    tpk, _ = tkeys
+    with pytest.raises(CryptoError, match="at least 2048"):
+        loads(dumps(tpk))                                  # a test-size key from a peer
+    small_rsa = mult.RSAPublicKey(2 ** 255 + 1 - 2, 65537)
+    with pytest.raises(CryptoError, match="at least 2048"):
+        loads(dumps(small_rsa))
+    with pytest.raises(CryptoError, match="at least 128"):
+        loads(dumps(mult.ElGamalPublicKey(mult.ElGamalGroup(23, 4), 9)), insecure_ok=True)
+    with pytest.raises(CryptoError, match="parties"):
+        threshold.ThresholdPublicKey(tpk.n, parties=threshold.MAX_PARTIES + 1, threshold=2,
+                                     v=tpk.v, verification_keys=[tpk.v] * 1001)

@@ -149,9 +149,10 @@ def test_the_audit_catches_a_run_that_claims_more_privacy_than_its_noise_gives(
 
 def test_resume_after_a_crash_gives_the_same_scores(digits_clients, tmp_path):
     def run(path, **kw):
+        # the same scores need the same noise: a labelled simulation (seeded noise)
         fed = Federation(digits_clients, SoftmaxRegression(), _dp(4.0, 5), 5, rng=2,
                          ledger=Ledger(4.0, DELTA, accountant="pld", path=path / "l.sqlite"),
-                         checkpoint=path / "ck.veil", **kw)
+                         checkpoint=path / "ck.veil", simulate_noise=True, **kw)
         return fed, add_canary_clients(fed, 100, norm=1.0, rng=7)
 
     (tmp_path / "a").mkdir()

@@ -46,6 +46,7 @@ dropout_stage = "decrypt"
 
 [run]
 seed = 5
+simulate_noise = true
 workers = {workers}
 """
 
@@ -70,7 +71,8 @@ def test_a_hybrid_run_in_worker_processes_matches_one_process(tmp_path, capsys):
         assert 0 < printed["summary"]["epsilon"] <= 4.0 + 1e-9
         assert json.loads((out / "run.json").read_text())["kind"] == "hybrid"
         finals.append(Checkpoint(out / "checkpoint.veil").load()["params"])
-    # the key differs between the runs (drawn securely), the noisy sums do not
+    # the key differs between the runs (drawn securely), the noisy sums do not (the run is
+    # a labelled simulation: its noise comes from the seed)
     np.testing.assert_array_equal(finals[0], finals[1])
 
 

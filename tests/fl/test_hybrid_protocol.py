@@ -105,7 +105,7 @@ def _noisy_sums(agg, agreement, repeats, seed, learner=None):
     mech = agreement.mechanism(query.shape)
     party = mech if agreement.party_noise else None
     server = None if agreement.party_noise else mech
-    gen = Generator(seed)
+    gen = Generator(seed, simulate_noise=True)   # reproducible noise: a test simulation
     return np.array([agg.aggregate(query, learner, party_noise=party, server_noise=server,
                                    rng=gen).values for _ in range(repeats)])
 

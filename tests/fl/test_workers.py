@@ -25,6 +25,7 @@ from veil.fl.strategies import DPFedAvg, FedAvg, Hybrid, SecAgg
 from veil.fl.strategies.base import PlainClient
 from veil.learn import LogisticRegression
 from veil.learn.queries import Query, QueryLearner, QueryShape
+from veil.random import Generator
 
 BITS = 256      # test keys (insecure_ok): the runtime does not depend on the size
 
@@ -63,8 +64,9 @@ _FAULTS = {
 
 def _run(make, faults, data, workers, seed=7):
     with LocalRuntime(faults, workers=workers) as runtime:
+        # the same results need the same noise: a labelled simulation (seeded noise)
         fed = Federation(data, LogisticRegression(), make(), 3, runtime=runtime, rng=seed,
-                         ledger=Ledger(1e4, 1e-3, accountant="rdp"))
+                         ledger=Ledger(1e4, 1e-3, accountant="rdp"), simulate_noise=True)
         return fed.run()
 
 
@@ -168,7 +170,8 @@ def test_hybrid_parties_fill_their_pools_and_clip_where_they_live(primes):
             assert runtime.call(agg.clients, _pool_size) == {i: 5 for i in range(4)}
             answers.append(agg.aggregate(query, learner,
                                          party_noise=agreement.mechanism(query.shape),
-                                         server_noise=None, rng=3))
+                                         server_noise=None,
+                                         rng=Generator(3, simulate_noise=True)))
             # one ciphertext each was encrypted with a pooled noise value
             assert runtime.call(agg.clients, _pool_size) == {i: 4 for i in range(4)}
     np.testing.assert_array_equal(answers[0].values, answers[1].values)

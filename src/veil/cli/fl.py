@@ -110,7 +110,8 @@ def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = F
 
         federation = Federation(clients, cfg.model(), strategy, rounds, test=test,
                                 runtime=runtime, checkpoint=checkpoint, rng=seed,
-                                on_progress=on_progress)
+                                on_progress=on_progress,
+                                simulate_noise=cfg["run"]["simulate_noise"])
         canaries = cfg.canaries(federation, rng=canary_seed)
         # the ledger file is created only once everything that can refuse the config has
         # run: a refused config leaves no trace that would block the next attempt

@@ -21,6 +21,12 @@ recompute it): authenticate blobs in transit separately. Version 1 blobs (magic
 Public and private parts are separate blobs. Private keys, key shares, ciphertexts and
 partial decryptions carry the 16-byte fingerprint of their public key and load only with
 ``public_key=`` that matches it.
+
+A public key usually comes from a peer, so its sizes are bounded before any work is done
+with it: moduli and groups of at least 2048 bits (``insecure_ok=True`` lowers the floor to
+128 bits, for tests), at most 16384 bits; a threshold key of at most
+:data:`veil.crypto.threshold.MAX_PARTIES` parties (its n! would otherwise grow without
+bound).
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from gmpy2 import mpz
 from veil._codec import Format
 from veil.crypto import multiplicative as mult
 from veil.crypto import paillier, threshold
+from veil.crypto.paillier.keys import MIN_INSECURE_BITS, MIN_SECURE_BITS
 from veil.errors import CryptoError
 
 __all__ = ["FORMAT", "VERSION", "dumps", "loads"]
@@ -182,7 +189,17 @@ def _need_key(fields: list[bytes], public_key: Any, kind: type, what: str) -> An
     return public_key
 
 
-def _decode(tag: int, f: list[bytes], public_key: Any) -> Any:
+def _check_size(bits: int, what: str, insecure_ok: bool) -> None:
+    floor = MIN_INSECURE_BITS if insecure_ok else MIN_SECURE_BITS
+    if bits < floor:
+        hint = "" if insecure_ok else " (smaller test keys only with insecure_ok=True)"
+        raise CryptoError(f"the {what} has {bits} bits; at least {floor} are allowed{hint}")
+
+
+def _decode(tag: int, f: list[bytes], public_key: Any, insecure_ok: bool) -> Any:
+    if tag in (1, 5, 8, 11):  # public keys: sizes first (module docstring)
+        _check_size(int(_to_int(f[0])).bit_length(), "public key's modulus or group",
+                    insecure_ok)
     if tag == 1:
         if f[2] not in (b"\x00", b"\x01"):
             raise CryptoError("malformed Paillier public key: bad exponent flag")
@@ -237,17 +254,20 @@ def _decode(tag: int, f: list[bytes], public_key: Any) -> Any:
 _FIELDS = {1: 3, 2: 3, 3: 2, 4: 3, 6: 3, 7: 7, 8: 2, 9: 3, 10: 2, 11: 3, 12: 2, 13: 3, 14: 3}
 
 
-def loads(data: bytes, *, public_key: Any = None) -> Any:
+def loads(data: bytes, *, public_key: Any = None, insecure_ok: bool = False) -> Any:
     """Rebuild an object from :func:`dumps` bytes; anything malformed raises CryptoError.
 
     ``public_key``: required for everything but public keys, and must match the blob's
-    key fingerprint.
+    key fingerprint. ``insecure_ok``: accept public keys under 2048 bits (tests only).
     """
     tag, fields = _unframe(data)
     expected = _FIELDS.get(tag)
     if tag == 5:
         ok = len(fields) >= 6 and len(fields[2]) <= 8 and \
             len(fields) == 5 + int(_to_int(fields[2]))
+        if ok and int(_to_int(fields[2])) > threshold.MAX_PARTIES:
+            raise CryptoError(f"malformed threshold key: {int(_to_int(fields[2]))} parties; "
+                              f"at most {threshold.MAX_PARTIES} are allowed")
     elif expected is None:
         raise CryptoError(f"unknown blob type tag {tag}")
     else:
@@ -256,7 +276,7 @@ def loads(data: bytes, *, public_key: Any = None) -> Any:
         raise CryptoError(f"malformed blob: wrong number of fields ({len(fields)}) for type "
                           f"tag {tag}")
     try:
-        return _decode(tag, fields, public_key)
+        return _decode(tag, fields, public_key, insecure_ok)
     except CryptoError:
         raise
     except (ValueError, TypeError) as exc:   # e.g. a ConfigError from a constructor

@@ -80,6 +80,9 @@ _CHALLENGE_BITS = 128
 _STAT_BITS = 128
 _BATCH_BYTES = 16          # 128-bit batching coefficients
 
+#: the most parties a threshold key may have (Delta = parties! is in every exponent)
+MAX_PARTIES = 1000
+
 
 def _int_bytes(x: int, width: int) -> bytes:
     return int(x).to_bytes(width, "big")
@@ -96,6 +99,8 @@ class ThresholdPublicKey(PublicKey):
                  verification_keys: Sequence[int], noise_base: int | None = None) -> None:
         super().__init__(n, noise_base=noise_base)
         self.parties = check_int(parties, "parties", low=1)
+        if self.parties > MAX_PARTIES:
+            raise CryptoError(f"parties={self.parties} is not allowed: 1 to {MAX_PARTIES}")
         self.threshold = check_int(threshold, "threshold", low=1, high=self.parties)
         if len(verification_keys) != self.parties:
             raise CryptoError(f"verification_keys has {len(verification_keys)} entries; "
@@ -360,7 +365,7 @@ def keygen(bits: int = 2048, parties: int = 3, threshold: int = 2, *,
     :mod:`veil.crypto.paillier` (full-length exponents), so parties encrypt fast.
     """
     bits = check_key_bits(bits, insecure_ok)
-    parties = check_int(parties, "parties", low=1, high=1000)
+    parties = check_int(parties, "parties", low=1, high=MAX_PARTIES)
     threshold = check_int(threshold, "threshold", low=1, high=parties)
     rng = check_rng(rng)
     if primes is None:

@@ -18,7 +18,9 @@ Sections and keys (every key optional unless marked; unknown sections or keys ar
     [faults]    dropout, dropout_stage, dropout_exact, crash, straggler, latency, slowdown,
                 deadline, duplicate, reorder, replay (see veil.fl.runtime.Faults)
     [audit]     canaries, norm, kind (dirac | gaussian), confidence
-    [run]       seed, out, workers (processes for the clients, veil.fl.runtime.workers), timeout
+    [run]       seed, out, workers (processes for the clients, veil.fl.runtime.workers), timeout,
+                simulate_noise (draw the DP noise from the seed: a labelled simulation whose
+                epsilon is not certified; results.json says so)
                 (seconds a worker may take to answer a stage)
 
 A ``[privacy]`` section makes the run differentially private: the noise multiplier is
@@ -94,7 +96,7 @@ SCHEMA: dict[str, dict[str, tuple[Any, Any]]] = {
     "audit": {"canaries": (int, 100), "norm": (_NUM, None), "kind": (str, "dirac"),
               "confidence": (_NUM, 0.95)},
     "run": {"seed": (int, None), "out": (str, None), "workers": (int, 1),
-            "timeout": (_NUM, 600.0)},
+            "timeout": (_NUM, 600.0), "simulate_noise": (bool, False)},
 }
 _REQUIRED = {("data", "dataset"), ("privacy", "epsilon"), ("hybrid", "trust")}
 _MODELS = ("logistic_regression", "softmax_regression", "linear_svm")

@@ -47,6 +47,9 @@ __all__ = ["Federation"]
 
 log = logging.getLogger(__name__)
 
+#: appended to the label of every charge of a run with simulated (seeded) DP noise
+SIMULATION = " (simulation: seeded noise, epsilon not certified)"
+
 
 class Federation:
     """A federated training run (see the module docstring).
@@ -72,7 +75,13 @@ class Federation:
         A file path: the run's state is saved there after every round.
     rng:
         None (secure randomness), an int seed (reproducible; tests and simulations) or a
-        veil.random.Generator.
+        veil.random.Generator. A seed reproduces the sampling, training and faults; keys,
+        masks and nonces always come from the CSPRNG, and so does DP noise unless
+        ``simulate_noise=True``.
+    simulate_noise:
+        Draw the DP noise from the seed too (reproducible runs for research and tests): a
+        labelled simulation whose epsilon is not certified -- every charge, the history and
+        the run's files say so. Needs an int seed.
     classes:
         The label set (default: every label seen in the clients' and test data).
     on_progress:
@@ -89,7 +98,8 @@ class Federation:
                  ledger: Ledger | None = None, runtime: LocalRuntime | None = None,
                  checkpoint: str | os.PathLike | None = None, rng: RngLike = None,
                  classes: Sequence[Any] | None = None,
-                 on_progress: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 on_progress: Callable[[dict[str, Any]], None] | None = None,
+                 simulate_noise: bool = False) -> None:
         if not isinstance(strategy, Strategy):
             raise ConfigError(f"strategy={strategy!r} is not allowed: expected a veil.fl "
                               "strategy (FedAvg, FedProx, DPFedAvg, SecAgg, ...)")
@@ -122,10 +132,14 @@ class Federation:
         self.on_progress = on_progress
         self.observers: list[Any] = []
         self._seed = rng if isinstance(rng, int) and not isinstance(rng, bool) else None
+        if simulate_noise and self._seed is None:
+            raise ConfigError("simulate_noise=True is not allowed without an int seed (rng=): "
+                              "the simulation draws its DP noise from the seed")
+        self.simulate_noise = bool(simulate_noise)
         self._rng = None if self._seed is not None else check_rng(rng)
         self.fingerprint = _fingerprint(data, self.initial_params.size, strategy)
         self.params = self.initial_params.copy()
-        self.history = History()
+        self.history = History(simulated_noise=self.simulate_noise)
         self._next_round = 0
 
     # -- the run ----------------------------------------------------------------------------
@@ -143,7 +157,8 @@ class Federation:
                     raise ConfigError("this strategy is differentially private: pass "
                                       "ledger=veil.dp.Ledger(epsilon, delta, ...) to charge "
                                       "its rounds to")
-                self.ledger.charge(event, label=f"fl round {t}")
+                label = f"fl round {t}" + (SIMULATION if self.simulate_noise else "")
+                self.ledger.charge(event, label=label)
             server = self.strategy.server(t, self.params, sampled, rng)
             report = self.runtime.run_round(server, self.clients, rng)
             self._apply(report)
@@ -163,7 +178,7 @@ class Federation:
     def _round_rng(self, t: int) -> Generator:
         if self._seed is not None:
             material = self._seed.to_bytes(16, "big", signed=True) + t.to_bytes(8, "big")
-            return Generator(b"veil.fl round " + material)
+            return Generator(b"veil.fl round " + material, simulate_noise=self.simulate_noise)
         return self._rng.spawn(1)[0]
 
     def _apply(self, report: RoundReport) -> None:

@@ -28,6 +28,8 @@ class History:
 
     rounds: list[dict[str, Any]] = field(default_factory=list)
     params: np.ndarray | None = None
+    #: the DP noise came from the seed: a simulation, its epsilon not certified
+    simulated_noise: bool = False
 
     def metric(self, name: str) -> list[Any]:
         """One metric across rounds (None where absent)."""
@@ -44,6 +46,9 @@ class History:
             "bytes": sum(r.get("bytes_up", 0) + r.get("bytes_down", 0) for r in self.rounds),
             "time": sum(r.get("time", 0.0) for r in self.rounds),
         }
+        if self.simulated_noise:
+            summary["epsilon_certified"] = False
+            summary["note"] = "simulation: DP noise drawn from the seed; epsilon not certified"
         return to_jsonable({"summary": summary, "rounds": self.rounds,
                        "params": None if self.params is None else self.params})
 

@@ -4,7 +4,9 @@ handed out once each (see :mod:`veil.crypto.paillier`, "Noise")."""
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -32,8 +34,10 @@ class NoisePool:
     thread runs in parallel with the encrypting thread for r^n and CRT noise (GMP's
     batched exponentiation releases the GIL); fixed-base noise is computed in Python and
     shares the interpreter with it. Pickling a pool (e.g. with its owner, to another
-    process) gives a new, empty pool for the same key with its own OS-seeded generator:
-    values are never copied, so none can be used in two places.
+    process) gives a new, empty pool for the same key with its own OS-seeded generator
+    and without the private key (a CRT pool never carries it): values are never copied,
+    so none can be used in two places. After ``fork()`` the child's copy of every pool is
+    emptied and given an OS-seeded generator likewise, whatever generator the parent's had.
     """
 
     def __init__(self, public_key: PublicKey, *, capacity: int = 4096,
@@ -55,6 +59,14 @@ class NoisePool:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        _POOLS.add(self)
+
+    def _forked(self) -> None:
+        """In a child after fork(): no value or generator state shared with the parent."""
+        self._values = deque()
+        self._rng = check_rng(None)
+        self._thread = None
+        self._stop, self._wake = threading.Event(), threading.Event()
 
     def __len__(self) -> int:
         return len(self._values)
@@ -63,7 +75,7 @@ class NoisePool:
         # A pickled pool is a new, empty pool for the same key: the unused values stay in
         # this one, and the copy computes its own with its own OS-seeded generator, so no
         # noise value -- nor a generator state that would repeat one -- is in two places.
-        return (_empty_pool, (self.public_key, self.capacity, self._private_key))
+        return (_empty_pool, (self.public_key, self.capacity))
 
     def __repr__(self) -> str:
         state = "running" if self._thread is not None else "idle"
@@ -122,7 +134,12 @@ class NoisePool:
             self._values.extend(self._source(min(missing, 16), rng=self._rng))
 
 
-def _empty_pool(public_key: PublicKey, capacity: int,
-                private_key: PrivateKey | None) -> NoisePool:
+def _empty_pool(public_key: PublicKey, capacity: int) -> NoisePool:
     """What a pickled :class:`NoisePool` becomes: an empty pool with a secure generator."""
-    return NoisePool(public_key, capacity=capacity, private_key=private_key)
+    return NoisePool(public_key, capacity=capacity)
+
+
+#: every live pool, emptied in a child process after fork()
+_POOLS: weakref.WeakSet[NoisePool] = weakref.WeakSet()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=lambda: [pool._forked() for pool in list(_POOLS)])

@@ -82,7 +82,7 @@ from veil.fl.hybrid.grid import contribute, decode, noise_std, query_noise, valu
 from veil.fl.messages import Message, encode
 from veil.fl.protocol import ClientProtocol, RoundResult, ServerRound
 from veil.learn.queries import Query, QueryAnswer, QueryLearner, QueryShape
-from veil.random import Generator, RngLike, check_rng
+from veil.random import Generator, RngLike, check_rng, noise_rng
 
 __all__ = ["Agreement", "HybridKeys", "deal_keys", "HybridServer", "HybridClient",
            "QueryEncoding", "make_identities"]
@@ -387,7 +387,7 @@ class HybridServer(ServerRound):
             mech = self.encoding.mechanism
             if mech is not None and not self.agreement.party_noise:   # central DP
                 noise, _ = contribute(self.query.shape, np.zeros(self.query.shape.size), mech,
-                                      self.rng)
+                                      noise_rng(self.rng))
                 total += noise.astype(object)
             return self._finished(total)
         self.signed = {c: [answers[c][1], answers[c][2]] for c in self.answered}
@@ -513,7 +513,7 @@ class HybridClient(ClientProtocol):
             self.ledger.charge(encoding.mechanism.event, label=f"query {query.name}")
         self.answered += 1
         answer, records = self.learner.answer(query, self.X, self.y)
-        ints, over = contribute(query.shape, answer, encoding.mechanism, rng,
+        ints, over = contribute(query.shape, answer, encoding.mechanism, noise_rng(rng),
                                 noisy=self.agreement.party_noise)
         self.records_clipped += records
         if over:

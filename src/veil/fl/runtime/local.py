@@ -297,7 +297,7 @@ class LocalRuntime:
         f = self.faults
         arrivals: list[tuple[float, bytes]] = []
         late: list[bytes] = []
-        served = self._execute(deliveries, clients, rng.seeded)
+        served = self._execute(deliveries, clients, rng.kind)
         for (cid, _, _), (answers, cpu, error) in zip(deliveries, served):
             report.client_cpu[cid] += cpu
             if error is not None:
@@ -323,11 +323,11 @@ class LocalRuntime:
         return arrivals, late
 
     def _execute(self, deliveries: list[tuple[int, bytes, bytes]],
-                 clients: dict[int, ClientProtocol], seeded: bool) -> list[Served]:
+                 clients: dict[int, ClientProtocol], kind: str) -> list[Served]:
         """Each delivery's (answers, CPU seconds, error), in the order of ``deliveries``."""
         if self._processes is None:
-            return [serve(clients[cid], data, seed, seeded) for cid, data, seed in deliveries]
-        return self._processes.deliver(deliveries, seeded)
+            return [serve(clients[cid], data, seed, kind) for cid, data, seed in deliveries]
+        return self._processes.deliver(deliveries, kind)
 
     def _receive(self, server: ServerRound, arrivals: list[tuple[float, bytes]],
                  rng: Generator, report: RoundReport) -> None:

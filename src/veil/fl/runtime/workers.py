@@ -71,12 +71,13 @@ Served = tuple[list[bytes], float, str | None]
 THREADS = 64
 
 
-def serve(client: ClientProtocol, data: bytes, seed: bytes, seeded: bool,
+def serve(client: ClientProtocol, data: bytes, seed: bytes, kind: str,
           clock: Callable[[], float] = time.process_time) -> Served:
     """Run one request (``data``, a serialized message) on ``client`` with randomness
     from ``seed``: its answers as bytes, the CPU seconds it took, and why it gave none
     (a :class:`~veil.errors.VeilError` from the client: it refused or failed)."""
-    rng = Generator(seed) if seeded else Generator()
+    rng = Generator() if kind == "secure" else Generator(
+        seed, simulate_noise=kind == "simulation")
     start = clock()
     try:
         answers = client.handle(Message.from_bytes(data), rng)
@@ -126,7 +127,7 @@ def _main(conn: Connection, inherited: list[Connection]) -> None:
 
 
 def _serve_batch(clients: dict[int, ClientProtocol], batch: list[tuple[int, bytes, bytes]],
-                 seeded: bool) -> list[Served]:
+                 kind: str) -> list[Served]:
     """Serve ``batch`` (one thread per client, each client's requests in order)."""
     out: list[Any] = [None] * len(batch)
     groups: dict[int, list[int]] = defaultdict(list)
@@ -136,7 +137,7 @@ def _serve_batch(clients: dict[int, ClientProtocol], batch: list[tuple[int, byte
     def run(indices: list[int]) -> None:
         for i in indices:
             cid, data, seed = batch[i]
-            out[i] = serve(clients[cid], data, seed, seeded, time.thread_time)
+            out[i] = serve(clients[cid], data, seed, kind, time.thread_time)
 
     with ThreadPoolExecutor(min(len(groups), THREADS) or 1,
                             thread_name_prefix="veil-fl-client") as threads:
@@ -226,12 +227,12 @@ class Workers:
 
     # -- work ------------------------------------------------------------------------------
     def deliver(self, deliveries: Sequence[tuple[int, bytes, bytes]],
-                seeded: bool) -> list[Served]:
+                kind: str) -> list[Served]:
         """Serve ``(client id, request bytes, seed)`` deliveries; results in their order."""
         batches: dict[int, list[tuple[int, bytes, bytes]]] = defaultdict(list)
         for delivery in deliveries:
             batches[self._home[delivery[0]]].append(delivery)
-        replies = self._exchange({w: ("deliver", (batch, seeded))
+        replies = self._exchange({w: ("deliver", (batch, kind))
                                   for w, batch in batches.items()})
         results = {w: iter(reply) for w, reply in replies.items()}
         return [next(results[self._home[cid]]) for cid, _, _ in deliveries]

@@ -63,7 +63,7 @@ from veil.fl.secagg.ring import (
     ring_dtype,
 )
 from veil.fl.trainer import LocalTrainer
-from veil.random import Generator
+from veil.random import Generator, noise_rng, secure_rng
 
 if TYPE_CHECKING:
     from veil.fl.strategies.base import UpdateStrategy
@@ -315,7 +315,8 @@ class SecAggClient(ClientProtocol):
         self._plan = check_plan(msg, own, self._neighbours)
         self._sampled = sampled
         self._config = msg.get("config", dict)
-        self._c_sk, self._s_sk = rng.bytes(KEY), rng.bytes(KEY)
+        keys = secure_rng()  # never the run's seed: see veil.random
+        self._c_sk, self._s_sk = keys.bytes(KEY), keys.bytes(KEY)
         return [self.reply(msg, c_pk=public_key(self._c_sk), s_pk=public_key(self._s_sk))]
 
     def _on_share_keys(self, msg: Message, rng: Generator) -> list[Message]:
@@ -328,10 +329,11 @@ class SecAggClient(ClientProtocol):
             raise ProtocolError(f"client {self.client_id}: {len(keys)} neighbours alive, "
                                 f"threshold {t}: aborting")
         self._keys = keys
-        self._b = rng.bytes(KEY)
+        secure = secure_rng()  # self-mask seed and share polynomials: never the run's seed
+        self._b = secure.bytes(KEY)
         holders = sorted(keys)
-        s_shares = split_bytes(self._s_sk, len(holders), t, rng=rng)
-        b_shares = split_bytes(self._b, len(holders), t, rng=rng)
+        s_shares = split_bytes(self._s_sk, len(holders), t, rng=secure)
+        b_shares = split_bytes(self._b, len(holders), t, rng=secure)
         out = {}
         for x, j in enumerate(holders):
             key = agree(self._c_sk, keys[j][0], channel_info(msg.round, self.client_id, j))
@@ -358,7 +360,7 @@ class SecAggClient(ClientProtocol):
                                 f"{len(self._held)} neighbours, threshold {plan.threshold}: "
                                 "aborting")
         update = self.strategy.client_update(self.trainer, params, self._config, rng)
-        y = encode_update(update.delta, update.weight, update.extras, plan, rng)
+        y = encode_update(update.delta, update.weight, update.extras, plan, noise_rng(rng))
         y += prg(self._b, y.size, plan.bits, plan.prg)
         for j in sorted(self._held):
             mask = prg(agree(self._s_sk, self._keys[j][1],

@@ -70,7 +70,7 @@ from veil.errors import ConfigError, ProtocolError
 from veil.fl.protocol import Aggregate, ClientUpdate
 from veil.fl.strategies.base import StrategyWrapper, UpdateStrategy, config_value
 from veil.fl.trainer import LocalTrainer
-from veil.random import Generator
+from veil.random import Generator, noise_rng
 
 __all__ = ["DPFedAvg", "DistributedNoise"]
 
@@ -230,12 +230,12 @@ class DPFedAvg(StrategyWrapper):
         if self.noise == "central":
             # the quantization of secure aggregation may add l2_slack to each update's norm
             std = self._delta_multiplier() * (clip + total.l2_slack)
-            noisy = _gaussian(noisy, std, rng)
+            noisy = _gaussian(noisy, std, noise_rng(rng))
         new = params + self.server_learning_rate * noisy / self._expected
         if self.adaptive:
             count = total.extras[_UNCLIPPED]
             if self.noise == "central":
-                count = float(_gaussian(count, self._count_stddev(), rng))
+                count = float(_gaussian(count, self._count_stddev(), noise_rng(rng)))
             unclipped = count / self._expected + 0.5
             self.clip_norm_ = clip * math.exp(
                 -self.clip_learning_rate * (unclipped - self.target_quantile))
@@ -263,6 +263,6 @@ class DPFedAvg(StrategyWrapper):
                     f"{mine:g} (noise_multiplier={self.noise_multiplier:g}): refused")
         delta, clipped = clip_l2(update.delta, clip)
         if self.noise == "local":
-            delta = _gaussian(delta, std, rng)
+            delta = _gaussian(delta, std, noise_rng(rng))
         extras = {_UNCLIPPED: 0.5 - clipped} if self.adaptive else {}
         return ClientUpdate(delta, 1.0, extras)
