@@ -128,7 +128,9 @@ class ThresholdPublicKey(PublicKey):
     """A Paillier public key whose decryption needs ``threshold`` of ``parties`` key shares.
 
     Encrypt and compute with it like any :class:`~veil.crypto.paillier.PublicKey`; decrypt
-    with :meth:`combine` on partial decryptions from the key shares.
+    with :meth:`combine` on partial decryptions from the key shares. ``verification_keys``
+    v_i = v^(Delta s_i) mod n^2 check DJ partial decryptions, ``root_keys``
+    v'_i = (v mod n)^(Delta s'_i) mod n root ones (None: a key dealt without root shares).
     """
 
     def __init__(self, n: int, *, parties: int, threshold: int, v: int,
