@@ -45,6 +45,7 @@ only) encrypting one party's values one per ciphertext on a key of the same size
     python benchmarks/bench_hybrid.py              # 2048-bit keys (about 3 minutes)
     python benchmarks/bench_hybrid.py --quick      # 1024-bit keys, 2,000 parameters
     python benchmarks/bench_hybrid.py --workers 2,10   # also one process per party
+    python benchmarks/bench_hybrid.py --runtime-only --workers 1,2   # the runtime rows alone
 """
 
 from __future__ import annotations
@@ -244,6 +245,8 @@ def main() -> None:
                     help="worker processes for the runtime rows (comma-separated)")
     ap.add_argument("--runtime-rounds", type=int, default=3,
                     help="rounds per multi-process runtime row")
+    ap.add_argument("--runtime-only", action="store_true",
+                    help="only the rounds through the runtime (--workers rows)")
     args = ap.parse_args()
     if args.quick:
         args.bits, args.params = 1024, 2_000
@@ -255,6 +258,14 @@ def main() -> None:
     print(f"threshold Paillier {args.bits}-bit, {keys.public_key.threshold}-of-{PARTIES} "
           f"(t = {TRUST}): keys dealt in {time.perf_counter() - t0:.1f} s")
     rows = []
+    if args.runtime_only:
+        data = _data("synthetic", args.params, gen)
+        model = _model("synthetic", data)
+        runtime = {"online": float("nan"), "machine": float("nan"), "params": model.n_params_}
+        for w in (int(x) for x in args.workers.split(",")):
+            runtime[w] = runtime_rounds(keys, data, model, 5.0, w, args.runtime_rounds)
+        _print_runtime(runtime, args.bits)
+        return
     for kind, label in (("adult", "Adult logistic regression"),
                         ("synthetic", f"{args.params:,}-parameter softmax regression")):
         data = _data(kind, args.params, gen)
