@@ -45,6 +45,7 @@ only) encrypting one party's values one per ciphertext on a key of the same size
     python benchmarks/bench_hybrid.py              # 2048-bit keys (about 3 minutes)
     python benchmarks/bench_hybrid.py --quick      # 1024-bit keys, 2,000 parameters
     python benchmarks/bench_hybrid.py --workers 2,10   # also one process per party
+    python benchmarks/bench_hybrid.py --runtime-only --workers 1,2   # the runtime rows alone
 """
 
 from __future__ import annotations
@@ -81,9 +82,12 @@ PARTIES, TRUST = 10, 5
 MAX_RECORDS = 2 ** 12          # public bound on one party's records (sets the slot width)
 
 
-def _cpu(fn, *args):
+DECRYPT: dict[int, tuple[float, float, float]] = {}   # values -> (root, DJ, aggregator) s
+
+
+def _cpu(fn, *args, **kwargs):
     start = time.process_time()
-    out = fn(*args)
+    out = fn(*args, **kwargs)
     return out, time.process_time() - start
 
 
@@ -155,6 +159,9 @@ def hybrid_round(keys, data, model, *, packed: bool, z: float, values: int | Non
         server_cpu += cpu
     online = max(party_cpu["answer"]) + max(party_cpu["decrypt"]) + server_cpu
     machine = sum(party_cpu["answer"]) + sum(party_cpu["decrypt"]) + server_cpu
+    if values is None and packed:
+        _, dj = _cpu(keys.shares[0].partial_decrypt, server.total, method="dj")
+        DECRYPT[query.shape.size] = (max(party_cpu["decrypt"]), dj, server_cpu)
     return online, machine, up, down, count
 
 
@@ -247,6 +254,8 @@ def main() -> None:
                     help="worker processes for the runtime rows (comma-separated)")
     ap.add_argument("--runtime-rounds", type=int, default=3,
                     help="rounds per multi-process runtime row")
+    ap.add_argument("--runtime-only", action="store_true",
+                    help="only the rounds through the runtime (--workers rows)")
     args = ap.parse_args()
     if args.quick:
         args.bits, args.params = 1024, 2_000
@@ -258,6 +267,14 @@ def main() -> None:
     print(f"threshold Paillier {args.bits}-bit, {keys.public_key.threshold}-of-{PARTIES} "
           f"(t = {TRUST}): keys dealt in {time.perf_counter() - t0:.1f} s")
     rows = []
+    if args.runtime_only:
+        data = _data("synthetic", args.params, gen)
+        model = _model("synthetic", data)
+        runtime = {"online": float("nan"), "machine": float("nan"), "params": model.n_params_}
+        for w in (int(x) for x in args.workers.split(",")):
+            runtime[w] = runtime_rounds(keys, data, model, 5.0, w, args.runtime_rounds)
+        _print_runtime(runtime, args.bits)
+        return
     for kind, label in (("adult", "Adult logistic regression"),
                         ("synthetic", f"{args.params:,}-parameter softmax regression")):
         data = _data(kind, args.params, gen)
@@ -282,6 +299,7 @@ def main() -> None:
     for w in (int(x) for x in args.workers.split(",")):
         runtime[w] = runtime_rounds(keys, data, model, z, w, args.runtime_rounds)
     _print(rows, args.bits)
+    _print_decrypt(rows)
     _print_runtime(runtime, args.bits)
 
 
@@ -331,6 +349,17 @@ def _print(rows, bits):
         fresh, pooled = r["encrypt"]
         print(f"{r['model']} | {r['values']:,} | {fresh:.3f} s | {pooled:.4f} s | "
               f"{r['phe']:.2f} s{' (scaled)' if r['scaled'] else ''} | {r['phe'] / fresh:.0f}x")
+
+
+def _print_decrypt(rows):
+    print("\nOne party's partial decryption of the aggregate (slowest of the round; CPU s) with "
+          "root decryption (veil's hybrid) and with Damgard-Jurik's c^(2 Delta s_i) mod n^2 on the "
+          "same ciphertexts; the aggregator's CPU for the whole round")
+    print("model | ciphertexts | root | Damgard-Jurik | DJ / root | aggregator")
+    for r in rows:
+        root, dj, server = DECRYPT[r["values"]]
+        print(f"{r['model']} | {r['ciphertexts']} | {root:.3f} s | {dj:.3f} s | "
+              f"{dj / root:.1f}x | {server:.3f} s")
 
 
 def _print_runtime(r, bits):

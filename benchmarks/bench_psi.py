@@ -15,6 +15,7 @@ overlapping) are given to both. Two settings:
 
     python benchmarks/bench_psi.py                 # 10,000 x 10,000 identifiers
     python benchmarks/bench_psi.py --size 2000 --repeats 1
+    python benchmarks/bench_psi.py --million       # also 1M x 1M, time and bytes (minutes)
 """
 
 from __future__ import annotations
@@ -72,7 +73,31 @@ def veil_sender(items, n_receiver, conn, result, ready, go):
     result.send((None, time.process_time() - cpu))
 
 
+def veil_bytes(receiver, sender):
+    """One process; (intersection size, bytes on the wire: setup + request + response)."""
+    from veil.crypto import psi
+
+    r, s = psi.PSIReceiver(receiver), psi.PSISender(sender)
+    setup = s.setup()
+    r.receive_setup(setup)
+    request = r.request()
+    response = s.respond(request)
+    return len(r.finish(response)), len(setup) + len(request) + len(response)
+
+
 # -- openmined-psi ------------------------------------------------------------------------------
+def om_bytes(receiver, sender):
+    import private_set_intersection.python as om
+
+    client = om.client.CreateWithNewKey(True)
+    server = om.server.CreateWithNewKey(True)
+    setup = server.CreateSetupMessage(0.0, len(receiver), sender, om.DataStructure.RAW)
+    request = client.CreateRequest(receiver)
+    response = server.ProcessRequest(request)
+    sizes = (len(m.SerializeToString()) for m in (setup, request, response))
+    return len(client.GetIntersection(setup, response)), sum(sizes)
+
+
 def om_one_process(receiver, sender):
     import private_set_intersection.python as om
 
@@ -151,6 +176,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", type=int, default=10_000, help="identifiers per party")
     ap.add_argument("--repeats", type=int, default=3, help="best of this many runs")
+    ap.add_argument("--million", action="store_true",
+                    help="also 1,000,000 x 1,000,000 once, one process (several minutes)")
     args = ap.parse_args()
     receiver, sender = sets(args.size)
     expected = len(set(receiver) & set(sender))
@@ -177,6 +204,23 @@ def main() -> int:
     print("two processes, CPU seconds of (receiver, sender): veil "
           f"({cpu['veil'][0]:.3f}, {cpu['veil'][1]:.3f}), openmined-psi "
           f"({cpu['om'][0]:.3f}, {cpu['om'][1]:.3f})")
+    sizes = [args.size] + ([1_000_000] if args.million else [])
+    print("\none process, one run each: wall s / CPU s / bytes on the wire (setup + request "
+          "+ response)")
+    print("| identifiers per party | veil | openmined-psi | openmined / veil (time, bytes) |")
+    print("| ---: | --- | --- | --- |")
+    for size in sizes:
+        receiver, sender = sets(size)
+        expected = len(set(receiver) & set(sender))
+        runs = []
+        for fn in (veil_bytes, om_bytes):
+            wall, cpu0 = time.perf_counter(), time.process_time()
+            count, size_bytes = fn(receiver, sender)
+            assert count == expected
+            runs.append((time.perf_counter() - wall, time.process_time() - cpu0, size_bytes))
+        (w1, c1, b1), (w2, c2, b2) = runs
+        print(f"| {size:,} | {w1:.2f} / {c1:.2f} / {b1 / 1e6:.1f} MB | {w2:.2f} / {c2:.2f} / "
+              f"{b2 / 1e6:.1f} MB | {w2 / w1:.2f}x, {b2 / b1:.2f}x |", flush=True)
     return 0
 
 

@@ -93,6 +93,82 @@ def test_shamir_detects_inconsistent_share():
     assert sharing.shamir_reconstruct([shares[0], shares[1], forged]).tolist() != list(range(6))
 
 
+def _lagrange_at(xs, ys, at):
+    """The textbook formula, one Python integer at a time: sum_j y_j prod_{m != j}
+    (at - x_m) / (x_j - x_m) mod p."""
+    total = 0
+    for j, xj in enumerate(xs):
+        num = den = 1
+        for m, xm in enumerate(xs):
+            if m != j:
+                num, den = num * (at - xm) % PRIME, den * (xj - xm) % PRIME
+        total += ys[j] * num * pow(den, -1, PRIME)
+    return total % PRIME
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 12), st.integers(0, 6), st.integers(0, 4), st.booleans(),
+       st.integers(0, 2**32))
+def test_vectorized_reconstruction_equals_scalar_formula(t, beyond, size, large_x, seed):
+    # Random points (small, or anywhere in GF(p)) on a random polynomial of degree < t: the
+    # secret and the weight matrix are the scalar formula through the first t points, and
+    # an extra point moved off the polynomial is named.
+    rng = np.random.default_rng(seed)
+    n = t + beyond
+    pool = rng.integers(1, PRIME, 4 * n) if large_x else np.arange(1, 3 * n + 2)
+    xs = [int(x) for x in rng.permutation(np.unique(pool))[:n]]
+    coeffs = rng.integers(0, PRIME, (t, size), dtype=np.uint64)
+    ys = [[sum(int(c) * pow(x, k, PRIME) for k, c in enumerate(coeffs[:, i])) % PRIME
+           for i in range(size)] for x in xs]
+    tag = bytes(16)
+    shares = [ShamirShare(x, t, np.array(y, dtype=np.uint64).reshape(size), tag) for x, y in
+              zip(xs, ys)]
+    expected = [_lagrange_at(xs[:t], [y[i] for y in ys[:t]], 0) for i in range(size)]
+    assert sharing.shamir_reconstruct(shares).tolist() == expected == coeffs[0].tolist()
+    weights = sharing._lagrange(tuple(xs[:t]), (0, *xs[t:]))
+    for e, at in enumerate((0, *xs[t:])):
+        for j in range(t):
+            unit = [int(j == m) for m in range(t)]
+            assert int(weights[e, j]) == _lagrange_at(xs[:t], unit, at)
+    if beyond and size:
+        k = int(rng.integers(t, n))
+        i = int(rng.integers(size))
+        bad = shares[k].values.copy()
+        bad[i] = (int(bad[i]) + int(rng.integers(1, PRIME))) % PRIME
+        shares[k] = ShamirShare(xs[k], t, bad, tag)
+        with pytest.raises(CryptoError, match=f"x={xs[k]} is not on the polynomial"):
+            sharing.shamir_reconstruct(shares)
+
+
+def test_field_matrix_product_is_exact():
+    # Several column chunks (about 2^20 products each) and the extreme field elements.
+    rng = np.random.default_rng(5)
+    w = rng.integers(0, PRIME, (3, 40), dtype=np.uint64)
+    w[0] = PRIME - 1
+    y = rng.integers(0, PRIME, (40, 20000), dtype=np.uint64)
+    y[:, 0] = PRIME - 1
+    got = sharing._dot(w, y)
+    cols = [0, 1, 8737, 8738, 19999]
+    for r in range(3):
+        for c in cols:
+            assert int(got[r, c]) == sum(int(a) * int(b) for a, b in zip(w[r], y[:, c])) % PRIME
+
+
+def test_reconstruction_uses_the_first_t_shares_and_names_a_bad_one():
+    # 90 holders, threshold 50 (SecAgg's complete graph with 100 clients): a corrupted
+    # share in the base shifts the polynomial, so the first extra share is named.
+    shares = sharing.split_bytes(bytes(range(32)), 90, 50, rng=6)
+    assert sharing.combine_bytes(shares[::-1]) == bytes(range(32))
+    bad = shares[10].values.copy()
+    bad[2] ^= np.uint64(1)
+    forged = ShamirShare(11, 50, bad, shares[10].tag, 32)
+    with pytest.raises(CryptoError, match="x=51 is not on the polynomial"):
+        sharing.combine_bytes([*shares[:10], forged, *shares[11:]])
+    too_big = ShamirShare(11, 50, np.full(5, PRIME, dtype=np.uint64), shares[10].tag, 32)
+    with pytest.raises(CryptoError, match=r"shares\[10\] holds values outside"):
+        sharing.combine_bytes([*shares[:10], too_big, *shares[11:]])
+
+
 def test_shamir_rejects_mixed_dealings_and_duplicates():
     a = sharing.shamir_share(np.array([1, 2]), 4, 2, rng=3)
     b = sharing.shamir_share(np.array([1, 2]), 4, 2, rng=4)

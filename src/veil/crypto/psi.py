@@ -85,21 +85,18 @@ def hash_to_curve(items: Iterable[bytes], dst: bytes = DST) -> list[bytes]:
     the 32-byte little-endian u-coordinate of ``map_to_curve_elligator2(hash_to_field(item))``.
     """
     start, tail0, tail1 = _xmd_prefix(dst)
+    sha512, mpz, invert, legendre = hashlib.sha512, gmpy2.mpz, gmpy2.invert, gmpy2.legendre
+    p, a, minus_a = _P, _A, _P - _A
     out = []
     for msg in items:
         h = start.copy()
-        h.update(msg)
-        h.update(tail0)
-        b0 = h.digest()
-        b1 = hashlib.sha512(b0 + tail1).digest()
-        u = gmpy2.mpz(int.from_bytes(b1[:48], "big")) % _P
-        tv = (1 + 2 * u * u) % _P
-        x = (-_A * gmpy2.invert(tv, _P)) % _P if tv else _P - _A
-        if not x:
-            x = _P - _A
-        if gmpy2.legendre((x * x * x + _A * x * x + x) % _P, _P) < 0:
-            x = (_P - x - _A) % _P
-        out.append(int(x).to_bytes(_POINT, "little"))
+        h.update(msg + tail0)
+        u = mpz(int.from_bytes(sha512(h.digest() + tail1).digest()[:48], "big"))
+        # 1 + 2 u^2 is never 0: -1/2 is not a square mod p (p = 5 mod 8), so inv0 = invert
+        x = minus_a * invert(1 + 2 * u * u, p) % p or minus_a
+        if legendre(x * (x * (x + a) + 1), p) < 0:    # g(x) = x^3 + A x^2 + x
+            x = (minus_a - x) % p                     # -x - A
+        out.append(x.to_bytes(_POINT, "little"))
     return out
 
 

@@ -139,7 +139,8 @@ def _noise(pk: paillier.PublicKey) -> bytes:
 def _encode(obj: Any) -> list[bytes]:
     if isinstance(obj, threshold.ThresholdPublicKey):
         return [_int(obj.n), _noise(obj), _int(obj.parties), _int(obj.threshold), _int(obj.v),
-                *(_int(vk) for vk in obj.verification_keys)]
+                *(_int(vk) for vk in obj.verification_keys),
+                *(_int(rk) for rk in obj.root_keys or ())]
     if isinstance(obj, paillier.PublicKey):
         return [_int(obj.n), _noise(obj), bytes([obj.short_exponents])]
     if isinstance(obj, paillier.PrivateKey):
@@ -149,11 +150,13 @@ def _encode(obj: Any) -> list[bytes]:
     if isinstance(obj, paillier.EncryptedArray):
         return [obj.public_key.fingerprint, *_residues(obj.ciphertexts, _width(obj.public_key))]
     if isinstance(obj, threshold.KeyShare):
-        return [obj.public_key.fingerprint, _int(obj.index), _int(obj._share)]
+        return [obj.public_key.fingerprint, _int(obj.index), _int(obj._share),
+                *(() if obj._root is None else (_int(obj._root),))]
     if isinstance(obj, threshold.PartialDecryption):
         e, z = obj.proof
         return [obj.public_key.fingerprint, _int(obj.party), obj.ciphertext_digest,
-                *_residues(obj.values, _width(obj.public_key)), _int(e), _int(z)]
+                *_residues(obj.values, _width(obj.public_key)), _int(e), _int(z),
+                *(() if obj.method == "dj" else (obj.method.encode(),))]
     if isinstance(obj, mult.RSAPublicKey):
         return [_int(obj.n), _int(obj.e)]
     if isinstance(obj, mult.RSAPrivateKey):
@@ -217,12 +220,16 @@ def _decode(tag: int, f: list[bytes], public_key: Any, insecure_ok: bool) -> Any
         return paillier.EncryptedArray._trusted(pk, raw)
     if tag == 5:
         n, parties, t, v = (_to_int(x) for x in (f[0], *f[2:5]))
+        keys = [_to_int(x) for x in f[5:]]
+        root = keys[int(parties):] if len(keys) == 2 * parties else None
         return threshold.ThresholdPublicKey(n, parties=int(parties), threshold=int(t), v=v,
-                                            verification_keys=[_to_int(x) for x in f[5:]],
+                                            verification_keys=keys[:int(parties)] if root
+                                            else keys, root_keys=root,
                                             noise_base=_to_int(f[1]) if f[1] else None)
     if tag == 6:
         pk = _need_key(f, public_key, threshold.ThresholdPublicKey, "key share")
-        share = threshold.KeyShare(pk, int(_to_int(f[1])), _to_int(f[2]))
+        share = threshold.KeyShare(pk, int(_to_int(f[1])), _to_int(f[2]),
+                                   _to_int(f[3]) if len(f) > 3 else None)
         share.check()
         return share
     if tag == 7:
@@ -230,8 +237,10 @@ def _decode(tag: int, f: list[bytes], public_key: Any, insecure_ok: bool) -> Any
         values = _read_residues(f[3], f[4], _width(pk), pk._check_ciphertext, "values")
         if len(f[2]) != 32:
             raise CryptoError("partial decryption: malformed ciphertext digest")
+        method = f[7].decode("ascii", "replace") if len(f) > 7 else "dj"
         return threshold.PartialDecryption(pk, int(_to_int(f[1])), values, f[2],
-                                           (int(_to_int(f[5])), int(_to_int(f[6]))))
+                                           (int(_to_int(f[5])), int(_to_int(f[6]))),
+                                           method=method)
     if tag == 8:
         return mult.RSAPublicKey(_to_int(f[0]), _to_int(f[1]))
     if tag == 9:
@@ -251,7 +260,9 @@ def _decode(tag: int, f: list[bytes], public_key: Any, insecure_ok: bool) -> Any
     return kind(pk, _to_int(f[1]), _to_int(f[2]))
 
 
-_FIELDS = {1: 3, 2: 3, 3: 2, 4: 3, 6: 3, 7: 7, 8: 2, 9: 3, 10: 2, 11: 3, 12: 2, 13: 3, 14: 3}
+# allowed field counts (key shares and partial decryptions of the root method: one more)
+_FIELDS = {1: (3,), 2: (3,), 3: (2,), 4: (3,), 6: (3, 4), 7: (7, 8), 8: (2,), 9: (3,),
+           10: (2,), 11: (3,), 12: (2,), 13: (3,), 14: (3,)}
 
 
 def loads(data: bytes, *, public_key: Any = None, insecure_ok: bool = False) -> Any:
@@ -263,15 +274,15 @@ def loads(data: bytes, *, public_key: Any = None, insecure_ok: bool = False) -> 
     tag, fields = _unframe(data)
     expected = _FIELDS.get(tag)
     if tag == 5:
-        ok = len(fields) >= 6 and len(fields[2]) <= 8 and \
-            len(fields) == 5 + int(_to_int(fields[2]))
+        ok = len(fields) >= 6 and len(fields[2]) <= 8 and len(fields) - 5 in (
+            int(_to_int(fields[2])), 2 * int(_to_int(fields[2])))
         if ok and int(_to_int(fields[2])) > threshold.MAX_PARTIES:
             raise CryptoError(f"malformed threshold key: {int(_to_int(fields[2]))} parties; "
                               f"at most {threshold.MAX_PARTIES} are allowed")
     elif expected is None:
         raise CryptoError(f"unknown blob type tag {tag}")
     else:
-        ok = len(fields) == expected
+        ok = len(fields) in expected
     if not ok:
         raise CryptoError(f"malformed blob: wrong number of fields ({len(fields)}) for type "
                           f"tag {tag}")

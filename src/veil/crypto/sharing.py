@@ -30,6 +30,8 @@ Byte strings are cut into 7-byte limbs (56 bits < 61), each shared as a field el
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -139,17 +141,58 @@ def _add(a: np.ndarray, b: Any) -> np.ndarray:
     return _sub_p(np.asarray(a, dtype=np.uint64) + np.asarray(b, dtype=np.uint64))
 
 
-def _interpolate(xs: Sequence[int], ys: Sequence[np.ndarray], at: int) -> np.ndarray:
-    """f(at) for the polynomial of degree < len(xs) through the points (xs, ys)."""
-    total = np.zeros_like(ys[0])
-    for j, xj in enumerate(xs):
-        num, den = 1, 1
-        for m, xm in enumerate(xs):
-            if m != j:
-                num = num * (at - xm) % PRIME
-                den = den * (xj - xm) % PRIME
-        total = _add(total, _mul(ys[j], num * pow(den, -1, PRIME) % PRIME))
-    return total
+def _inverses(values: Sequence[int]) -> list[int]:
+    """The inverses of nonzero field elements with one exponentiation (Montgomery's trick:
+    invert the running product once, then peel one factor off per element)."""
+    prefix = [1]
+    for v in values:
+        prefix.append(prefix[-1] * v % PRIME)
+    inv = pow(prefix[-1], -1, PRIME)
+    out = [0] * len(values)
+    for i in range(len(values) - 1, -1, -1):
+        out[i] = inv * prefix[i] % PRIME
+        inv = inv * values[i] % PRIME
+    return out
+
+
+@functools.lru_cache(maxsize=1024)
+def _lagrange(xs: tuple[int, ...], targets: tuple[int, ...]) -> np.ndarray:
+    """The matrix ``W[e, j] = l_j(targets[e])`` of the Lagrange basis polynomials of the
+    distinct points ``xs``, evaluated at targets not among them (read-only, cached by the
+    coordinates: every secret dealt to the same holders reuses it).
+
+    Barycentric form: ``l_j(a) = L(a) / ((a - x_j) w_j)`` with ``L(a) = prod_m (a - x_m)``
+    and ``w_j = prod_{m != j} (x_j - x_m)``: O(t^2) products for the ``w_j`` and O(t) per
+    target, all inverses from one exponentiation (:func:`_inverses`).
+    """
+    t = len(xs)
+    w = [math.prod([xj - xm for xm in xs if xm != xj]) % PRIME for xj in xs]
+    invs = _inverses([(a - xj) * wj % PRIME for a in targets for xj, wj in zip(xs, w)])
+    big = [math.prod([a - xm for xm in xs]) % PRIME for a in targets]
+    out = np.array([big[e] * inv % PRIME for e in range(len(targets))
+                    for inv in invs[e * t:(e + 1) * t]],
+                   dtype=np.uint64).reshape(len(targets), t)
+    out.flags.writeable = False
+    return out
+
+
+def _dot(w: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """``w @ y`` over GF(p) for field matrices w (r, t) and y (t, k).
+
+    Each product ``w[e, j] y[j, c]`` is reduced below 2^61 (:func:`_mul`); its high and low
+    32-bit halves are summed separately over j (t < 2^31 terms of < 2^32 fit a uint64) and
+    recombined as ``hi 2^32 + lo (mod p)``. Columns go in chunks of about 2^20 products.
+    """
+    r, t = w.shape
+    k = y.shape[1]
+    out = np.empty((r, k), dtype=np.uint64)
+    step = max(1, (1 << 20) // max(1, r * t))
+    for c in range(0, k, step):
+        prod = _mul(w[:, :, None], y[None, :, c:c + step])
+        hi = (prod >> np.uint64(32)).sum(axis=1, dtype=np.uint64)
+        lo = (prod & _M32).sum(axis=1, dtype=np.uint64)
+        out[:, c:c + step] = _add(_mul(_reduce(hi), 1 << 32), _reduce(lo))
+    return out
 
 
 # --- Shamir shares -------------------------------------------------------------------------
@@ -197,14 +240,17 @@ def _limbs(length: int) -> int:
     return -(-length // _LIMB_BYTES)
 
 
-def _check_share(share: Any, name: str) -> None:
+def _check_share(share: Any, name: str, values: bool = True) -> None:
+    """Type, point and threshold of a share; its values too unless the caller checks them
+    for many shares at once."""
     if not isinstance(share, ShamirShare):
         raise DataError(f"{name} is a {type(share).__name__}; expected a ShamirShare")
     if not 1 <= share.x < PRIME:
         raise CryptoError(f"{name}.x={share.x} is not allowed: must be in [1, 2^61 - 1)")
     if share.threshold < 1:
         raise CryptoError(f"{name}.threshold={share.threshold} is not allowed: must be >= 1")
-    if share.values.dtype != np.uint64 or np.any(share.values >= _P):
+    if share.values.dtype != np.uint64 or (
+            values and share.values.size and share.values.max() >= _P):
         raise CryptoError(f"{name} holds values outside GF(2^61 - 1)")
 
 
@@ -252,7 +298,7 @@ def shamir_reconstruct(shares: Sequence[ShamirShare]) -> np.ndarray:
     if not shares:
         raise CryptoError("no shares given: need at least the threshold")
     for i, s in enumerate(shares):
-        _check_share(s, f"shares[{i}]")
+        _check_share(s, f"shares[{i}]", values=False)
     first = shares[0]
     for i, s in enumerate(shares[1:], start=1):
         if (s.threshold, s.tag, s.length, s.values.shape) != (
@@ -265,15 +311,19 @@ def shamir_reconstruct(shares: Sequence[ShamirShare]) -> np.ndarray:
     t = first.threshold
     if len(shares) < t:
         raise CryptoError(f"got {len(shares)} share(s); threshold {t} are needed")
-    base = shares[:t]
-    base_x = [s.x for s in base]
-    base_y = [s.values for s in base]
-    for extra in shares[t:]:
-        if not np.array_equal(_interpolate(base_x, base_y, extra.x), extra.values):
-            raise CryptoError(f"inconsistent shares: the share at x={extra.x} is not on the "
-                              f"polynomial through x={base_x} (a corrupted share or shares of "
-                              "different secrets)")
-    return _interpolate(base_x, base_y, 0)
+    ys = np.stack([s.values.reshape(-1) for s in shares])
+    if ys.size and ys.max() >= _P:
+        bad = int(np.flatnonzero(ys.max(axis=1) >= _P)[0])
+        raise CryptoError(f"shares[{bad}] holds values outside GF(2^61 - 1)")
+    # row 0: the secret f(0); rows 1..: f at the extra shares' points, to check them
+    base_x = tuple(xs[:t])
+    at = _dot(_lagrange(base_x, (0, *xs[t:])), ys[:t])
+    off = np.flatnonzero(np.any(at[1:] != ys[t:], axis=1))
+    if off.size:
+        raise CryptoError(f"inconsistent shares: the share at x={xs[t + off[0]]} is not on the "
+                          f"polynomial through x={list(base_x)} (a corrupted share or shares "
+                          "of different secrets)")
+    return at[0].reshape(first.values.shape)
 
 
 def split_bytes(secret: bytes, parties: int, threshold: int, *, rng=None) -> list[ShamirShare]:

@@ -41,7 +41,10 @@ One query = one round, stages ``answer`` and ``decrypt``:
 2. The aggregator multiplies the ciphertexts of the parties that answered: ``Enc(sum_i r_i)``.
 3. **decrypt** -- it sends that ciphertext to ``t_bar`` parties chosen at random among
    those that answered; each returns its partial decryption with its proof of correctness
-   (:mod:`veil.crypto.threshold`).
+   (:mod:`veil.crypto.threshold`, root decryption: about 7x faster than Damgard-Jurik's; the
+   aggregator also learns a power of the aggregate's noise, which reveals nothing beyond
+   the sum because the aggregate multiplies fresh encryptions with independent noise --
+   the argument is in that module's docstring).
 4. Each proof is verified on arrival: a wrong partial decryption is rejected, its party
    named and excluded. When the stage closes with fewer than ``t_bar`` valid partials
    (dropouts, bad proofs) the aggregator asks as many other live parties as are missing,
@@ -531,7 +534,7 @@ class HybridClient(ClientProtocol):
 
     def _on_decrypt(self, msg: Message, rng: Generator) -> list[Message]:
         """Partially decrypt the product of the signed answers (module docstring)."""
-        partial = self.key_share.partial_decrypt(self._aggregate(msg))
+        partial = self.key_share.partial_decrypt(self._aggregate(msg), method="root")
         return [self.reply(msg, partial=serialization.dumps(partial))]
 
     def _aggregate(self, msg: Message) -> EncryptedArray:
