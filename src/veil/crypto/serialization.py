@@ -138,8 +138,9 @@ def _noise(pk: paillier.PublicKey) -> bytes:
 
 def _encode(obj: Any) -> list[bytes]:
     if isinstance(obj, threshold.ThresholdPublicKey):
+        extra = [] if obj.share_bits is None else [_int(obj.share_bits)]
         return [_int(obj.n), _noise(obj), _int(obj.parties), _int(obj.threshold), _int(obj.v),
-                *(_int(vk) for vk in obj.verification_keys)]
+                *(_int(vk) for vk in obj.verification_keys), *extra]
     if isinstance(obj, paillier.PublicKey):
         return [_int(obj.n), _noise(obj), bytes([obj.short_exponents])]
     if isinstance(obj, paillier.PrivateKey):
@@ -207,9 +208,11 @@ def _decode(tag: int, f: list[bytes], public_key: Any) -> Any:
         return paillier.EncryptedArray._trusted(pk, raw)
     if tag == 5:
         n, parties, t, v = (_to_int(x) for x in (f[0], *f[2:5]))
+        vks, extra = f[5:5 + int(parties)], f[5 + int(parties):]      # extra: share_bits
         return threshold.ThresholdPublicKey(n, parties=int(parties), threshold=int(t), v=v,
-                                            verification_keys=[_to_int(x) for x in f[5:]],
-                                            noise_base=_to_int(f[1]) if f[1] else None)
+                                            verification_keys=[_to_int(x) for x in vks],
+                                            noise_base=_to_int(f[1]) if f[1] else None,
+                                            share_bits=int(_to_int(extra[0])) if extra else None)
     if tag == 6:
         pk = _need_key(f, public_key, threshold.ThresholdPublicKey, "key share")
         share = threshold.KeyShare(pk, int(_to_int(f[1])), _to_int(f[2]))
@@ -253,7 +256,7 @@ def loads(data: bytes, *, public_key: Any = None) -> Any:
     tag, fields = _unframe(data)
     expected = _FIELDS.get(tag)
     if tag == 5:
-        ok = len(fields) >= 6 and len(fields) == 5 + int(_to_int(fields[2]))
+        ok = len(fields) >= 6 and len(fields) - 5 - int(_to_int(fields[2])) in (0, 1)
     elif expected is None:
         raise CryptoError(f"unknown blob type tag {tag}")
     else:

@@ -32,6 +32,12 @@ recomputes a = v^z v_i^(-e), b = (c^4)^z (x_i^2)^(-e) and checks e. Squaring map
 everything into the group of squares, of order n m with no small prime factors, where
 the proof is sound (as DJ 2001 and Shoup 2000 argue for their verification proofs).
 
+Keys generated without a dealer (:mod:`veil.crypto.dkg`) carry ``share_bits``: their
+shares are Shamir shares over the integers (nobody knows n m to reduce them), below
+2^share_bits instead of n^2, and the proofs draw r with |Delta 2^share_bits| + 256 bits.
+Their primes are not safe primes, so the group of squares may have elements of small
+order: the proofs then bind a party only up to such elements (see that module).
+
 Vectors (and packed plaintexts) are proven in one batch: with 128-bit coefficients rho_j
 derived by SHAKE-256 from the ciphertexts *and* the party's partial decryptions, the
 party proves the single statement log_{C^4}(X^2) = log_v(v_i) for C = prod_j c_j^rho_j,
@@ -93,7 +99,8 @@ class ThresholdPublicKey(PublicKey):
     """
 
     def __init__(self, n: int, *, parties: int, threshold: int, v: int,
-                 verification_keys: Sequence[int], noise_base: int | None = None) -> None:
+                 verification_keys: Sequence[int], noise_base: int | None = None,
+                 share_bits: int | None = None) -> None:
         super().__init__(n, noise_base=noise_base)
         self.parties = check_int(parties, "parties", low=1)
         self.threshold = check_int(threshold, "threshold", low=1, high=self.parties)
@@ -105,8 +112,13 @@ class ThresholdPublicKey(PublicKey):
                                        for i, vk in enumerate(verification_keys))
         self.delta = math.factorial(self.parties)
         self._width = (self.bits * 2 + 7) // 8           # bytes of one residue mod n^2
-        # |r| for the proofs: |Delta s_i| < |Delta n^2|, plus challenge and statistical bits
-        self._proof_bits = (self.delta * self.n2).bit_length() + _CHALLENGE_BITS + _STAT_BITS
+        # shares lie below n^2 (dealer: reduced mod n m) or below 2^share_bits (no dealer)
+        self.share_bits = None if share_bits is None else check_int(
+            share_bits, "share_bits", low=self.n2.bit_length(), high=self.n2.bit_length() + 4096)
+        self._share_bound = self.n2 if share_bits is None else mpz(1) << self.share_bits
+        # |r| for the proofs: |Delta s_i| < |Delta bound|, plus challenge and statistical bits
+        self._proof_bits = ((self.delta * self._share_bound).bit_length() + _CHALLENGE_BITS
+                            + _STAT_BITS)
 
     _CACHES = PublicKey._CACHES + ("_v_table", "_v_lock")
 
@@ -116,7 +128,8 @@ class ThresholdPublicKey(PublicKey):
         self._v_lock = threading.Lock()
 
     def _identity(self) -> tuple[int, ...]:
-        return (self.n, self.parties, self.threshold, self.v, *self.verification_keys)
+        extra = () if self.share_bits is None else (self.share_bits,)
+        return (self.n, self.parties, self.threshold, self.v, *self.verification_keys, *extra)
 
     def __repr__(self) -> str:
         return (f"threshold.ThresholdPublicKey(bits={self.bits}, {self.threshold}-of-"
@@ -285,7 +298,7 @@ class KeyShare:
         self.public_key = public_key
         self.index = check_int(index, "index", low=1, high=public_key.parties)
         self._share = mpz(share)
-        if not 0 <= self._share < public_key.n2:
+        if not 0 <= self._share < public_key._share_bound:
             raise CryptoError(f"the key share of party {index} is out of range")
 
     def __repr__(self) -> str:
