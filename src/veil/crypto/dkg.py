@@ -90,6 +90,7 @@ Parameters: ``bits`` >= 2048 (``insecure_ok=True`` allows 256.. for tests and de
 
 from __future__ import annotations
 
+import collections
 import functools
 import hashlib
 import logging
@@ -485,18 +486,17 @@ class KeygenParty:
                 out[j].append((acc + v) % prime)
         return out
 
-    def _exchange_shares(self, values: Sequence[int], prime: mpz, extra: dict[int, bytes]
-                         | None = None) -> Round:
-        """Send each peer its shares of ``values`` (after ``extra``); collect theirs.
-
-        Returns {party: shares that party dealt to me} (mine included) and the peers'
-        remaining payloads (readers positioned after the shares).
-        """
+    def _exchange_shares(self, values: Sequence[int], prime: mpz, what: str) -> Round:
+        """Deal Shamir shares of ``values``; returns {party: the shares it dealt me}."""
         shares = self._share(values, prime)
         w = _width(prime)
-        out = {j: (extra or {}).get(j, b"") + _pack(shares[j], w) for j in self._peers()}
-        inbox = yield out
-        return shares[self.index], inbox
+        inbox = yield {j: _pack(shares[j], w) for j in self._peers()}
+        dealt = {self.index: shares[self.index]}
+        for j, data in inbox.items():
+            r = _Reader(data, j, what)
+            dealt[j] = r.ints(len(values), prime)
+            r.end()
+        return dealt
 
     def _open(self, mine: Sequence[mpz], prime: mpz, what: str) -> Round:
         """Everyone broadcasts its shares (degree <= n - 1) and interpolates at 0."""
@@ -549,13 +549,7 @@ class KeygenParty:
             nxt = [[a * b % pa for a, b in zip(factors[i], factors[i + 1])]
                    for i in range(0, len(factors) - 1, 2)]
             flat = [x for vec in nxt for x in vec]
-            sub = self._share(flat, pa)
-            inbox = yield {j: _pack(sub[j], w) for j in self._peers()}
-            got = {self.index: sub[self.index]}
-            for j, data in inbox.items():
-                r = _Reader(data, j, "re-share")
-                got[j] = r.ints(len(flat), pa)
-                r.end()
+            got = yield from self._exchange_shares(flat, pa, "re-share")
             lam = _lagrange_at_zero(list(range(1, n + 1)), pa)
             reduced = [sum(lam[j - 1] * got[j][k] for j in range(1, n + 1)) % pa
                        for k in range(len(flat))]
@@ -566,10 +560,9 @@ class KeygenParty:
         a, b = factors
         opened = yield from self._open([(x * y + m) % pa for x, y, m in zip(a, b, rho)], pa,
                                        "sieve opening")
-        my_masks = masks
         if self.index == 1:
-            return [(y - m) % M for y, m in zip(opened, my_masks)]
-        return [(-m) % M for m in my_masks]
+            return [(y - m) % M for y, m in zip(opened, masks)]
+        return [(-m) % M for m in masks]
 
     def _candidate_shares(self, residues: list[mpz]) -> list[mpz]:
         """p_i = CRT(b_i mod M, 3 or 0 mod 4) + 4 M r_i (+ the public offset for party 1)."""
@@ -580,7 +573,7 @@ class KeygenParty:
         r_max = ((mpz(1) << (h - 2)) - step * (n + 1)) // (step * n)
         rs = _randints(self._rng, len(residues), r_max)
         c = 3 if self.index == 1 else 0
-        minv = gmpy2.invert(M, 4)       # x = b (mod M), x = c (mod 4): x = b + M ((c - b) M^-1 mod 4)
+        minv = gmpy2.invert(M, 4)       # x = b (M), x = c (4): x = b + M ((c - b) M^-1 mod 4)
         out = []
         for b, r in zip(residues, rs):
             x = b + M * ((c - b) * minv % 4)
@@ -590,22 +583,14 @@ class KeygenParty:
     def _attempt(self) -> Round:
         """One batch of candidate pairs: sieve, open N, trial division, biprimality."""
         P = self.params
-        K, n = P.batch, P.parties
+        K = P.batch
         residues = yield from self._sieved_shares(2 * K)
         mine = self._candidate_shares(residues)
         ps, qs = mine[:K], mine[K:]
         self.candidates += K
         # N = p q: share p_i and q_i, multiply the sums locally, open
         pn = P.field_n
-        bound = mpz(1) << P.half
-        shares = self._share(ps + qs, pn)
-        w = _width(pn)
-        inbox = yield {j: _pack(shares[j], w) for j in self._peers()}
-        dealt = {self.index: shares[self.index]}
-        for j, data in inbox.items():
-            r = _Reader(data, j, "modulus share")
-            dealt[j] = r.ints(2 * K, pn)
-            r.end()
+        dealt = yield from self._exchange_shares(ps + qs, pn, "modulus share")
         psum = [sum(dealt[j][k] for j in dealt) % pn for k in range(K)]
         qsum = [sum(dealt[j][K + k] for j in dealt) % pn for k in range(K)]
         moduli = yield from self._open([a * b % pn for a, b in zip(psum, qsum)], pn, "modulus")
@@ -620,9 +605,9 @@ class KeygenParty:
             gs = {}
             for k in tested:
                 g = _jacobi_one(_coin(self.session, b"bf", moduli[k], self.attempts), moduli[k],
-                                P.stat_bits)
+                                1 if count == 1 else P.stat_bits)
                 if g is not None:
-                    gs[k] = g[:1] if count == 1 else g[1:]
+                    gs[k] = g if count == 1 else g[1:]
             tested = [k for k in tested if k in gs]
             values = []
             for k in tested:
@@ -660,12 +645,7 @@ class KeygenParty:
         # step 4a: gamma = phi R + N S, phi = N + 1 - sum(p_j + q_j)
         r_i = _randints(self._rng, 1, N)[0]
         s_i = _randints(self._rng, 1, (mpz(1) << _SIGMA) * n * N)[0]
-        mine, inbox = yield from self._exchange_shares([p_i + q_i, r_i, s_i], pk_field)
-        dealt = {self.index: mine}
-        for j, data in inbox.items():
-            rd = _Reader(data, j, "exponent share")
-            dealt[j] = rd.ints(3, pk_field)
-            rd.end()
+        dealt = yield from self._exchange_shares([p_i + q_i, r_i, s_i], pk_field, "gamma share")
         sums = [sum(dealt[j][k] for j in dealt) % pk_field for k in range(3)]
         phi = (N + 1 - sums[0]) % pk_field
         (gamma_open,) = yield from self._open([(phi * sums[1] + N * sums[2]) % pk_field],
@@ -676,12 +656,7 @@ class KeygenParty:
             return None
         b_i = r_i * gmpy2.invert(delta * gamma, N) % N
         t_i = _randints(self._rng, 1, (mpz(1) << _SIGMA) * n * N * N)[0]
-        mine, inbox = yield from self._exchange_shares([b_i, t_i], pk_field)
-        dealt = {self.index: mine}
-        for j, data in inbox.items():
-            rd = _Reader(data, j, "exponent share")
-            dealt[j] = rd.ints(2, pk_field)
-            rd.end()
+        dealt = yield from self._exchange_shares([b_i, t_i], pk_field, "exponent share")
         bsum = sum(d[0] for d in dealt.values()) % pk_field
         tsum = sum(d[1] for d in dealt.values()) % pk_field
         (w_open,) = yield from self._open([(phi * bsum + tsum) % pk_field], pk_field, "d")
@@ -783,7 +758,7 @@ def run_local(parties: Sequence[KeygenParty], *, drop: tuple[int, int] | None = 
     """
     n = len(parties)
     cpu, sent, msgs = [0.0] * n, [0] * n, [0] * n
-    queue: list[tuple[int, int, bytes]] = []
+    queue: collections.deque[tuple[int, int, bytes]] = collections.deque()
     start = time.perf_counter()
 
     def post(sender: int, out: Outgoing) -> None:
@@ -807,18 +782,13 @@ def run_local(parties: Sequence[KeygenParty], *, drop: tuple[int, int] | None = 
     try:
         for party in parties:
             call(party.index, party.start)
-        head = 0
         while not all(p.done for p in parties):
-            if head == len(queue):      # stuck: the party most waited for has left
+            if not queue:               # stuck: the party most waited for has left
                 waits = [j for p in parties if not p.done for j in p.waiting_for()]
                 culprit = max(set(waits), key=lambda j: (waits.count(j), -j)) if waits else 0
                 raise KeygenAbort(culprit, "stopped sending (dropped out) before round "
                                            f"{max(p.round for p in parties)}")
-            sender, recipient, message = queue[head]
-            head += 1
-            if head > 4096:
-                del queue[:head]
-                head = 0
+            sender, recipient, message = queue.popleft()
             call(recipient, functools.partial(parties[recipient - 1].receive, sender, message))
     except ProtocolError as exc:
         for p in parties:
