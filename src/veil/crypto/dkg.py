@@ -23,7 +23,10 @@ Threat model
 
 The protocol (all arithmetic with gmpy2; every random value from :mod:`veil.random`)
     Secure arithmetic: BGW (Ben-Or, Goldwasser & Wigderson, STOC 1988) with Shamir shares
-    of degree tau over a public prime field F_P: sums are local, a product of two shared
+    of degree tau over a public ring Z_P (P = 2^k + c, the least such c with no prime
+    factor of P up to n: every Lagrange denominator j - i is then invertible, which is all
+    Shamir sharing with the points 1..n needs; no prime is searched for, so the
+    parameters cost nothing to set up): sums are local, a product of two shared
     values is a local product (degree 2 tau <= n - 1, so it can be opened by everyone),
     and a product that is used again is re-shared at degree tau (Gennaro, Rabin & Rabin,
     PODC 1998). A shared integer x < X is opened *masked* as x + rho, with rho = sum_i
@@ -32,7 +35,7 @@ The protocol (all arithmetic with gmpy2; every random value from :mod:`veil.rand
 
     1. Distributed sieving (Malkin, Wu & Boneh, NDSS 1999): with M the product of the
        small odd primes up to a bound, the first tau + 1 parties draw units a_i of Z_M^*,
-       the parties compute the product A = prod a_i with BGW in a field F_{P_A}, P_A >
+       the parties compute the product A = prod a_i with BGW in Z_{P_A}, P_A >
        2^129 n M^(tau+1), open it masked and reduce the additive shares mod M: b_i with
        sum_i b_i = A (mod M). Then p_i = CRT(b_i mod M, 3 or 0 mod 4) + 4 M r_i (plus a
        public offset 3 * 2^(h-2) rounded to a multiple of 4M for party 1) with r_i
@@ -41,7 +44,7 @@ The protocol (all arithmetic with gmpy2; every random value from :mod:`veil.rand
        needs, and 3 * 2^(h-2) <= p < 2^h so N has exactly 2h bits. Same for q. About a
        fifth of all odd numbers survive a sieve up to 180, so ~20x fewer moduli are
        formed than with unsieved candidates (TNO's package sieves only after N is open).
-    2. N = p q by one BGW multiplication over F_{P_N} (P_N > 2^bits), opened by all.
+    2. N = p q by one BGW multiplication over Z_{P_N} (P_N > 2^bits), opened by all.
        Public trial division of N by the primes from the sieve bound to 2^16 (N has a
        small factor iff p or q has): rejected candidates cost nothing more.
     3. Biprimality (Boneh & Franklin, CRYPTO 1997 / J. ACM 2001, section 3): for public
@@ -56,7 +59,7 @@ The protocol (all arithmetic with gmpy2; every random value from :mod:`veil.rand
        accepted modulus (phi_i their additive shares of phi), which they argue reveals
        nothing useful.
     4. Decryption exponent (in the style of Nishide & Sakurai, WISA 2010): with phi =
-       N + 1 - sum_i (p_i + q_i) re-shared over F_P (P > 2^129 (n^2 + n) N^2), the parties
+       N + 1 - sum_i (p_i + q_i) re-shared over Z_P (P > 2^129 (n^2 + n) N^2), the parties
        open gamma = phi R + N S (R = sum r_i, r_i < N; S masks: statistically hiding) and
        take gamma mod N = phi R mod N; gcd(gamma, N) = 1 (else the candidate is dropped:
        this is Boneh-Franklin's gcd(N, p + q - 1) test as well). Then b_i = r_i (Delta
@@ -135,10 +138,13 @@ class KeygenAbort(ProtocolError):
 
 # ----------------------------------------------------------------------------- parameters
 
-@functools.lru_cache(maxsize=16)
-def _prime_above(bits: int) -> mpz:
-    """The least prime above 2^bits (public, the same for every party)."""
-    return gmpy2.next_prime(mpz(1) << bits)
+def _ring_above(bits: int, parties: int) -> mpz:
+    """The least P = 2^bits + c (c odd) with no prime factor up to ``parties`` (public)."""
+    small = math.factorial(parties)
+    p = (mpz(1) << bits) + 1
+    while gmpy2.gcd(p, small) != 1:
+        p += 2
+    return p
 
 
 def _sieve_modulus(target_bits: int) -> tuple[mpz, int]:
@@ -178,9 +184,10 @@ class KeygenParams:
         s(self, "sieve", sieve)
         s(self, "sieve_bound", bound)
         c = self.tau + 1
-        s(self, "field_a", _prime_above(c * sieve.bit_length() + _SIGMA + n.bit_length() + 2))
-        s(self, "field_n", _prime_above(self.bits + 1))
-        s(self, "field_k", _prime_above(2 * self.bits + _SIGMA + (n * n + n).bit_length() + 2))
+        s(self, "field_a", _ring_above(c * sieve.bit_length() + _SIGMA + n.bit_length() + 2, n))
+        s(self, "field_n", _ring_above(self.bits + 1, n))
+        s(self, "field_k", _ring_above(2 * self.bits + _SIGMA + (n * n + n).bit_length() + 2,
+                                       n))
         s(self, "delta", math.factorial(n))
 
     @classmethod
