@@ -176,7 +176,7 @@ def test_inconsistent_key_share_and_partial_decryption_name_the_party():
         def tamper(sender, recipient, message):
             rnd = int.from_bytes(message[22:26], "big")
             if sender == who and recipient == 1 and rnd == round_:
-                message = message[:-2] + bytes([message[-2] ^ 1]) + message[-1:]
+                message = message[:-20] + bytes([message[-20] ^ 1]) + message[-19:]
             return message
         return tamper
 

@@ -253,11 +253,14 @@ def _units(rng: Rng, count: int, m: mpz) -> list[mpz]:
 
 
 def _pack(values: Sequence[int], width: int) -> bytes:
-    return b"".join(int(v).to_bytes(width, "big") for v in values)
+    """Non-negative integers below 2^(8 width), each as ``width`` little-endian bytes."""
+    if not values:
+        return b""
+    return int(gmpy2.pack(list(values), 8 * width)).to_bytes(width * len(values), "little")
 
 
 def _pack_signed(values: Sequence[int], width: int) -> bytes:
-    return b"".join(int(v).to_bytes(width, "big", signed=True) for v in values)
+    return b"".join(int(v).to_bytes(width, "little", signed=True) for v in values)
 
 
 class _Reader:
@@ -274,13 +277,18 @@ class _Reader:
         end = self.pos + count * w
         if end > len(self.data):
             raise self.fail(f"{len(self.data)} bytes, expected at least {end}")
-        out = []
-        for k in range(self.pos, end, w):
-            x = int.from_bytes(self.data[k:k + w], "big", signed=signed)
-            if not (-bound < x < bound if signed else 0 <= x < bound):
-                raise self.fail(f"value out of range (bound {int(bound).bit_length()} bits)")
-            out.append(mpz(x))
+        chunk = self.data[self.pos:end]
         self.pos = end
+        if signed:
+            out = [mpz(int.from_bytes(chunk[k:k + w], "little", signed=True))
+                   for k in range(0, len(chunk), w)]
+            ok = all(-bound < x < bound for x in out)
+        else:
+            out = gmpy2.unpack(mpz(int.from_bytes(chunk, "little")), 8 * w) if count else []
+            out += [mpz(0)] * (count - len(out))           # unpack drops leading zeros
+            ok = not out or max(out) < bound
+        if not ok:
+            raise self.fail(f"value out of range (bound {int(bound).bit_length()} bits)")
         return out
 
     def blob(self, size: int) -> bytes:
