@@ -29,7 +29,11 @@ The protocol (all arithmetic with gmpy2; every random value from :mod:`veil.rand
     parameters cost nothing to set up): sums are local, a product of two shared
     values is a local product (degree 2 tau <= n - 1, so it can be opened by everyone),
     and a product that is used again is re-shared at degree tau (Gennaro, Rabin & Rabin,
-    PODC 1998). A shared integer x < X is opened *masked* as x + rho, with rho = sum_i
+    PODC 1998). Before a product is opened the parties add a random degree-2 tau sharing
+    of zero (dealt in the round before): without it the opened shares determine the
+    polynomial p(X) q(X), and factoring that polynomial over Z_P would hand p to any
+    party that knows its own share p(i) (Boneh & Franklin randomize the same way).
+    A shared integer x < X is opened *masked* as x + rho, with rho = sum_i
     rho_i, rho_i uniform in [0, 2^128 X): the opening is 2^-128-close to uniform, and
     (x + rho - rho_1, -rho_2, ..., -rho_n) are additive integer shares of x.
 
@@ -487,9 +491,9 @@ class KeygenParty:
         return out
 
     # -- BGW building blocks ----------------------------------------------------------
-    def _share(self, values: Sequence[int], prime: mpz) -> dict[int, list[mpz]]:
-        """Shamir shares of degree tau over F_prime: {party: [share of each value]}."""
-        tau, n = self.params.tau, self.params.parties
+    def _share(self, values: Sequence[int], prime: mpz, tau: int) -> dict[int, list[mpz]]:
+        """Shamir shares of degree tau over Z_prime: {party: [share of each value]}."""
+        n = self.params.parties
         coeffs = _randints(self._rng, len(values) * tau, prime)
         out: dict[int, list[mpz]] = {j: [] for j in range(1, n + 1)}
         for k, v in enumerate(values):
@@ -501,17 +505,28 @@ class KeygenParty:
                 out[j].append((acc + v) % prime)
         return out
 
-    def _exchange_shares(self, values: Sequence[int], prime: mpz, what: str) -> Round:
-        """Deal Shamir shares of ``values``; returns {party: the shares it dealt me}."""
-        shares = self._share(values, prime)
+    def _exchange_shares(self, values: Sequence[int], prime: mpz, what: str, *,
+                         zeros: int = 0, expect: Callable[[int], int] | None = None) -> Round:
+        """Deal degree-tau shares of ``values`` and degree-2 tau shares of ``zeros`` zeros.
+
+        Returns ({party: the value shares it dealt me}, [my shares of the summed zeros]);
+        ``expect(j)``: how many values party j deals (default: as many as I do).
+        """
+        tau = self.params.tau
+        shares = self._share(values, prime, tau)
+        zero = self._share([0] * zeros, prime, 2 * tau)
         w = _width(prime)
-        inbox = yield {j: _pack(shares[j], w) for j in self._peers()}
+        inbox = yield {j: _pack(shares[j] + zero[j], w) for j in self._peers()}
         dealt = {self.index: shares[self.index]}
+        zsum = list(zero[self.index])
         for j, data in inbox.items():
             r = _Reader(data, j, what)
-            dealt[j] = r.ints(len(values), prime)
+            count = len(values) if expect is None else expect(j)
+            got = r.ints(count + zeros, prime)
             r.end()
-        return dealt
+            dealt[j] = got[:count]
+            zsum = [(a + b) % prime for a, b in zip(zsum, got[count:])]
+        return dealt, zsum
 
     def _open(self, mine: Sequence[mpz], prime: mpz, what: str) -> Round:
         """Everyone broadcasts its shares (degree <= n - 1) and interpolates at 0."""
@@ -548,14 +563,9 @@ class KeygenParty:
         mask_bound = (mpz(1) << _SIGMA) * M ** c
         units = _units(self._rng, count, M) if self.index <= c else []
         masks = _randints(self._rng, count, mask_bound)
-        shares = self._share(units + masks, pa)
-        w = _width(pa)
-        inbox = yield {j: _pack(shares[j], w) for j in self._peers()}
-        dealt = {self.index: shares[self.index]}
-        for j, data in inbox.items():
-            r = _Reader(data, j, "sieve share")
-            dealt[j] = r.ints(count * (2 if j <= c else 1), pa)
-            r.end()
+        dealt, zero = yield from self._exchange_shares(
+            units + masks, pa, "sieve share", zeros=count,
+            expect=lambda j: count * (2 if j <= c else 1))
         factors = [dealt[j][:count] for j in range(1, c + 1)]
         rho = [sum(dealt[j][(count if j <= c else 0) + k] for j in range(1, n + 1)) % pa
                for k in range(count)]
@@ -564,7 +574,7 @@ class KeygenParty:
             nxt = [[a * b % pa for a, b in zip(factors[i], factors[i + 1])]
                    for i in range(0, len(factors) - 1, 2)]
             flat = [x for vec in nxt for x in vec]
-            got = yield from self._exchange_shares(flat, pa, "re-share")
+            got, _ = yield from self._exchange_shares(flat, pa, "re-share")
             lam = _lagrange_at_zero(list(range(1, n + 1)), pa)
             reduced = [sum(lam[j - 1] * got[j][k] for j in range(1, n + 1)) % pa
                        for k in range(len(flat))]
@@ -573,7 +583,8 @@ class KeygenParty:
                 nxt.append(factors[-1])
             factors = nxt
         a, b = factors
-        opened = yield from self._open([(x * y + m) % pa for x, y, m in zip(a, b, rho)], pa,
+        opened = yield from self._open([(x * y + m + z) % pa
+                                        for x, y, m, z in zip(a, b, rho, zero)], pa,
                                        "sieve opening")
         if self.index == 1:
             return [(y - m) % M for y, m in zip(opened, masks)]
@@ -605,10 +616,11 @@ class KeygenParty:
         self.candidates += K
         # N = p q: share p_i and q_i, multiply the sums locally, open
         pn = P.field_n
-        dealt = yield from self._exchange_shares(ps + qs, pn, "modulus share")
+        dealt, zero = yield from self._exchange_shares(ps + qs, pn, "modulus share", zeros=K)
         psum = [sum(dealt[j][k] for j in dealt) % pn for k in range(K)]
         qsum = [sum(dealt[j][K + k] for j in dealt) % pn for k in range(K)]
-        moduli = yield from self._open([a * b % pn for a, b in zip(psum, qsum)], pn, "modulus")
+        moduli = yield from self._open([(a * b + z) % pn for a, b, z in zip(psum, qsum, zero)],
+                                       pn, "modulus")
         trial = _trial_product(P.sieve_bound)
         alive = [k for k, N in enumerate(moduli)
                  if N.bit_length() == P.bits and gmpy2.gcd(N, trial) == 1]
@@ -660,10 +672,12 @@ class KeygenParty:
         # step 4a: gamma = phi R + N S, phi = N + 1 - sum(p_j + q_j)
         r_i = _randints(self._rng, 1, N)[0]
         s_i = _randints(self._rng, 1, (mpz(1) << _SIGMA) * n * N)[0]
-        dealt = yield from self._exchange_shares([p_i + q_i, r_i, s_i], pk_field, "gamma share")
+        dealt, zero = yield from self._exchange_shares([p_i + q_i, r_i, s_i], pk_field,
+                                                       "gamma share", zeros=1)
         sums = [sum(dealt[j][k] for j in dealt) % pk_field for k in range(3)]
         phi = (N + 1 - sums[0]) % pk_field
-        (gamma_open,) = yield from self._open([(phi * sums[1] + N * sums[2]) % pk_field],
+        (gamma_open,) = yield from self._open([(phi * sums[1] + N * sums[2] + zero[0])
+                                               % pk_field],
                                               pk_field, "gamma")
         gamma = gamma_open % N
         if gmpy2.gcd(gamma, N) != 1:
@@ -671,10 +685,12 @@ class KeygenParty:
             return None
         b_i = r_i * gmpy2.invert(delta * gamma, N) % N
         t_i = _randints(self._rng, 1, (mpz(1) << _SIGMA) * n * N * N)[0]
-        dealt = yield from self._exchange_shares([b_i, t_i], pk_field, "exponent share")
+        dealt, zero = yield from self._exchange_shares([b_i, t_i], pk_field, "exponent share",
+                                                       zeros=1)
         bsum = sum(d[0] for d in dealt.values()) % pk_field
         tsum = sum(d[1] for d in dealt.values()) % pk_field
-        (w_open,) = yield from self._open([(phi * bsum + tsum) % pk_field], pk_field, "d")
+        (w_open,) = yield from self._open([(phi * bsum + tsum + zero[0]) % pk_field],
+                                          pk_field, "d")
         d_i = (w_open if self.index == 1 else 0) - t_i
         # step 5: integer Shamir shares of D = Delta d with Feldman commitments
         d_max = (n * n + n + 1) * (mpz(1) << _SIGMA) * N * N
