@@ -82,7 +82,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--tno-bits", type=int, default=512,
                     help="TNO's key size (its 2048-bit run takes about an hour here)")
-    ap.add_argument("--tno-runs", type=int, default=3)
+    ap.add_argument("--tno-runs", type=int, default=3, help="0: veil only")
     args = ap.parse_args()
 
     table = []
@@ -94,7 +94,7 @@ def main() -> None:
             f"{r['wall']:.1f}s" for r in rows), flush=True)
     try:
         import tno.mpc.protocols.distributed_keygen  # noqa: F401
-        have_tno = True
+        have_tno = args.tno_runs > 0
     except ImportError:
         have_tno = False
         print("TNO's tno.mpc.protocols.distributed_keygen is not installed: skipped "

@@ -20,6 +20,18 @@ class Spy(KeygenParty):
         self.record = (N, p_i, q_i)
         return (yield from super()._derive_key(N, p_i, q_i))
 
+    def _exchange_shares(self, values, prime, what, **kw):
+        dealt, zero = yield from super()._exchange_shares(values, prime, what, **kw)
+        if what == "modulus share":
+            self.modulus_dealt = dealt
+        return dealt, zero
+
+    def _open(self, mine, prime, what):
+        opened = yield from super()._open(mine, prime, what)
+        if what == "modulus":
+            self.modulus_opened = (list(mine), opened)
+        return opened
+
 
 def make(bits, n, t, seed, cls=KeygenParty):
     params = KeygenParams.make(bits, n, t, insecure_ok=True)
@@ -127,6 +139,25 @@ def test_no_party_view_contains_p_q_or_phi(key):
         assert int(share._share) not in secrets
     # the key share is not a function of phi alone: it is larger than N^2 and random
     assert len({int(s._share) for _, s in results}) == len(results)
+
+
+def test_opened_modulus_shares_are_rerandomized(key):
+    """The shares opened for N are not p(k) q(k): the product polynomial stays hidden."""
+    parties, results, _, _ = key
+    N = results[0][0].n
+    P = parties[0].params.field_n
+    for party in parties:
+        mine, opened = party.modulus_opened
+        k, K = opened.index(N), len(mine)
+        p_k = sum(d[k] for d in party.modulus_dealt.values()) % P
+        q_k = sum(d[K + k] for d in party.modulus_dealt.values()) % P
+        assert mine[k] != p_k * q_k % P
+
+
+def test_ten_parties_two_levels_of_products():
+    pk, shares = dkg.distributed_keygen(256, parties=10, threshold=6, insecure_ok=True, rng=4)
+    c = pk.encrypt(np.array([3, -4], dtype=object))
+    assert list(pk.combine([s.partial_decrypt(c) for s in shares[4:]])) == [3, -4]
 
 
 def test_parameters_are_checked():
