@@ -45,9 +45,10 @@ The protocol (all arithmetic with gmpy2; every random value from :mod:`veil.rand
        public offset 3 * 2^(h-2) rounded to a multiple of 4M for party 1) with r_i
        random: p = sum p_i is a unit mod M (no prime factor up to the bound) and p = 3
        (mod 4), with p_1 = 3 and p_i = 0 (mod 4) for i > 1 as the biprimality test
-       needs, and 3 * 2^(h-2) <= p < 2^h so N has exactly 2h bits. Same for q. About a
-       fifth of all odd numbers survive a sieve up to 180, so ~20x fewer moduli are
-       formed than with unsieved candidates (TNO's package sieves only after N is open).
+       needs, and 3 * 2^(h-2) <= p < 2^h so N has exactly 2h bits. Same for q. M has
+       256 bits at 2048-bit keys (primes up to 193): about a fifth of all odd numbers
+       survive, so ~22x fewer moduli are formed than with unsieved candidates (TNO's
+       package tests small factors only after N is open).
     2. N = p q by one BGW multiplication over Z_{P_N} (P_N > 2^bits), opened by all.
        Public trial division of N by the primes from the sieve bound to 2^16 (N has a
        small factor iff p or q has): rejected candidates cost nothing more.
