@@ -236,6 +236,27 @@ def test_replayed_and_foreign_messages_are_refused():
         parties[2].receive(7, b"x" * 40)
 
 
+def test_messages_may_arrive_before_a_party_starts():
+    parties = make(256, 3, 2, 12)
+    late = parties[2]
+    pending = []
+    for party in parties[:2]:
+        for recipient, message in party.start():
+            if recipient == 3:
+                assert late.receive(party.index, message) == []     # kept until it starts
+            else:
+                pending.append((party.index, recipient, message))
+    for recipient, message in late.start():
+        pending.append((3, recipient, message))
+    assert late.round == 2          # round 1 was complete at once: it went on to round 2
+    queue = list(pending)
+    while queue:
+        sender, recipient, message = queue.pop(0)
+        queue.extend((recipient, r, m) for r, m in parties[recipient - 1].receive(sender, message))
+    assert all(p.done for p in parties)
+    assert parties[0].result()[0] == late.result()[0]
+
+
 def test_distributed_keygen_mirrors_threshold_keygen():
     pk, shares = dkg.distributed_keygen(256, parties=3, threshold=2, insecure_ok=True, rng=3)
     assert isinstance(pk, threshold.ThresholdPublicKey)

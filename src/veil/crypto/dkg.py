@@ -397,6 +397,7 @@ class KeygenParty:
         self._inbox: dict[int, bytes] = {}
         self._early: dict[int, bytes] = {}
         self._gen: Round | None = None
+        self._started = False
         self._result: tuple[threshold.ThresholdPublicKey, threshold.KeyShare] | None = None
         self._aborted: str | None = None
         self.attempts = 0
@@ -424,17 +425,23 @@ class KeygenParty:
         return self._result
 
     def start(self) -> Outgoing:
-        if self._gen is not None:
+        if self._started:
             raise ProtocolError(f"party {self.index}: already started")
+        self._started = True
         self._gen = self._protocol()
-        return self._guard(lambda: self._frame(next(self._gen)))
+
+        def first() -> Outgoing:
+            out = self._frame(next(self._gen))
+            self._inbox, self._early = self._early, {}   # round-1 messages that came early
+            return out + self._advance()
+        return self._guard(first)
 
     def receive(self, sender: int, message: bytes) -> Outgoing:
         if self._aborted:
             raise ProtocolError(f"party {self.index}: key generation was aborted "
                                 f"({self._aborted})")
-        if self._gen is None or self.done:
-            raise KeygenAbort(sender, "message outside a running key generation")
+        if self.done:
+            raise KeygenAbort(sender, "message after the key generation finished")
         return self._guard(lambda: self._accept(sender, message))
 
     def abort(self, reason: str) -> None:
@@ -481,6 +488,10 @@ class KeygenParty:
         else:
             raise KeygenAbort(sender, f"replayed or out-of-order message (round {rnd}, "
                                       f"expected {self._round})")
+        return self._advance()
+
+    def _advance(self) -> Outgoing:
+        """Run the protocol on while a round's messages are all in."""
         out: Outgoing = []
         while len(self._inbox) == len(self._peers()) and self._gen is not None:
             inbox, self._inbox, self._early = self._inbox, self._early, {}
