@@ -3,6 +3,8 @@
 Keys here are 256 and 512 bits: TEST-ONLY sizes (insecure_ok=True); real keys are >= 2048.
 """
 
+import pickle
+
 import gmpy2
 import numpy as np
 import pytest
@@ -94,6 +96,11 @@ def test_shares_match_verification_keys_and_serialize(key):
         share.check()
         back = serialization.loads(serialization.dumps(share), public_key=pk2)
         assert back.index == share.index
+    share3 = pickle.loads(pickle.dumps(results[2][1]))            # forked workers pickle keys
+    c = share3.public_key.encrypt(77)
+    assert share3.public_key.combine([share3.partial_decrypt(c),
+                                      results[0][1].partial_decrypt(c),
+                                      results[1][1].partial_decrypt(c)]) == 77
     forged = threshold.KeyShare(pk, 2, results[0][1]._share)
     with pytest.raises(CryptoError, match="does not match"):
         forged.check()
