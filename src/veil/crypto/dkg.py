@@ -348,21 +348,10 @@ def _jacobi_one(seed: bytes, n: mpz, count: int) -> list[mpz] | None:
     return out
 
 
-_TRIAL = None
-
-
+@functools.lru_cache(maxsize=8)
 def _trial_product(low: int) -> mpz:
     """The product of the primes in (low, 2^16): N shares a factor with it iff p or q does."""
-    global _TRIAL
-    if _TRIAL is None or _TRIAL[0] != low:
-        prod = mpz(1)
-        for l in _PRIMES.tolist():
-            if l >= _TRIAL_BOUND:
-                break
-            if l > low:
-                prod *= l
-        _TRIAL = (low, prod)
-    return _TRIAL[1]
+    return math.prod((mpz(l) for l in _PRIMES.tolist() if low < l < _TRIAL_BOUND), start=mpz(1))
 
 
 # ----------------------------------------------------------------------------- the party
