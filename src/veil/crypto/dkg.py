@@ -744,7 +744,7 @@ class KeygenParty:
         m_test = _coin_int(seed, 0, N)
         noise = _coin_int(seed, 1, N)
         c = EncryptedNumber(pk, (1 + m_test * N) * gmpy2.powmod(noise, N, n2) % n2)
-        blob = serialization.dumps(share.partial_decrypt(c, rng=self._rng))
+        blob = serialization.dumps(share.partial_decrypt(c))
         inbox = yield {j: blob for j in self._peers()}
         partials = [serialization.loads(blob, public_key=pk)]
         for j, data in inbox.items():
