@@ -140,7 +140,7 @@ def _encode(obj: Any) -> list[bytes]:
     if isinstance(obj, threshold.ThresholdPublicKey):
         return [_int(obj.n), _noise(obj), _int(obj.parties), _int(obj.threshold), _int(obj.v),
                 *(_int(vk) for vk in obj.verification_keys),
-                *(_int(rk) for rk in obj.root_keys or ())]
+                *(_int(rk) for rk in obj.root_keys or ()), _int(obj.share_bits or 0)]
     if isinstance(obj, paillier.PublicKey):
         return [_int(obj.n), _noise(obj), bytes([obj.short_exponents])]
     if isinstance(obj, paillier.PrivateKey):
@@ -220,12 +220,14 @@ def _decode(tag: int, f: list[bytes], public_key: Any, insecure_ok: bool) -> Any
         return paillier.EncryptedArray._trusted(pk, raw)
     if tag == 5:
         n, parties, t, v = (_to_int(x) for x in (f[0], *f[2:5]))
-        keys = [_to_int(x) for x in f[5:]]
-        root = keys[int(parties):] if len(keys) == 2 * parties else None
-        return threshold.ThresholdPublicKey(n, parties=int(parties), threshold=int(t), v=v,
-                                            verification_keys=keys[:int(parties)] if root
-                                            else keys, root_keys=root,
-                                            noise_base=_to_int(f[1]) if f[1] else None)
+        p = int(parties)
+        keys = [_to_int(x) for x in f[5:-1]]              # then share_bits (0: dealt key)
+        root = keys[p:] if len(keys) == 2 * p else None
+        share_bits = int(_to_int(f[-1])) or None
+        return threshold.ThresholdPublicKey(n, parties=p, threshold=int(t), v=v,
+                                            verification_keys=keys[:p], root_keys=root,
+                                            noise_base=_to_int(f[1]) if f[1] else None,
+                                            share_bits=share_bits)
     if tag == 6:
         pk = _need_key(f, public_key, threshold.ThresholdPublicKey, "key share")
         share = threshold.KeyShare(pk, int(_to_int(f[1])), _to_int(f[2]),
@@ -274,7 +276,7 @@ def loads(data: bytes, *, public_key: Any = None, insecure_ok: bool = False) -> 
     tag, fields = _unframe(data)
     expected = _FIELDS.get(tag)
     if tag == 5:
-        ok = len(fields) >= 6 and len(fields[2]) <= 8 and len(fields) - 5 in (
+        ok = len(fields) >= 7 and len(fields[2]) <= 8 and len(fields) - 6 in (
             int(_to_int(fields[2])), 2 * int(_to_int(fields[2])))
         if ok and int(_to_int(fields[2])) > threshold.MAX_PARTIES:
             raise CryptoError(f"malformed threshold key: {int(_to_int(fields[2]))} parties; "

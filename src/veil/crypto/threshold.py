@@ -68,6 +68,11 @@ Root decryption (``method="root"``: about 7x less work per party)
     encrypting zeros for c_1 .. c_(K-1) (IND-CPA, i.e. DCR) and a uniform r_C. Use
     ``method="dj"`` (the default) when the combiner must not learn the noise, e.g. for a
     ciphertext whose noise is also part of something kept secret.
+Keys generated without a dealer (:mod:`veil.crypto.dkg`) carry ``share_bits``: their
+shares are Shamir shares over the integers (nobody knows n m to reduce them), below
+2^share_bits instead of n^2, and the proofs draw r with |Delta 2^share_bits| + 256 bits.
+Their primes are not safe primes, so the group of squares may have elements of small
+order: the proofs then bind a party only up to such elements (see that module).
 
 Vectors (and packed plaintexts) are proven in one batch: with 128-bit coefficients rho_j
 derived by SHAKE-256 from the ciphertexts *and* the party's partial decryptions, the
@@ -138,7 +143,8 @@ class ThresholdPublicKey(PublicKey):
 
     def __init__(self, n: int, *, parties: int, threshold: int, v: int,
                  verification_keys: Sequence[int], noise_base: int | None = None,
-                 root_keys: Sequence[int] | None = None) -> None:
+                 root_keys: Sequence[int] | None = None,
+                 share_bits: int | None = None) -> None:
         super().__init__(n, noise_base=noise_base)
         self.parties = check_int(parties, "parties", low=1)
         if self.parties > MAX_PARTIES:
@@ -159,10 +165,14 @@ class ThresholdPublicKey(PublicKey):
                                    for i, k in enumerate(root_keys))
         self.delta = math.factorial(self.parties)
         self._width = (self.bits * 2 + 7) // 8           # bytes of one residue mod n^2
-        # |r| for the proofs: |Delta s_i| < |Delta n^2| (|Delta n| for the root shares, in
+        # shares lie below n^2 (dealer: reduced mod n m) or below 2^share_bits (no dealer)
+        self.share_bits = None if share_bits is None else check_int(
+            share_bits, "share_bits", low=self.n2.bit_length(), high=self.n2.bit_length() + 4096)
+        self._share_bound = self.n2 if share_bits is None else mpz(1) << self.share_bits
+        # |r| for the proofs: |Delta s_i| < |Delta bound| (|Delta n| for the root shares, in
         # Z_m), plus challenge and statistical bits
         extra = _CHALLENGE_BITS + _STAT_BITS
-        self._proof_bits = {"dj": (self.delta * self.n2).bit_length() + extra,
+        self._proof_bits = {"dj": (self.delta * self._share_bound).bit_length() + extra,
                             "root": (self.delta * self.n).bit_length() + extra}
 
     _CACHES = PublicKey._CACHES + ("_v_table", "_root_table", "_v_lock")
@@ -174,8 +184,9 @@ class ThresholdPublicKey(PublicKey):
         self._v_lock = threading.Lock()
 
     def _identity(self) -> tuple[int, ...]:
-        return (self.n, self.parties, self.threshold, self.v, *self.verification_keys,
-                *(self.root_keys or ()))
+        extra = () if self.share_bits is None else (self.share_bits,)
+        return (*super()._identity(), self.parties, self.threshold, self.v,
+                *self.verification_keys, *(self.root_keys or ()), *extra)
 
     def _check_unit(self, x: Any, name: str) -> mpz:
         """A unit of Z_n given as an integer in [1, n) (CryptoError otherwise)."""
@@ -404,7 +415,7 @@ class KeyShare:
         self.public_key = public_key
         self.index = check_int(index, "index", low=1, high=public_key.parties)
         self._share = mpz(share)
-        if not 0 <= self._share < public_key.n2:
+        if not 0 <= self._share < public_key._share_bound:
             raise CryptoError(f"the key share of party {index} is out of range")
         self._root = None if root_share is None else mpz(root_share)
         if self._root is not None and not 0 <= self._root < public_key.n:
