@@ -94,3 +94,26 @@ def test_the_strategy_keeps_no_key_share(primes_for_strategy=None):
                    for v in vars(strategy).values())
     with pytest.raises(ConfigError, match="already handed"):
         strategy.client(0, LocalTrainer(model, X, y))
+
+
+def test_the_parties_can_generate_the_key_together():
+    """keygen="distributed": no dealer ever knows the factorization (veil.crypto.dkg); the
+    parties' key has no root shares, so they decrypt by Damgard-Jurik."""
+    import numpy as np
+
+    from veil.dp import Ledger
+    from veil.fl import Federation
+    from veil.fl.strategies import Hybrid
+    from veil.learn import LogisticRegression
+
+    gen = np.random.default_rng(0)
+    data = []
+    for _ in range(3):
+        X = gen.normal(size=(30, 2))
+        data.append((X, (X[:, 0] > 0).astype(int)))
+    strategy = Hybrid(3, 2, rounds=2, noise_multiplier=1.0, key_bits=256, insecure_ok=True,
+                      keygen="distributed")
+    assert strategy.public_key.share_bits is not None and not strategy.public_key.root_keys
+    history = Federation(data, LogisticRegression(), strategy, 2,
+                         ledger=Ledger(1e6, 1e-3, accountant="rdp")).run()
+    assert [r["status"] for r in history.rounds] == ["ok", "ok"]

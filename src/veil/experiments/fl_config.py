@@ -13,7 +13,8 @@ Sections and keys (every key optional unless marked; unknown sections or keys ar
     [privacy]   epsilon*, delta, noise (central | local | distributed), clip_norm, adaptive,
                 target_quantile, clip_learning_rate, accountant (rdp | pld)
     [secagg]    bits, clip_range, neighbours, threshold, min_survivors, prg
-    [hybrid]    trust*, noise (skellam | gaussian | laplace), key_bits, insecure_ok,
+    [hybrid]    trust*, noise (skellam | gaussian | laplace), key_bits, keygen (dealer |
+                distributed: the parties generate the key, veil.crypto.dkg), insecure_ok,
                 count_weight, max_records, packed, min_answers
     [faults]    dropout, dropout_stage, dropout_exact, crash, straggler, latency, slowdown,
                 deadline, duplicate, reorder, replay (see veil.fl.runtime.Faults)
@@ -86,6 +87,7 @@ SCHEMA: dict[str, dict[str, tuple[Any, Any]]] = {
     "secagg": {"bits": (int, 32), "clip_range": (_NUM, 1.0), "neighbours": (int, None),
                "threshold": (_NUM, 0.5), "min_survivors": (_NUM, None), "prg": (str, "aes-ctr")},
     "hybrid": {"trust": (int, None), "noise": (str, "skellam"), "key_bits": (int, 2048),
+               "keygen": (str, "dealer"),
                "insecure_ok": (bool, False), "count_weight": (_NUM, 0.25),
                "max_records": (int, 2 ** 16), "packed": (bool, True), "min_answers": (int, None)},
     "faults": {"dropout": (_NUM, 0.0), "dropout_stage": (str, None),
@@ -214,7 +216,7 @@ class FLConfig:
                       delta=p["delta"], noise=h["noise"], learning_rate=learning_rate,
                       clip_norm=p["clip_norm"], count_weight=h["count_weight"],
                       max_records=h["max_records"], key_bits=h["key_bits"],
-                      insecure_ok=h["insecure_ok"], packed=h["packed"],
+                      insecure_ok=h["insecure_ok"], keygen=h["keygen"], packed=h["packed"],
                       min_answers=h["min_answers"], accountant=p["accountant"])
 
     @property
@@ -312,6 +314,7 @@ def _check_hybrid(path: str, sections: dict[str, dict[str, Any]],
                               "noise shares from [hybrid])")
     h = sections["hybrid"]
     check_choice(h["noise"], "[hybrid] noise", tuple(NOISES))
+    check_choice(h["keygen"], "[hybrid] keygen", ("dealer", "distributed"))
     bits = h["key_bits"]
     if bits < MIN_SECURE_BITS and not h["insecure_ok"]:
         raise ConfigError(f"{path}: [hybrid] key_bits={bits} is not allowed: keys under "

@@ -75,6 +75,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from veil._validation import check_choice, check_delta, check_int, check_positive
 from veil.crypto import serialization, threshold
+from veil.crypto.dkg import distributed_keygen
 from veil.crypto.encoding import Packing
 from veil.crypto.paillier import EncryptedArray, NoisePool
 from veil.dp import Ledger
@@ -201,13 +202,21 @@ class HybridKeys:
 
 
 def deal_keys(parties: int, trust: int, *, bits: int = 2048, primes: Any = None,
-              insecure_ok: bool = False, rng: RngLike = None) -> HybridKeys:
-    """The trusted dealer: a threshold Paillier key with threshold ``t_bar = n - t + 1``
-    and one key share per party (:func:`veil.crypto.threshold.keygen`; ``primes``:
-    pre-generated safe primes, ``insecure_ok`` for test keys under 2048 bits)."""
+              insecure_ok: bool = False, keygen: str = "dealer",
+              rng: RngLike = None) -> HybridKeys:
+    """A threshold Paillier key with threshold ``t_bar = n - t + 1`` and one key share per
+    party. ``keygen="dealer"``: the trusted dealer (:func:`veil.crypto.threshold.keygen`;
+    ``primes``: pre-generated safe primes); ``"distributed"``: the parties generate it
+    together and nobody ever knows the factorization (:func:`veil.crypto.dkg.
+    distributed_keygen`, honest majority during key generation; all parties simulated in
+    this process). ``insecure_ok`` for test keys under 2048 bits."""
     t, n = check_trust(trust, parties)
-    pk, shares = threshold.keygen(bits, n, n - t + 1, insecure_ok=insecure_ok, primes=primes,
-                                  rng=rng)
+    check_choice(keygen, "keygen", ("dealer", "distributed"))
+    if keygen == "distributed":
+        pk, shares = distributed_keygen(bits, n, n - t + 1, insecure_ok=insecure_ok, rng=rng)
+    else:
+        pk, shares = threshold.keygen(bits, n, n - t + 1, insecure_ok=insecure_ok,
+                                      primes=primes, rng=rng)
     return HybridKeys(pk, tuple(shares))
 
 
@@ -534,7 +543,9 @@ class HybridClient(ClientProtocol):
 
     def _on_decrypt(self, msg: Message, rng: Generator) -> list[Message]:
         """Partially decrypt the product of the signed answers (module docstring)."""
-        partial = self.key_share.partial_decrypt(self._aggregate(msg), method="root")
+        # root decryption where the key has root shares (a dealt key), else Damgard-Jurik
+        method = "root" if self.key_share.public_key.root_keys else "dj"
+        partial = self.key_share.partial_decrypt(self._aggregate(msg), method=method)
         return [self.reply(msg, partial=serialization.dumps(partial))]
 
     def _aggregate(self, msg: Message) -> EncryptedArray:

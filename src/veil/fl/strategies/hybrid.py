@@ -68,8 +68,9 @@ class Hybrid(Strategy):
     learning_rate, clip_norm, count_weight, max_records: as
         :class:`~veil.learn.private.GradientQueries` (max_records bounds one party's
         records and sets the encoding's width).
-    keys: the dealer's output (default: dealt now with ``key_bits``, ``primes``,
-        ``insecure_ok``); packed: many values per ciphertext; min_answers: fewest answers
+    keys: the dealer's output (default: made now with ``key_bits``, ``primes``,
+        ``insecure_ok``, by a dealer or, ``keygen="distributed"``, by the parties
+        together: :func:`veil.fl.hybrid.protocol.deal_keys`); packed: many values per ciphertext; min_answers: fewest answers
         a round proceeds with (default n); accountant: the ledger's (for calibration).
     """
 
@@ -79,6 +80,7 @@ class Hybrid(Strategy):
                  clip_norm: float = 1.0, count_weight: float = 0.25,
                  max_records: int = 2 ** 16, keys: HybridKeys | None = None,
                  key_bits: int = 2048, primes: Any = None, insecure_ok: bool = False,
+                 keygen: str = "dealer",
                  packed: bool = True, min_answers: int | None = None,
                  accountant: str = "pld", rng: RngLike = None) -> None:
         self.trust, self.parties = check_trust(trust, parties)
@@ -99,6 +101,7 @@ class Hybrid(Strategy):
         self.min_clients = self.parties
         if keys is None:
             keys = deal_keys(self.parties, self.trust, bits=key_bits, primes=primes,
+                             keygen=keygen,
                              insecure_ok=insecure_ok, rng=rng)
         if keys.public_key.parties != self.parties or \
                 keys.public_key.threshold != self.parties - self.trust + 1:
