@@ -70,8 +70,9 @@ class Hybrid(Strategy):
         records and sets the encoding's width).
     keys: the dealer's output (default: made now with ``key_bits``, ``primes``,
         ``insecure_ok``, by a dealer or, ``keygen="distributed"``, by the parties
-        together: :func:`veil.fl.hybrid.protocol.deal_keys`); packed: many values per ciphertext; min_answers: fewest answers
-        a round proceeds with (default n); accountant: the ledger's (for calibration).
+        together: :func:`veil.fl.hybrid.protocol.deal_keys`); packed: many values per
+        ciphertext; min_answers: fewest answers a round proceeds with (default n);
+        accountant: the ledger's (for calibration).
     """
 
     def __init__(self, parties: int, trust: int, *, rounds: int, epsilon: float | None = None,
