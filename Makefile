@@ -16,11 +16,11 @@ $(VENV)/.core: $(BIN)/python $(DEPS)
 	@touch $@
 
 $(VENV)/.dev: $(BIN)/python $(DEPS)
-	$(PIP) -e ".[torch,dev]"
+	$(PIP) -e ".[torch,dev,fhe]"
 	@touch $@ $(VENV)/.core
 
 $(VENV)/.bench: $(VENV)/.dev
-	$(PIP) -e ".[torch,dev,bench]"
+	$(PIP) -e ".[torch,dev,fhe,bench]"
 	$(PIP) --no-deps pycanon
 	@touch $@
 
