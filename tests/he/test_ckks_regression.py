@@ -58,7 +58,7 @@ def test_secure_preset_closed_form(diabetes, secure_owner, alpha):
     np.testing.assert_allclose(model.coef_, ref.coef_, atol=bound)
     assert abs(model.intercept_ - ref.intercept_) < bound
     rows = secure_owner.encrypt_rows(X_te, model.x_scale_)
-    pred = secure_owner.decrypt_predictions(model.predict(rows), len(X_te), 10, model.y_scale_)
+    pred = secure_owner.decrypt_predictions(model.predict(rows))
     np.testing.assert_allclose(pred, ref.predict(X_te), atol=bound)
     assert round(r2_score(y_te, pred), 3) == round(ref.score(X_te, y_te), 3)
 
@@ -104,15 +104,15 @@ def test_private_model_prediction(diabetes, secure_owner):
     scale = np.ones(10)
     w = np.tile(np.pad(np.append(ref.coef_, ref.intercept_) / 1024, (0, 5)), ctx.slots // 16)
     cts, mask = predict_private_model(ctx.encrypt(w), X_te, scale, rng=5)
-    masked = secure_owner.decrypt_predictions(cts, len(X_te), 10)
+    masked = secure_owner.decrypt_predictions(cts)
     assert np.abs(masked * 1024 - ref.predict(X_te)).min() > 1.0    # the owner sees masked values
     np.testing.assert_allclose((masked - mask) * 1024, ref.predict(X_te), atol=0.05)
     # data-private direction: the server's plaintext model on the owner's encrypted rows
     rows = secure_owner.encrypt_rows(X_te, scale)
     server = EncryptedLinearRegression()
     out = server.predict(rows, model=(ref.coef_ / 1024, ref.intercept_ / 1024))
-    pred = secure_owner.decrypt_predictions(out, len(X_te), 10, 1024.0)
-    np.testing.assert_allclose(pred, ref.predict(X_te), atol=0.05)
+    pred = secure_owner.decrypt_predictions(out)
+    np.testing.assert_allclose(pred * 1024, ref.predict(X_te), atol=0.05)
 
 
 def test_security_and_range_errors(secure_owner):

@@ -88,12 +88,14 @@ from typing import Any
 import numpy as np
 
 from veil._validation import check_array, check_fitted, check_int, check_positive
+from veil.crypto.serialization import _frame, _unframe
 from veil.errors import ConfigError, CryptoError, DataError
 from veil.he.ckks import Ciphertext, CKKSContext
 from veil.random import check_rng
 
-__all__ = ["DataOwner", "EncryptedTrainingSet", "EncryptedRows", "EncryptedLinearRegression",
-           "cell_width", "rotations_for", "predict_private_model"]
+__all__ = ["DataOwner", "EncryptedTrainingSet", "EncryptedRows", "EncryptedModel",
+           "EncryptedPredictions", "EncryptedLinearRegression", "cell_width", "rotations_for",
+           "predict_private_model"]
 
 logger = logging.getLogger(__name__)
 
@@ -112,6 +114,35 @@ def _pow2_scale(values: np.ndarray) -> float:
     """The smallest power of two >= max |values| (1 for all-zero values)."""
     top = float(np.max(np.abs(values))) if values.size else 0.0
     return 2.0 ** math.ceil(math.log2(top)) if top > 0 else 1.0
+
+
+_TAG_TRAINING, _TAG_ROWS, _TAG_MODEL, _TAG_PREDICTIONS = 50, 51, 52, 53
+
+
+def _pack(tag: int, numbers: list[float], cts: tuple[Ciphertext, ...]) -> bytes:
+    """Public metadata (float64 numbers) and ciphertexts in veil's framing."""
+    meta = np.asarray(numbers, dtype=">f8").tobytes()
+    return _frame(tag, [meta, *(c.to_bytes() for c in cts)])
+
+
+def _unpack(tag: int, data: bytes, context: CKKSContext,
+            what: str) -> tuple[np.ndarray, tuple[Ciphertext, ...]]:
+    """Check the tag and the metadata, load each ciphertext into ``context`` (its key only)."""
+    got, fields = _unframe(data)
+    if got != tag or not fields or len(fields[0]) % 8 or len(fields) < 2:
+        raise CryptoError(f"not a veil {what} file")
+    numbers = np.frombuffer(fields[0], dtype=">f8").astype(np.float64)
+    if not np.all(np.isfinite(numbers)) or numbers.size < 2 or numbers[0] < 1 or \
+            numbers[1] < 1 or numbers[0] != int(numbers[0]) or numbers[1] != int(numbers[1]):
+        raise CryptoError(f"malformed {what} file: bad metadata")
+    return numbers, tuple(context.ciphertext_from_bytes(f) for f in fields[1:])
+
+
+def _scales(numbers: np.ndarray, start: int, d: int, what: str) -> np.ndarray:
+    scale = numbers[start:start + d]
+    if scale.size != d or np.any(scale <= 0):
+        raise CryptoError(f"malformed {what} file: feature scales")
+    return scale
 
 
 @dataclass(frozen=True)
@@ -133,6 +164,22 @@ class EncryptedTrainingSet:
     def nbytes(self) -> int:
         return sum(c.nbytes for c in self.u + self.v)
 
+    def to_bytes(self) -> bytes:
+        return _pack(_TAG_TRAINING, [self.n, self.d, self.y_scale, *self.x_scale],
+                     self.u + self.v)
+
+    @classmethod
+    def from_bytes(cls, data: bytes, context: CKKSContext) -> EncryptedTrainingSet:
+        nums, cts = _unpack(_TAG_TRAINING, data, context, "encrypted training set")
+        n, d = int(nums[0]), int(nums[1])
+        p = cell_width(d)
+        pairs = -(-n // max(1, context.slots // (2 * p * p)))
+        if len(cts) != 2 * pairs or nums.size != 3 + d or nums[2] <= 0:
+            raise CryptoError(f"malformed encrypted training set: {len(cts)} ciphertexts for "
+                              f"n={n}, d={d}")
+        return cls(cts[:pairs], cts[pairs:], n, d, _scales(nums, 3, d, "training"),
+                   float(nums[2]))
+
 
 @dataclass(frozen=True)
 class EncryptedRows:
@@ -146,6 +193,60 @@ class EncryptedRows:
     @property
     def nbytes(self) -> int:
         return sum(c.nbytes for c in self.cts)
+
+    def to_bytes(self) -> bytes:
+        return _pack(_TAG_ROWS, [self.n, self.d, *self.x_scale], self.cts)
+
+    @classmethod
+    def from_bytes(cls, data: bytes, context: CKKSContext) -> EncryptedRows:
+        nums, cts = _unpack(_TAG_ROWS, data, context, "encrypted rows")
+        n, d = int(nums[0]), int(nums[1])
+        if len(cts) != -(-n // (context.slots // cell_width(d))) or nums.size != 2 + d:
+            raise CryptoError(f"malformed encrypted rows: {len(cts)} ciphertexts for n={n}")
+        return cls(cts, n, d, _scales(nums, 2, d, "rows"))
+
+
+@dataclass(frozen=True)
+class EncryptedModel:
+    """E(w~) in layout 1 with the public scales: what ``veil he train`` writes."""
+
+    ct: Ciphertext
+    d: int
+    x_scale: np.ndarray
+    y_scale: float
+
+    def to_bytes(self) -> bytes:
+        return _pack(_TAG_MODEL, [1, self.d, self.y_scale, *self.x_scale], (self.ct,))
+
+    @classmethod
+    def from_bytes(cls, data: bytes, context: CKKSContext) -> EncryptedModel:
+        nums, cts = _unpack(_TAG_MODEL, data, context, "encrypted model")
+        d = int(nums[1])
+        if len(cts) != 1 or nums.size != 3 + d or nums[2] <= 0:
+            raise CryptoError("malformed encrypted model")
+        return cls(cts[0], d, _scales(nums, 3, d, "model"), float(nums[2]))
+
+
+@dataclass(frozen=True)
+class EncryptedPredictions:
+    """E(X w~) from :meth:`EncryptedLinearRegression.predict` (prediction r in slot r p)."""
+
+    cts: tuple[Ciphertext, ...]
+    n: int
+    d: int
+    y_scale: float
+
+    def to_bytes(self) -> bytes:
+        return _pack(_TAG_PREDICTIONS, [self.n, self.d, self.y_scale], self.cts)
+
+    @classmethod
+    def from_bytes(cls, data: bytes, context: CKKSContext) -> EncryptedPredictions:
+        nums, cts = _unpack(_TAG_PREDICTIONS, data, context, "encrypted predictions")
+        n, d = int(nums[0]), int(nums[1])
+        if len(cts) != -(-n // (context.slots // cell_width(d))) or nums.size != 3 \
+                or nums[2] <= 0:
+            raise CryptoError(f"malformed encrypted predictions: {len(cts)} ciphertexts")
+        return cls(cts, n, d, float(nums[2]))
 
 
 class DataOwner:
@@ -207,12 +308,13 @@ class DataOwner:
         cts = tuple(self.context.encrypt(Z[s:s + per_ct].ravel()) for s in range(0, n, per_ct))
         return EncryptedRows(cts, n, d, scale)
 
-    def decrypt_predictions(self, predictions: tuple[Ciphertext, ...], n: int, d: int,
-                            y_scale: float = 1.0) -> np.ndarray:
-        """The n predictions from :meth:`EncryptedLinearRegression.predict`'s ciphertexts."""
-        p = cell_width(d)
-        out = np.concatenate([self.context.decrypt(c)[::p] for c in predictions])
-        return out[:n] * y_scale
+    def decrypt_predictions(self, predictions: EncryptedPredictions) -> np.ndarray:
+        """The n predictions of :meth:`EncryptedLinearRegression.predict`, in y's units."""
+        if not isinstance(predictions, EncryptedPredictions):
+            raise DataError("decrypt_predictions takes EncryptedPredictions")
+        p = cell_width(predictions.d)
+        out = np.concatenate([self.context.decrypt(c)[::p] for c in predictions.cts])
+        return out[:predictions.n] * predictions.y_scale
 
     # -- interactive steps -------------------------------------------------------
     def solve_masked(self, columns: list[Ciphertext], positions: list[list[int]],
@@ -442,8 +544,23 @@ class EncryptedLinearRegression:
             self._coef = (w[:-1] * self.y_scale_ / self.x_scale_, float(w[-1] * self.y_scale_))
         return self._coef
 
-    def predict(self, rows: EncryptedRows, *, model: Any = None) -> tuple[Ciphertext, ...]:
-        """E(X w + w_0) (scaled by 1 / y_scale) for encrypted rows, one ciphertext per chunk.
+    @property
+    def encrypted_model_(self) -> EncryptedModel:
+        """The trained E(w~) with its public scales (to save, or to send)."""
+        check_fitted(self, "model_")
+        return EncryptedModel(self.model_, self.n_features_in_, self.x_scale_, self.y_scale_)
+
+    @classmethod
+    def from_encrypted_model(cls, model: EncryptedModel, **params: Any
+                             ) -> EncryptedLinearRegression:
+        """A fitted estimator around a stored :class:`EncryptedModel`."""
+        est = cls(**params)
+        est.model_, est.n_features_in_ = model.ct, model.d
+        est.x_scale_, est.y_scale_ = model.x_scale, model.y_scale
+        return est
+
+    def predict(self, rows: EncryptedRows, *, model: Any = None) -> EncryptedPredictions:
+        """E(X w + w_0) for encrypted rows (one ciphertext per chunk of rows; depth 1).
 
         ``model``: a plaintext (coef, intercept) of the server's own instead of the
         encrypted model (the data-private direction: the server learns nothing of x).
@@ -464,12 +581,14 @@ class EncryptedLinearRegression:
             if coef.size != rows.d:
                 raise DataError(f"coef has {coef.size} values; rows have {rows.d} features")
             w = _layout(np.append(coef * rows.x_scale, intercept), 1, p, ctx.slots)
-        return tuple(ctx.sum_blocks(ct * w, 1, p) for ct in rows.cts)
+        y_scale = self.y_scale_ if model is None else 1.0
+        return EncryptedPredictions(tuple(ctx.sum_blocks(ct * w, 1, p) for ct in rows.cts),
+                                    rows.n, rows.d, y_scale)
 
 
 def predict_private_model(model: Ciphertext, X: Any, x_scale: Any, *,
                           mask_scale: float = 1e3, rng: Any = None
-                          ) -> tuple[tuple[Ciphertext, ...], np.ndarray]:
+                          ) -> tuple[EncryptedPredictions, np.ndarray]:
     """The model owner keeps w private: the data holder's side of the prediction.
 
     The model owner sends E(w~) (layout 1, under its own key) and its public feature scales;
@@ -498,4 +617,4 @@ def predict_private_model(model: Ciphertext, X: Any, x_scale: Any, *,
         shift = np.zeros((rows.shape[0], p))
         shift[:, 0] = mask[s:s + per_ct]
         out.append(ctx.sum_blocks(model * rows.ravel(), 1, p) + shift.ravel())
-    return tuple(out), mask
+    return EncryptedPredictions(tuple(out), n, d, 1.0), mask
