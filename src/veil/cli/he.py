@@ -119,7 +119,8 @@ def train(
     alpha: float = typer.Option(0.0, "--alpha", help="Ridge penalty (0: least squares)."),
     solver: str = typer.Option("gd", "--solver", help="gd (server alone) or closed_form."),
     iterations: int = typer.Option(10, "--iterations", help="GD iterations."),
-    learning_rate: float = typer.Option(1.0, "--learning-rate", help="GD step on scaled data."),
+    learning_rate: float = typer.Option(None, "--learning-rate",
+                                        help="GD step on scaled data (default 1/(d+1))."),
     owner_key: str = typer.Option(None, "--owner-key",
                                    help="closed_form: the owner's secret.ctx (both roles in "
                                         "this process)."),

@@ -339,14 +339,21 @@ class DataOwner:
     def refresh(self, ct: Ciphertext, layout: int, size: int) -> Ciphertext:
         """GD refresh: decrypt the (masked) vector of ``size`` entries and re-encrypt it at
         full depth in the same layout."""
+        w = self._read(ct, layout, size)
+        return self.context.encrypt(_layout(w, layout, cell_width(size - 2), self.context.slots))
+
+    def _read(self, ct: Ciphertext, layout: int, size: int) -> np.ndarray:
+        """The vector from a periodic layout: the median over its copies (the CKKS error is
+        heavy-tailed across slots: a few slots carry 10-100x the typical error)."""
         p = cell_width(size - 2)
         plain = self.context.decrypt(ct)
-        w = plain[:size] if layout == 1 else plain[:2 * p * size:2 * p]
-        return self.context.encrypt(_layout(w, layout, p, self.context.slots))
+        if layout == 1:
+            return np.median(plain.reshape(-1, p)[:, :size], axis=0)
+        return np.median(plain.reshape(-1, p, 2 * p)[:, :size, :p], axis=(0, 2))
 
     def decrypt_model(self, model: Ciphertext, d: int) -> np.ndarray:
         """w~ in layout 1 -> the first d + 1 entries (scaled coefficients and intercept)."""
-        return self.context.decrypt(model, d + 1)
+        return self._read(model, 1, d + 2)[:d + 1]
 
 
 def _layout(w: np.ndarray, layout: int, p: int, slots: int) -> np.ndarray:
@@ -370,15 +377,17 @@ class EncryptedLinearRegression:
     Parameters: ``alpha`` (ridge penalty, as :class:`sklearn.linear_model.Ridge`; 0 for
     ordinary least squares), ``solver`` ("closed_form": masked solve, needs ``owner``; "gd":
     gradient descent under encryption), ``max_iter`` and ``learning_rate`` (GD; the rate applies
-    to the data scaled to |z| <= 1), ``refresh_every`` (GD: an owner refresh every k
-    iterations; 0 for none), ``owner`` (the :class:`DataOwner`, reached for the interactive
-    steps and for decrypting ``coef_``), ``rng`` (masks; secure by default). See the module
+    to the data scaled to |z| <= 1; None: 1 / (d + 1), which always converges because the
+    largest eigenvalue of Z^T Z / n is at most its trace <= d + 1), ``refresh_every`` (GD: an
+    owner refresh every k iterations; 0 for none), ``mask_scale`` (standard deviation of the
+    refresh mask), ``owner`` (the :class:`DataOwner`, reached for the interactive steps and
+    for decrypting ``coef_``), ``rng`` (masks; secure by default). See the module
     docstring for the protocol, the depth plan and who learns what.
     """
 
     def __init__(self, alpha: float = 0.0, *, solver: str = "closed_form", max_iter: int = 10,
-                 learning_rate: float = 1.0, refresh_every: int = 0, mask_scale: float = 1e3,
-                 owner: DataOwner | None = None, rng: Any = None) -> None:
+                 learning_rate: float | None = None, refresh_every: int = 0,
+                 mask_scale: float = 1e3, owner: DataOwner | None = None, rng: Any = None) -> None:
         self.alpha = alpha
         self.solver = solver
         self.max_iter = max_iter
@@ -400,7 +409,8 @@ class EncryptedLinearRegression:
             raise ConfigError("solver='closed_form' needs owner= (the key holder solves the "
                               "masked system)")
         check_int(self.max_iter, "max_iter", low=1)
-        check_positive(self.learning_rate, "learning_rate")
+        if self.learning_rate is not None:
+            check_positive(self.learning_rate, "learning_rate")
         check_int(self.refresh_every, "refresh_every", low=0)
         if self.refresh_every and self.owner is None:
             raise ConfigError("refresh_every > 0 needs owner= (the key holder refreshes)")
@@ -490,7 +500,8 @@ class EncryptedLinearRegression:
         ctx = G.context
         d1, D, p = data.d + 1, data.d + 2, cell_width(data.d)
         cells = ctx.slots // (2 * p * p)
-        eta, n = float(self.learning_rate), data.n
+        eta = 1.0 / d1 if self.learning_rate is None else float(self.learning_rate)
+        n = data.n
         lam = np.zeros(D)
         lam[:d1] = self._penalty(data) / n
         # M = I - (eta/n) P G - eta diag(lam); B-layout rows i, A-layout transposed
