@@ -1,7 +1,9 @@
 """Encrypted linear regression (veil.he) against straightforward TenSEAL code, same run.
 
-Run:  .venv/bin/python benchmarks/bench_he.py            (~4-6 minutes on a loaded 2-core box)
-      .venv/bin/python benchmarks/bench_he.py --large    (adds n=10,000 and d=30 sizes)
+Run:  .venv/bin/python benchmarks/bench_he.py             (~10-15 minutes on a loaded 2-core box,
+                                                           most of it TenSEAL's GD iteration)
+      .venv/bin/python benchmarks/bench_he.py --skip-gd   (~2 minutes: sections 1, 3, 4)
+      .venv/bin/python benchmarks/bench_he.py --large     (adds n=10,000 and d=30 sizes)
 
 Sections
 1. Diabetes ridge from encrypted sufficient statistics (128-bit preset depth2, N=8192).

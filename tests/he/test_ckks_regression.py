@@ -150,6 +150,20 @@ def test_other_key_and_serialization(secure_owner):
         ctx.ciphertext_from_bytes(bytes(blob))
 
 
+def test_bundles_load_only_under_their_key(secure_owner):
+    from veil.he.linear import EncryptedTrainingSet
+    X, y = load_diabetes(return_X_y=True)
+    data = secure_owner.encrypt_training(X[:12], y[:12])
+    blob = data.to_bytes()
+    back = EncryptedTrainingSet.from_bytes(blob, secure_owner.context.public())
+    assert (back.n, back.d, back.y_scale) == (12, 10, data.y_scale)
+    other = CKKSContext.keygen(8192, rng=10)
+    with pytest.raises(CryptoError, match="another key"):
+        EncryptedTrainingSet.from_bytes(blob, other)
+    with pytest.raises(CryptoError):
+        EncryptedTrainingSet.from_bytes(blob[:-5], secure_owner.context)
+
+
 def test_backend_interface(secure_owner):
     be = CKKSBackend(secure_owner.context)
     a, b = be.encrypt([1.0, 2.0, 3.0, 4.0]), be.encrypt([0.5, 0.5, 0.5, 0.5])
