@@ -12,7 +12,7 @@ import sys
 import typer
 
 import veil
-from veil.cli import anon, audit, budget, datasets, demo, dp, experiment, fl
+from veil.cli import anon, audit, budget, datasets, demo, dp, experiment, fl, he
 from veil.cli._output import err_console
 from veil.errors import VeilError
 
@@ -27,6 +27,7 @@ app.add_typer(fl.app, name="fl")
 app.add_typer(dp.app, name="dp")
 app.command("demo")(demo.demo)
 app.add_typer(experiment.app, name="experiment")
+app.add_typer(he.app, name="he")
 
 
 def _version(value: bool) -> None:

@@ -1,0 +1,175 @@
+"""CKKS backend and EncryptedLinearRegression against scikit-learn on diabetes.
+
+Small parameter sets (insecure_ok=True) are used where a test is about correctness, not
+security; test_secure_preset_closed_form runs the 128-bit preset ``depth2`` (N = 8192).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tenseal", reason="CKKS needs the 'fhe' extra (tenseal)")
+
+from sklearn.datasets import load_diabetes  # noqa: E402
+from sklearn.linear_model import LinearRegression, Ridge  # noqa: E402
+from sklearn.metrics import r2_score  # noqa: E402
+from sklearn.model_selection import train_test_split  # noqa: E402
+
+from veil.errors import ConfigError, CryptoError  # noqa: E402
+from veil.he.backend import CKKSBackend  # noqa: E402
+from veil.he.ckks import CKKSContext  # noqa: E402
+from veil.he.linear import (  # noqa: E402
+    DataOwner,
+    EncryptedLinearRegression,
+    predict_private_model,
+    rotations_for,
+)
+
+
+@pytest.fixture(scope="module")
+def diabetes():
+    X, y = load_diabetes(return_X_y=True)
+    return train_test_split(X, y, test_size=0.25, random_state=0)
+
+
+@pytest.fixture(scope="module")
+def secure_owner():
+    return DataOwner(CKKSContext.preset("depth2", rotations=rotations_for(10), rng=1))
+
+
+@pytest.fixture(scope="module")
+def deep_owner():
+    # correctness of the depth plan only: 9 moduli at N = 8192 exceed the 218-bit bound
+    ctx = CKKSContext.keygen(8192, [60] + [40] * 7 + [60], 40, rotations=rotations_for(10),
+                             insecure_ok=True, rng=2)
+    return DataOwner(ctx)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 1.0])
+def test_secure_preset_closed_form(diabetes, secure_owner, alpha):
+    X_tr, X_te, y_tr, y_te = diabetes
+    assert secure_owner.context.security_bits == 128
+    data = secure_owner.encrypt_training(X_tr, y_tr)
+    model = EncryptedLinearRegression(alpha, owner=secure_owner, rng=3).fit(data)
+    ref = Ridge(alpha).fit(X_tr, y_tr) if alpha else LinearRegression().fit(X_tr, y_tr)
+    # stated bound: 1e-4 relative to the largest coefficient (CKKS at scale 2^40)
+    bound = 1e-4 * np.abs(ref.coef_).max()
+    np.testing.assert_allclose(model.coef_, ref.coef_, atol=bound)
+    assert abs(model.intercept_ - ref.intercept_) < bound
+    rows = secure_owner.encrypt_rows(X_te, model.x_scale_)
+    pred = secure_owner.decrypt_predictions(model.predict(rows))
+    np.testing.assert_allclose(pred, ref.predict(X_te), atol=bound)
+    assert round(r2_score(y_te, pred), 3) == round(ref.score(X_te, y_te), 3)
+
+
+def _plain_gd(X, y, data, steps, eta, alpha):
+    Xs, ys, n = X / data.x_scale, y / data.y_scale, len(y)
+    Z = np.column_stack([Xs, np.ones(n)])
+    lam = np.append(alpha / data.x_scale ** 2, 0.0)
+    w = np.zeros(Z.shape[1])
+    for _ in range(steps):
+        w = w - eta * (Z.T @ (Z @ w - ys) + lam * w) / n
+    return w[:-1] * data.y_scale / data.x_scale, w[-1] * data.y_scale
+
+
+@pytest.mark.parametrize("steps,refresh", [(5, 0), (4, 0), (10, 3)])
+def test_gradient_descent_matches_plaintext(diabetes, deep_owner, steps, refresh):
+    X_tr, _, y_tr, _ = diabetes
+    data = deep_owner.encrypt_training(X_tr, y_tr)
+    model = EncryptedLinearRegression(0.5, solver="gd", max_iter=steps, refresh_every=refresh,
+                                      owner=deep_owner, rng=4).fit(data)
+    coef, intercept = _plain_gd(X_tr, y_tr, data, steps, 1 / 11, 0.5)
+    # stated bound: 1e-4 relative to the largest coefficient (median read-out of the copies)
+    bound = 1e-4 * np.abs(coef).max()
+    np.testing.assert_allclose(model.coef_, coef, atol=bound)
+    assert abs(model.intercept_ - intercept) < bound
+
+
+def test_depth_is_planned_and_exhaustion_is_an_error(diabetes, deep_owner):
+    X_tr, _, y_tr, _ = diabetes
+    data = deep_owner.encrypt_training(X_tr[:40], y_tr[:40])
+    with pytest.raises(ConfigError, match="depth 7"):
+        EncryptedLinearRegression(solver="gd", max_iter=6, owner=deep_owner).fit(data)
+    model = EncryptedLinearRegression(solver="gd", max_iter=5, owner=deep_owner).fit(data)
+    assert model.model_.level == 0
+    rows = deep_owner.encrypt_rows(X_tr[:3], model.x_scale_)
+    with pytest.raises(CryptoError, match="depth exhausted.*level 0 of 7"):
+        model.predict(rows)
+
+
+def test_private_model_prediction(diabetes, secure_owner):
+    X_tr, X_te, y_tr, _ = diabetes
+    ref = LinearRegression().fit(X_tr, y_tr)
+    ctx = secure_owner.context
+    scale = np.ones(10)
+    w = np.tile(np.pad(np.append(ref.coef_, ref.intercept_) / 1024, (0, 5)), ctx.slots // 16)
+    cts, mask = predict_private_model(ctx.encrypt(w), X_te, scale, rng=5)
+    masked = secure_owner.decrypt_predictions(cts)
+    assert np.abs(masked * 1024 - ref.predict(X_te)).min() > 1.0    # the owner sees masked values
+    np.testing.assert_allclose((masked - mask) * 1024, ref.predict(X_te), atol=0.05)
+    # data-private direction: the server's plaintext model on the owner's encrypted rows
+    rows = secure_owner.encrypt_rows(X_te, scale)
+    server = EncryptedLinearRegression()
+    out = server.predict(rows, model=(ref.coef_ / 1024, ref.intercept_ / 1024))
+    pred = secure_owner.decrypt_predictions(out)
+    np.testing.assert_allclose(pred * 1024, ref.predict(X_te), atol=0.05)
+
+
+def test_security_and_range_errors(secure_owner):
+    with pytest.raises(ConfigError, match="coeff_mod_bit_sizes.*218 bits"):
+        CKKSContext.keygen(8192, [60, 40, 40, 40, 60], 40)
+    with pytest.raises(ConfigError, match="poly_modulus_degree=1000"):
+        CKKSContext.keygen(1000)
+    ctx = secure_owner.context
+    with pytest.raises(CryptoError, match="outside the encodable range"):
+        ctx.encrypt([1.0, 1e7])
+    with pytest.raises(CryptoError, match="slots"):
+        ctx.encrypt(np.zeros(ctx.slots + 1))
+
+
+def test_other_key_and_serialization(secure_owner):
+    ctx = secure_owner.context
+    other = CKKSContext.keygen(8192, rng=9)
+    a, b = ctx.encrypt([1.0, 2.0]), other.encrypt([1.0, 2.0])
+    with pytest.raises(CryptoError, match="another key"):
+        a + b
+    with pytest.raises(CryptoError, match="another key"):
+        other.decrypt(a)
+    with pytest.raises(CryptoError, match="another key"):
+        other.ciphertext_from_bytes(a.to_bytes())
+    public = CKKSContext.from_bytes(ctx.public().to_bytes())
+    assert not public.has_secret_key and public.fingerprint == ctx.fingerprint
+    c = public.ciphertext_from_bytes((a * [3.0, 4.0]).to_bytes())
+    np.testing.assert_allclose(ctx.decrypt(c, 2), [3.0, 8.0], atol=1e-6)
+    with pytest.raises(CryptoError, match="secret key"):
+        public.decrypt(c)
+    blob = bytearray(a.to_bytes())
+    blob[40] ^= 1
+    with pytest.raises(CryptoError):
+        ctx.ciphertext_from_bytes(bytes(blob))
+
+
+def test_bundles_load_only_under_their_key(secure_owner):
+    from veil.he.linear import EncryptedTrainingSet
+    X, y = load_diabetes(return_X_y=True)
+    data = secure_owner.encrypt_training(X[:12], y[:12])
+    blob = data.to_bytes()
+    back = EncryptedTrainingSet.from_bytes(blob, secure_owner.context.public())
+    assert (back.n, back.d, back.y_scale) == (12, 10, data.y_scale)
+    other = CKKSContext.keygen(8192, rng=10)
+    with pytest.raises(CryptoError, match="another key"):
+        EncryptedTrainingSet.from_bytes(blob, other)
+    with pytest.raises(CryptoError):
+        EncryptedTrainingSet.from_bytes(blob[:-5], secure_owner.context)
+
+
+def test_backend_interface(secure_owner):
+    be = CKKSBackend(secure_owner.context)
+    a, b = be.encrypt([1.0, 2.0, 3.0, 4.0]), be.encrypt([0.5, 0.5, 0.5, 0.5])
+    np.testing.assert_allclose(be.decrypt(be.multiply(a, b))[:4], [0.5, 1, 1.5, 2], atol=1e-6)
+    np.testing.assert_allclose(be.decrypt(be.rotate(a, 1))[:3], [2, 3, 4], atol=1e-6)
+    assert abs(be.decrypt(be.sum(a))[0] - 10.0) < 1e-5
+    np.testing.assert_allclose(be.decrypt(be.from_bytes(be.to_bytes(be.add(a, b))))[:2],
+                               [1.5, 2.5], atol=1e-6)
+    assert be.security_bits == 128
