@@ -177,9 +177,13 @@ def test_unsatisfiable_reports_the_best_achievable(make_table):
         anonymize(df, hierarchies, "disease", [KAnonymity(2), LDiversity(7)])
     message = str(info.value)
     assert "cannot be met within suppression_limit=0" in message
-    assert "l_distinct=" in message and "Raise suppression_limit" in message
-    with pytest.raises(DataError, match="k=60"):
+    # l = 7 above the distinct diseases: no suppression limit (all < 1) can help, so none is
+    # advised (it used to say "raise suppression_limit to at least 1")
+    assert "l_distinct=" in message and "No suppression can help" in message
+    assert "Raise suppression_limit" not in message
+    with pytest.raises(DataError, match="k=60") as info:
         anonymize(df, hierarchies, "disease", [KAnonymity(61)])
+    assert "relax the models" in str(info.value) and "at least 1" not in str(info.value)
 
 
 def test_suppression_is_used_within_the_limit(make_table):

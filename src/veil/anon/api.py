@@ -259,8 +259,11 @@ def _unsatisfiable(top, enc: EncodedTable, models, suppression_limit: float,
             f"suppression_limit={suppression_limit:g} ({limit} of {enc.n} records): the most "
             f"general transformation {dict(zip(enc.names, top.levels.tolist()))} still has "
             f"{top.suppressed} records ({share:.2%}) in classes that violate them. Best "
-            f"achievable there: {achieved}. Raise suppression_limit to at least "
-            f"{share:.4g} or relax the models.")
+            f"achievable there: {achieved}. " + (
+                f"Raise suppression_limit to at least {share:.4g} or relax the models."
+                if top.suppressed < enc.n else
+                "No suppression can help (every record violates them: a k larger than the "
+                "table, or an l above the distinct sensitive values): relax the models."))
 
 
 def _released_result(df: pd.DataFrame, released: pd.DataFrame, qis: Sequence[str],

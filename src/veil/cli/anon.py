@@ -30,7 +30,7 @@ from veil.anon import (
 )
 from veil.anon.hierarchy import sniff_separator
 from veil.anon.metrics import OBJECTIVES
-from veil.cli._output import console, print_json, print_mapping
+from veil.cli._output import print_json, print_mapping, say
 from veil.errors import ConfigError, DataError
 
 
@@ -148,10 +148,20 @@ def run(
     out: Annotated[Path | None, typer.Option(
         "--out", help="Write the released table here (anatomy: also OUT_sensitive.csv).")
     ] = None,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Replace an existing --out file (never the input).")] = False,
     sep: Sep = None,
     json_: Json = False,
 ) -> None:
     """Anonymize IN.csv and print a summary (levels, classes, metrics)."""
+    if not 0 <= suppress < 1:
+        raise ConfigError(f"--suppress={suppress!r} is not allowed: must be a share in [0, 1)")
+    if out is not None:
+        if out.is_dir():
+            raise DataError(f"--out={str(out)!r} is a directory; expected a file name")
+        if out.exists() and (not force or out.resolve() == input.resolve()):
+            raise ConfigError(f"--out={str(out)!r} exists: choose another name" + (
+                "" if out.resolve() == input.resolve() else ", or pass --force to replace it"))
     table, sep = read_table(input, sep)
     qis = parse_qis(qi, table)
     sens_h = None if sensitive_hierarchy is None else Hierarchy.from_csv(sensitive_hierarchy)
@@ -183,7 +193,7 @@ def run(
     print_mapping({key: _fmt(value) for key, value in rows.items()},
                   title=f"veil anonymize ({algorithm})")
     if out is not None:
-        console.print(f"released table written to {out}")
+        say(f"released table written to {out}")
 
 
 @app.command("check")

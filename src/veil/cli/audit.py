@@ -17,24 +17,26 @@ from typing import Annotated
 import numpy as np
 import typer
 
-from veil.cli._output import console, print_json, print_table
+from veil.cli._output import check_input_file, print_json, print_table, say
 from veil.errors import ConfigError, DataError
 
 ATTACK_HELP = "loss | confidence | shadow | lira | lira-offline"
 
 
 def _load_xy(path: Path, option: str) -> tuple[np.ndarray, np.ndarray]:
+    check_input_file(path, option)
     try:
         with np.load(path, allow_pickle=False) as data:
             if not {"X", "y"} <= set(data.files):
                 raise DataError(f"{option} {path}: expected arrays 'X' and 'y' in the .npz, "
                                 f"found {sorted(data.files)}")
             return data["X"], data["y"]
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, EOFError) as exc:
         raise DataError(f"{option} {path}: cannot read it as an .npz file ({exc})") from None
 
 
 def _load_model(path: Path):
+    check_input_file(path, "--model")
     try:
         with open(path, "rb") as fh:
             return pickle.load(fh)  # noqa: S301 - documented: only load models you trust
@@ -101,6 +103,8 @@ def audit(
 
     if (run_dir is None) == (model is None):
         raise ConfigError("give either RUN_DIR or --model (not both, not neither)")
+    if out is not None and out.exists() and not out.is_dir():
+        raise DataError(f"--out={str(out)!r} is an existing file; expected a folder")
     if model is not None:
         run = _model_run(model, members, nonmembers, population, attack, n_shadow, ledger,
                          epsilon, delta, seed)
@@ -124,4 +128,4 @@ def audit(
                      "-" if e.get("accuracy") is None else f"{e['accuracy']:.3f}"))
     print_table(rows, ["run", "certified eps", f"empirical eps >= ({confidence:g})", "AUC",
                        "sample-model MI (nats)", "accuracy"], title="veil privacy audit")
-    console.print(f"report: {html_path}  ({json_path.name} beside it)")
+    say(f"report: {html_path}  ({json_path.name} beside it)")

@@ -9,9 +9,9 @@ from typing import Annotated, Any
 import pandas as pd
 import typer
 
-from veil._validation import check_bounds, check_choice, check_int
+from veil._validation import check_bounds, check_choice, check_delta, check_epsilon, check_int
 from veil.cli import dp_demo
-from veil.cli._output import print_json, print_mapping
+from veil.cli._output import check_input_file, parse_list, print_json, print_mapping
 from veil.dp import stats
 from veil.dp.ledger import Ledger
 from veil.dp.result import Result
@@ -24,8 +24,7 @@ QUERIES = ("count", "sum", "mean", "variance", "histogram", "quantile")
 
 def read_csv(path: Path) -> pd.DataFrame:
     """A CSV file with its separator (, ; tab |) detected from its first lines."""
-    if not path.is_file():
-        raise DataError(f"FILE={str(path)!r} is not an existing file")
+    check_input_file(path, "FILE")
     try:
         with open(path, newline="", encoding="utf-8") as fh:
             sample = fh.read(65536)
@@ -41,19 +40,11 @@ def read_csv(path: Path) -> pd.DataFrame:
     return df
 
 
-def _numbers(text: str, name: str) -> list[float]:
-    try:
-        return [float(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise ConfigError(f"{name}={text!r} is not allowed: expected comma-separated "
-                          "numbers") from None
-
-
 def _bounds(text: str | None, query: str) -> tuple[float, float]:
     if text is None:
         raise ConfigError(f"--bounds is required for --query {query}: declare the range as "
                           "LO,HI (bounds are never read from the data)")
-    return check_bounds(tuple(_numbers(text, "--bounds")), "--bounds")
+    return check_bounds(tuple(parse_list(text, "--bounds")), "--bounds")
 
 
 def run_query(column: pd.Series, query: str, *, epsilon: float, delta: float,
@@ -66,13 +57,13 @@ def run_query(column: pd.Series, query: str, *, epsilon: float, delta: float,
         return stats.count(column, delta=delta, **common)
     if query == "histogram":
         if categories is not None:
-            cats = [c.strip() for c in categories.split(",") if c.strip()]
+            cats = parse_list(categories, "--categories", str)
             return stats.histogram(column.astype(str).str.strip(), categories=cats,
                                    delta=delta, **common)
         if bins is None:
             raise ConfigError("--query histogram needs --bins (edges A,B,C or a number of "
                               "equal-width bins over --bounds) or --categories")
-        edges = _numbers(bins, "--bins")
+        edges = parse_list(bins, "--bins")
         if len(edges) == 1:
             lo, hi = _bounds(bounds, query)
             k = check_int(int(edges[0]) if edges[0].is_integer() else edges[0], "--bins",
@@ -106,7 +97,7 @@ def stats_command(
     json_: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """Release one differentially private statistic of a CSV column."""
-    ledger = Ledger(epsilon, delta)
+    ledger = Ledger(check_epsilon(epsilon, "--epsilon"), check_delta(delta, "--delta"))
     df = read_csv(file)
     if column not in df.columns:
         raise DataError(f"--column={column!r} is not a column of {file}; columns: "

@@ -9,9 +9,16 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from veil.cli._output import console, err_console, print_json, print_table
+from veil.cli._output import (
+    check_input_file,
+    check_out_dir,
+    print_json,
+    print_table,
+    progress,
+    say,
+    warn,
+)
 from veil.errors import ConfigError
 
 app = typer.Typer(help="Federated learning.", no_args_is_help=True)
@@ -59,8 +66,11 @@ def _write_run(out_dir: Path, name: str, cfg: Any, history: Any, canaries: Any) 
 Config = Annotated[Path, typer.Argument(help="TOML file describing the run.")]
 Resume = Annotated[bool, typer.Option("--resume",
                                       help="Continue an interrupted run from its checkpoint.")]
-Out = Annotated[Path | None, typer.Option("--out", help="Output directory (default: run.out "
-                                          "in the config, else fl_results/<config name>).")]
+Out = Annotated[Path | None, typer.Option("--out", help="Output directory, new or empty "
+                                          "(default: run.out in the config, else "
+                                          "fl_results/<config name>).")]
+Force = Annotated[bool, typer.Option("--force", help="Write into a non-empty output directory "
+                                     "that holds no run.")]
 Json = Annotated[bool, typer.Option("--json", help="Print the results as JSON.")]
 Report = Annotated[bool, typer.Option("--report", help="Also write the privacy report "
                                       "(report.json, report.html) into <out>/audit.")]
@@ -68,7 +78,7 @@ Report = Annotated[bool, typer.Option("--report", help="Also write the privacy r
 
 @app.command("run")
 def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = False,
-        report: Report = False) -> None:
+        report: Report = False, force: Force = False) -> None:
     """Train a model across simulated clients; write results.json, plot.png and run.json
     (the run directory `veil audit` reads), plus the privacy report with --report."""
     from veil.crypto.paillier import MIN_SECURE_BITS
@@ -76,33 +86,34 @@ def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = F
     from veil.fl import Federation, LocalRuntime
     from veil.fl.config import load_config
 
-    cfg = load_config(config)
+    cfg = load_config(check_input_file(config, "CONFIG", text=True))
     out_dir = out or Path(cfg["run"]["out"] or Path("fl_results") / config.stem)
     checkpoint, ledger_file = out_dir / "checkpoint.veil", out_dir / "ledger.sqlite"
     state_file = out_dir / "state.json"
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"--out={str(out_dir)!r} is an existing file; expected a folder")
     if not resume and (checkpoint.exists() or ledger_file.exists()):
         raise ConfigError(f"{out_dir} already holds a run: pass --resume to continue it, or "
                           "choose another --out (its ledger keeps the privacy budget spent)")
+    if not resume:
+        check_out_dir(out_dir, force=force)
     seed = cfg["run"]["seed"]
     partition_seed, canary_seed = _seeds(state_file, seed, resume)
 
     clients, test = cfg.data(partition_seed)
     if cfg.kind == "hybrid" and cfg["hybrid"]["key_bits"] < MIN_SECURE_BITS:
-        err_console.print(f"[yellow]warning:[/] an insecure {cfg['hybrid']['key_bits']}-bit "
-                          "threshold key (insecure_ok = true): for tests and demos only")
+        warn(f"an insecure {cfg['hybrid']['key_bits']}-bit threshold key (insecure_ok = true): "
+             "for tests and demos only")
     strategy = cfg.strategy(clients)
     rounds = cfg["training"]["rounds"]
     run_options = cfg["run"]
     with LocalRuntime(cfg.faults(), workers=run_options["workers"],
-                      timeout=run_options["timeout"]) as runtime, Progress(
-            TextColumn("[bold]federated rounds"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("{task.description}"), TimeElapsedColumn(),
-            console=err_console, transient=json_) as progress:
-        task = progress.add_task("", total=rounds)
+                      timeout=run_options["timeout"]) as runtime, progress(
+            "federated rounds", total=rounds, transient=json_) as update:
 
         def on_round(record: dict) -> None:
             eps = record.get("epsilon")
-            progress.update(task, completed=record["round"] + 1, description=(
+            update(record["round"] + 1, what=(
                 f"acc {record.get('accuracy', float('nan')):.4f}"
                 + ("" if eps is None else f"  eps {eps:.3f}")
                 + ("" if record["status"] == "ok" else "  (aborted)")))
@@ -155,10 +166,9 @@ def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = F
                 title=f"veil fl run {config} -> {out_dir}")
     if bound is not None:
         lower = math.floor(bound.epsilon * 1000) / 1000  # a lower bound: never round up
-        console.print(f"canary clients: epsilon >= {lower:g} at confidence "
-                      f"{bound.confidence:g} ({bound.correct}/{bound.guesses} correct guesses "
-                      f"of {bound.canaries} canaries); certified epsilon "
-                      + ("none (no [privacy])" if certified is None else
-                         f"{certified[0]:.3g}"))
+        say(f"canary clients: epsilon >= {lower:g} at confidence {bound.confidence:g} "
+            f"({bound.correct}/{bound.guesses} correct guesses of {bound.canaries} canaries); "
+            "certified epsilon " + ("none (no [privacy])" if certified is None else
+                                    f"{certified[0]:.3g}"))
     if html is not None:
-        console.print(f"privacy report: {html}")
+        say(f"privacy report: {html}")

@@ -38,12 +38,13 @@ import sqlite3
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from dp_accounting import dp_event as de
 
 from veil._validation import check_delta, check_epsilon
-from veil.dp.accounting import CERTIFIED, describe, make_accountant
+from veil.dp.accounting import CERTIFIED, make_accountant
 from veil.dp.accounting.base import Accountant
 from veil.dp.accounting.events import check_event
 from veil.dp.accounting.serialize import event_from_json, event_to_json
@@ -99,11 +100,21 @@ class Charge:
 class _Store:
     """The SQLite file behind a persisted ledger (all calls under the book's lock)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, read_only: bool = False) -> None:
         self.path = path
         if os.path.isdir(path):
             raise DataError(f"path={path!r} is a directory; expected a ledger file")
         try:
+            if read_only:
+                # SQLite's read-only mode never writes the file; without a -wal file beside it
+                # no writer has it open, and immutable=1 keeps SQLite from creating -wal/-shm
+                live = os.path.exists(path + "-wal")
+                uri = Path(os.path.abspath(path)).as_uri() + (
+                    "?mode=ro" if live else "?mode=ro&immutable=1")
+                self.conn = sqlite3.connect(uri, uri=True, isolation_level=None,
+                                            check_same_thread=False, timeout=30.0)
+                self._check_integrity()
+                return
             self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
                                         timeout=30.0)
             self._check_sqlite()
@@ -111,10 +122,13 @@ class _Store:
             raise DataError(f"{path} is not a usable veil ledger (corrupt or not an SQLite "
                             f"file: {exc}); it was left untouched") from None
 
-    def _check_sqlite(self) -> None:
+    def _check_integrity(self) -> None:
         status = self.conn.execute("PRAGMA quick_check").fetchone()[0]
         if status != "ok":
             raise sqlite3.DatabaseError(f"integrity check failed: {status}")
+
+    def _check_sqlite(self) -> None:
+        self._check_integrity()
         mode = self.conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
         if mode.lower() != "wal":
             logger.warning("%s: SQLite refused WAL mode (%s); charges are still committed "
@@ -279,13 +293,14 @@ class Ledger:
         self._open(store, (epsilon, delta, accountant))
 
     @classmethod
-    def open(cls, path: str | os.PathLike) -> Ledger:
-        """Reopen an existing ledger file with the budget stored in it."""
+    def open(cls, path: str | os.PathLike, *, read_only: bool = False) -> Ledger:
+        """Reopen an existing ledger file with the budget stored in it; ``read_only``: for
+        inspection (SQLite ``mode=ro``: the file stays byte-identical; charges are refused)."""
         path = os.fspath(path)
         if not os.path.isfile(path):
             raise DataError(f"path={path!r} is not an existing ledger file")
         ledger = cls.__new__(cls)
-        ledger._open(_Store(path), None)
+        ledger._open(_Store(path, read_only), None)
         return ledger
 
     def _open(self, store: _Store, given: tuple[float, float, str] | None) -> None:
@@ -412,12 +427,12 @@ class Ledger:
                 raise ConfigError(f"the ledger {book.store.path} is closed: reopen it to charge")
             now = time.time()
             if book.store is None:
-                trials = self._trials(event, delta, kind)
+                trials = self._trials(event, delta, kind, label)
                 index = book.last_id + 1
             else:
                 with book.store.transaction() as conn:  # commits at the end of the block
                     book.sync()
-                    trials = self._trials(event, delta, kind)  # may raise: rolled back
+                    trials = self._trials(event, delta, kind, label)  # may raise: rolled back
                     index = int(conn.execute(
                         "INSERT INTO charges (time, scope, kind, label, event, event_delta, "
                         "epsilon) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -436,8 +451,8 @@ class Ledger:
         parts = self._scope.split("/") if self._scope else []
         return [self._book.nodes["/".join(parts[:i])] for i in range(len(parts) + 1)]
 
-    def _trials(self, event: de.DpEvent, delta: float | None,
-                kind: str | None) -> list[tuple[Ledger, Accountant, float]]:
+    def _trials(self, event: de.DpEvent, delta: float | None, kind: str | None,
+                label: str | None = None) -> list[tuple[Ledger, Accountant, float]]:
         """(ledger, accountant with ``event`` added, its spend) for this ledger and every
         ancestor, root first; BudgetExceededError (``kind`` given) or [] if one overflows."""
         trials = []
@@ -449,10 +464,12 @@ class Ledger:
                 if kind is None:
                     return []
                 who = f"ledger {node._scope!r}" if node._scope else "the ledger"
+                before = node._accountant.get_epsilon(node._delta)
+                left = max(node._epsilon - before, 0.0)
                 raise BudgetExceededError(
-                    f"{kind} of {describe(event)} would bring {who} to epsilon={spent:.6g} "
-                    f"at delta={node._delta:g}, over its budget epsilon={node._epsilon:g}; "
-                    "nothing was charged and no noise was drawn")
+                    f"{label or kind} needs epsilon ~{spent - before:.2g} but {left:.2g} of "
+                    f"{who}'s budget epsilon={node._epsilon:g} remains (at delta="
+                    f"{node._delta:g}); nothing was charged and no noise was drawn")
             trials.append((node, trial, spent))
         return trials
 
