@@ -24,7 +24,7 @@ QUERIES = ("count", "sum", "mean", "variance", "histogram", "quantile")
 
 def read_csv(path: Path) -> pd.DataFrame:
     """A CSV file with its separator (, ; tab |) detected from its first lines."""
-    check_input_file(path, "FILE")
+    check_input_file(path, "FILE", text=True)
     try:
         with open(path, newline="", encoding="utf-8") as fh:
             sample = fh.read(65536)
