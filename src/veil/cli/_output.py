@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -98,7 +99,7 @@ def print_table(rows: Iterable[Sequence[Any]], columns: Sequence[str], *,
         numbers = [len(row[j]) for row in cells if j < len(row) and _is_number(row[j])]
         words = max((len(w) for w in head.split()), default=1)
         widths.append(max([words, *numbers]))
-    if sum(widths) + 3 * len(headers) + 1 > out.width:
+    if sum(widths) + 3 * (len(headers) - 1) > out.width:  # the layout of the Table below
         if title:
             out.print(Text(title, style="bold"))
         key_width = max(len(h) for h in headers)
@@ -109,7 +110,8 @@ def print_table(rows: Iterable[Sequence[Any]], columns: Sequence[str], *,
                 out.print(Text.assemble((head.rjust(key_width), "bold"), "  ", cell),
                           overflow="fold")
         return
-    table = Table(title=None if title is None else Text(title, style="italic"))
+    table = Table(title=None if title is None else Text(title, style="italic"),
+                  box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     for j, head in enumerate(headers):
         numeric = any(j < len(row) and row[j] and _is_number(row[j]) for row in cells)
         table.add_column(Text(head), min_width=widths[j], overflow="fold",

@@ -27,6 +27,15 @@ _COLUMNS = ("round", "status", "accuracy", "loss", "epsilon", "aggregated", "byt
             "bytes_down", "time")
 
 
+def _cell(record: dict, column: str) -> object:
+    value = record.get(column)
+    if value is None:
+        return ""
+    if column == "time":
+        return f"{value * 1000:.3g} ms" if value < 1 else f"{value:.3g} s"
+    return f"{value:.4g}" if isinstance(value, float) else value
+
+
 def _seeds(state_file: Path, seed: int | None, resume: bool) -> tuple[int, bytes]:
     """The seeds of the data split and of the canary clients (coins and directions):
     derived from the run's seed, or drawn once from secure randomness and kept in
@@ -61,6 +70,26 @@ def _write_run(out_dir: Path, name: str, cfg: Any, history: Any, canaries: Any) 
               "bytes": summary["bytes"]},
         arrays=arrays)
     return write_run(out_dir, Run(name=name, kind=cfg.kind, records=[record]))
+
+
+def _save_model(path: Path, cfg: Any, model: Any, history: Any,
+                certified: tuple[float, float] | None) -> Path:
+    """The trained model in veil's model format (:mod:`veil.model_format`), with the
+    encoding of its data set's raw columns, the class labels and the certified spend."""
+    from veil.datasets.tabular import class_names, feature_encoding
+    from veil.model_format import encoded_names, save_model
+
+    name = cfg["data"]["dataset"]
+    encoding = feature_encoding(name)
+    if name == "digits":  # the run scales pixel intensities 0..16 to [0, 1]
+        encoding = [{**step, "kind": "scale", "factor": 1 / 16} for step in encoding]
+    model.set_params_vector(history.params)
+    return save_model(path, model, feature_names=encoded_names(encoding), encoding=encoding,
+                      labels=class_names(name), dataset=name, kind=cfg.kind,
+                      epsilon=certified[0] if certified else None,
+                      delta=certified[1] if certified else None,
+                      ledger="ledger.sqlite" if certified else None,
+                      rounds=len(history.rounds))
 
 
 Config = Annotated[Path, typer.Argument(help="TOML file describing the run.")]
@@ -141,6 +170,7 @@ def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = F
         certified = ledger.spent()
         ledger.close()
     _write_run(out_dir, config.stem, cfg, history, canaries)
+    model_file = _save_model(out_dir / "model.npz", cfg, federation.model, history, certified)
     bound = None
     if canaries is not None:
         bound = canaries.audit(delta=certified[1] if certified else 0.0,
@@ -153,7 +183,7 @@ def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = F
         _, html = privacy_report(out_dir, confidence=confidence, rng=seed).write(
             out_dir / "audit")
     if json_:
-        extra = {"out": str(out_dir)}
+        extra = {"out": str(out_dir), "model": str(model_file)}
         if bound is not None:
             extra["audit"] = {**bound.to_dict(), "certified_epsilon":
                               certified[0] if certified else None}
@@ -161,8 +191,8 @@ def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = F
             extra["report"] = str(html)
         print_json({**history.to_dict(), **extra})
         return
-    print_table([["" if r.get(c) is None else r[c] for c in _COLUMNS] for r in history.rounds],
-                list(_COLUMNS),
+    print_table([[_cell(r, c) for c in _COLUMNS] for r in history.rounds],
+                [c.replace("_", " ") for c in _COLUMNS],
                 title=f"veil fl run {config} -> {out_dir}")
     if bound is not None:
         lower = math.floor(bound.epsilon * 1000) / 1000  # a lower bound: never round up
@@ -170,5 +200,6 @@ def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = F
             f"({bound.correct}/{bound.guesses} correct guesses of {bound.canaries} canaries); "
             "certified epsilon " + ("none (no [privacy])" if certified is None else
                                     f"{certified[0]:.3g}"))
+    say(f"model: {model_file} (veil predict {model_file} DATA.csv)")
     if html is not None:
         say(f"privacy report: {html}")

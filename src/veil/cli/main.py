@@ -16,7 +16,7 @@ from typer._click import exceptions as click_exceptions
 from typer.core import TyperArgument
 
 import veil
-from veil.cli import anon, audit, budget, datasets, demo, dp, experiment, fl
+from veil.cli import anon, audit, budget, datasets, demo, dp, experiment, fl, predict
 from veil.cli._output import print_error
 from veil.errors import VeilError
 
@@ -31,6 +31,7 @@ app.add_typer(fl.app, name="fl")
 app.add_typer(dp.app, name="dp")
 app.command("demo")(demo.demo)
 app.add_typer(experiment.app, name="experiment")
+app.command("predict")(predict.predict)
 
 
 def _version(value: bool) -> None:
