@@ -164,7 +164,8 @@ def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = F
         history = federation.run(resume=resume)
     history.save_json(out_dir / "results.json")
     history.plot(out_dir / "plot.png", title=f"{config.stem}: {cfg['data']['dataset']}, "
-                                             f"{len(clients)} clients")
+                                             f"{len(clients)} clients",
+                 budget=cfg["privacy"]["epsilon"] if cfg.has("privacy") else None)
     certified = None
     if ledger is not None:
         certified = ledger.spent()
