@@ -66,13 +66,14 @@ def test_report_opens_with_a_plain_verdict_and_formats_costs(figures):
     page = report.to_html()
     first = page.index("<table")
     verdict_html = page[:first]
-    assert "Verdict" in verdict_html and "certified epsilon 1 at delta 1e-05" in verdict_html
-    assert "strongest attack found epsilon &gt;= " in verdict_html
-    assert "no certified privacy guarantee" in verdict_html
-    assert "odds" in verdict_html  # what the number means
-    for entry in report.data["runs"]:
-        text = verdict(entry)
-        assert text.startswith(entry["label"]) and "[" not in text.split(":")[0]
+    assert "Verdict" in verdict_html
+    assert "Certified epsilon: at most 1 (delta 1e-05) for every DP model." in verdict_html
+    assert "The strongest attack found epsilon &gt;= " in verdict_html
+    assert "factor of at most 2.72" in verdict_html  # what the number means
+    assert "Without DP (no privacy)" in verdict_html
+    lines = [verdict(e) for e in report.data["runs"]]
+    assert lines[0].startswith("no privacy: no DP guarantee; strongest attack: epsilon >= ")
+    assert lines[1].startswith("central DP: certified epsilon 1 (delta 1e-05, declared)")
     assert _cost({"seconds": 12.345678, "bytes": 4567890, "rounds": 30}) == \
         "12.3 s, 4.57 MB, 30 rounds"
     assert "12.3 s, 4.57 MB, 30 rounds" in page and "12.345678" not in page

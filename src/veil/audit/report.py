@@ -471,39 +471,65 @@ def _detail_rows(d: dict) -> str:
 
 
 def verdict(entry: dict) -> str:
-    """One record's result in plain words: the certified epsilon, the strongest attack, and
-    what the two mean together (plain text)."""
+    """One record's result in a line of plain text: its certified epsilon and the strongest
+    attack on it."""
     cert, best = entry.get("certified"), entry.get("empirical_epsilon_best")
-    attack = entry.get("attack", {})
-    found = (f"the strongest attack found epsilon >= {_bound(best['epsilon'], False)} "
-             f"(confidence {best['confidence']:g}, {best['method']})" if best else
-             "no attack could run on what this run recorded")
-    if "auc" in attack:
-        found += f"; the membership attack's AUC is {attack['auc']:.3f} (0.5 = guessing)"
-    if cert is None:
-        return (f"{entry['label']}: no certified privacy guarantee; {found}. Without DP, "
-                "nothing bounds what a stronger attack could learn about one person.")
-    odds = math.exp(cert["epsilon"])
-    source = ("from its ledger" if cert["source"] == "ledger" else
-              "as declared, not certified by veil")
-    text = (f"{entry['label']}: certified epsilon {_bound(cert['epsilon'], True)} at delta "
-            f"{cert['delta']:.2g} ({source}); "
-            f"{found}. This means: whoever sees the model can raise their odds that any one "
-            f"person was in the training data by a factor of at most {odds:.3g}"
-            + (f" (except with probability {cert['delta']:.2g})" if cert["delta"] else "")
-            + ", whatever they know or try. ")
-    if best and entry.get("consistent") is False:
-        return text + ("The attack exceeds the certified bound: a (1 - confidence) chance "
-                       "event or a flaw in the implementation or accounting; investigate.")
-    if best and best["epsilon"] >= 0.5 * cert["epsilon"]:
-        return text + "The attack comes close to that bound: the guarantee is tight."
-    return text + ("The attack found less than the bound allows: a gap means this attack "
-                   "learned little, not that the model is more private than certified.")
+    auc = entry.get("attack", {}).get("auc")
+    line = (f"{entry['label']}: certified epsilon {_bound(cert['epsilon'], True)} "
+            f"(delta {cert['delta']:.2g}{'' if cert['source'] == 'ledger' else ', declared'})"
+            if cert else f"{entry['label']}: no DP guarantee")
+    line += (f"; strongest attack: epsilon >= {_bound(best['epsilon'], False)}" if best else
+             "; no attack could run")
+    line += "" if auc is None else f", AUC {auc:.3f}"
+    if entry.get("consistent") is False:
+        line += " (above the certified bound: investigate)"
+    return line
+
+
+def headline(d: dict) -> str:
+    """The whole report in a few plain sentences: the certified epsilon, the strongest
+    attack found, and what the two mean."""
+    runs = d["runs"]
+    dp = [e for e in runs if e.get("certified")]
+    attacked = [e for e in runs if e.get("empirical_epsilon_best")]
+    parts = []
+    if dp:
+        top = max(dp, key=lambda e: e["certified"]["epsilon"])
+        eps, delta = top["certified"]["epsilon"], max(e["certified"]["delta"] for e in dp)
+        parts.append(f"Certified epsilon: at most {_bound(eps, True)} (delta {delta:.2g}) for "
+                     f"{'every' if len(dp) > 1 else 'the'} DP model.")
+    if attacked:
+        strongest = max(attacked, key=lambda e: e["empirical_epsilon_best"]["epsilon"])
+        best = strongest["empirical_epsilon_best"]
+        parts.append(f"The strongest attack found epsilon >= {_bound(best['epsilon'], False)} "
+                     f"(on {strongest['label']}, confidence {best['confidence']:g}).")
+    if dp:
+        parts.append(f"What that means: whoever sees a DP model can raise their odds that any "
+                     f"one person was in its training data by a factor of at most "
+                     f"{math.exp(eps):.3g}" + (f", except with probability {delta:.2g}" if delta
+                                                else "") + ", whatever else they know.")
+        found = [e["empirical_epsilon_best"]["epsilon"] for e in dp
+                 if e.get("empirical_epsilon_best")]
+        if any(e.get("consistent") is False for e in dp):
+            parts.append("An attack exceeded a certified bound: a (1 - confidence) chance "
+                         "event, or a flaw in the implementation or the accounting; "
+                         "investigate before publishing.")
+        elif found and max(found) >= 0.5 * eps:
+            parts.append("The attacks come close to that bound: the guarantee is tight.")
+        elif found:
+            parts.append("The attacks found far less than the bound allows: they learned "
+                         "little, which does not make the models more private than certified.")
+    plain = [e["label"] for e in runs if not e.get("certified")]
+    if plain:
+        parts.append(f"Without DP ({', '.join(plain)}), nothing bounds what a stronger attack "
+                     "could learn about one person.")
+    return " ".join(parts)
 
 
 def _verdict(d: dict) -> str:
     items = "".join(f"<li>{html.escape(verdict(e))}</li>" for e in d["runs"])
-    return f"<section class='verdict'><h2>Verdict</h2><ul>{items}</ul></section>"
+    return (f"<section class='verdict'><h2>Verdict</h2><p>{html.escape(headline(d))}</p>"
+            f"<ul>{items}</ul></section>")
 
 
 _HEAD = ["run", "certified ε", "empirical ε ≥", "AUC", "TPR@0.1%FPR", "sample-model MI",
