@@ -180,3 +180,19 @@ def test_fl_run_writes_a_model_that_veil_predict_applies(tmp_path, capsys):
     assert preds.read_bytes() == before
     assert main(["predict", str(table), str(table)]) == 2
     assert "not a veil model file" in capsys.readouterr().err
+
+
+def test_veil_audit_reads_a_model_file_without_pickle(tmp_path, data, capsys):
+    X, y, X_out, y_out = data
+    ledger = Ledger(2.0, 0.0)
+    model = private.LogisticRegression(epsilon=1.5, data_norm=np.sqrt(X.shape[1]),
+                                       ledger=ledger).fit(X, y)
+    path = save_model(tmp_path / "model.npz", model)
+    np.savez(tmp_path / "in.npz", X=X, y=y)
+    np.savez(tmp_path / "out.npz", X=X_out, y=y_out)
+    assert main(["audit", "--model", str(path), "--members", str(tmp_path / "in.npz"),
+                 "--nonmembers", str(tmp_path / "out.npz"), "--out", str(tmp_path / "r"),
+                 "--seed", "1", "--json"]) == 0
+    entry = json.loads(capsys.readouterr().out)["runs"][0]
+    assert entry["certified"]["epsilon"] == pytest.approx(1.5)  # from the file's metadata
+    assert entry["certified"]["source"] == "declared"

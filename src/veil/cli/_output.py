@@ -129,7 +129,11 @@ def print_mapping(data: Mapping[str, Any], *, title: str | None = None) -> None:
 @contextmanager
 def progress(name: str, *, total: float | None = None,
              transient: bool = False) -> Iterator[Callable[..., None]]:
-    """A progress bar on stderr; yields ``update(done=None, total=None, what=None)``."""
+    """A progress bar on stderr; yields ``update(done=None, total=None, what=None)``.
+    Drawn only on a terminal: piped or captured stderr gets nothing (no stray lines)."""
+    if not err_console.is_terminal:
+        yield lambda done=None, total=None, what=None: None
+        return
     with Progress(TextColumn(esc(name), style="bold"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.description}"), TimeElapsedColumn(),
                   console=err_console, transient=transient) as bar:

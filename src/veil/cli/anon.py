@@ -30,7 +30,7 @@ from veil.anon import (
 )
 from veil.anon.hierarchy import sniff_separator
 from veil.anon.metrics import OBJECTIVES
-from veil.cli._output import print_json, print_mapping, say
+from veil.cli._output import parse_list, print_json, print_mapping, progress, say
 from veil.errors import ConfigError, DataError
 
 
@@ -83,8 +83,8 @@ def parse_qis(specs: list[str], table: pd.DataFrame) -> dict[str, Hierarchy | No
         elif source == "mask":
             qis[column] = Hierarchy.masking(values.unique(), name=column)
         elif source.startswith("intervals:"):
+            widths = parse_list(source.split(":", 1)[1], f"--qi {column} intervals")
             try:
-                widths = [float(w) for w in source.split(":", 1)[1].split(",")]
                 numbers = pd.to_numeric(pd.Series(values.unique()))
             except ValueError:
                 raise ConfigError(f"--qi {spec!r} is not allowed: intervals need numeric "
@@ -166,8 +166,9 @@ def run(
     qis = parse_qis(qi, table)
     sens_h = None if sensitive_hierarchy is None else Hierarchy.from_csv(sensitive_hierarchy)
     models = _models(k, l, l_variant, c, t, t_distance, sens_h)
-    result = anonymize(table, qis, sensitive, models, algorithm=algorithm,
-                       suppression_limit=suppress, metric=metric, strict=strict)
+    with progress(f"anonymize ({algorithm})", transient=True):
+        result = anonymize(table, qis, sensitive, models, algorithm=algorithm,
+                           suppression_limit=suppress, metric=metric, strict=strict)
     if out is not None:
         try:
             result.table.to_csv(out, sep=sep, index=False)
