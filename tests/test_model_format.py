@@ -196,3 +196,21 @@ def test_veil_audit_reads_a_model_file_without_pickle(tmp_path, data, capsys):
     entry = json.loads(capsys.readouterr().out)["runs"][0]
     assert entry["certified"]["epsilon"] == pytest.approx(1.5)  # from the file's metadata
     assert entry["certified"]["source"] == "declared"
+
+
+def test_mpc_models_save_once_revealed(tmp_path, data):
+    from veil.mpc import Session
+    from veil.mpc.models import LogisticRegression as SecureLogisticRegression
+    from veil.mpc.models import RevealedModel, share_rows
+
+    X, y, X_test, _ = data
+    with Session(parties=3) as s:
+        model = SecureLogisticRegression(learning_rate=1.0, max_iter=5).fit(
+            share_rows(s, [X[:100], X[100:200]]), share_rows(s, [y[:100], y[100:200]]))
+        with pytest.raises(ConfigError, match="reveal"):
+            save_model(tmp_path / "shared.npz", model)   # the weights are still shares
+        opened = model.reveal()
+        shared_labels = model.predict(s.share(X_test, owner=0)).reveal()
+    assert isinstance(opened, RevealedModel)
+    assert np.mean(opened.predict(X_test) == shared_labels) > 0.95  # fixed-point vs exact
+    _round_trip(tmp_path, opened, X_test)

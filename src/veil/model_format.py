@@ -187,6 +187,9 @@ def save_model(path: str | os.PathLike, model: Any, *,
             k: enc.array(v.detach().cpu().numpy()) for k, v in model.state_dict().items()}}}
     else:
         cls = _qualname(model)
+        if any(hasattr(v, "reveal") for v in vars(model).values()):
+            raise ConfigError(f"model={type(model).__name__} holds secret-shared weights: save "
+                              "model.reveal() (a release every party must agree to)")
         if not cls.startswith("veil.") or not hasattr(model, "get_params"):
             raise ConfigError(f"model={type(model).__name__} is not allowed: expected a veil "
                               "estimator or a torch nn.Module")
