@@ -22,6 +22,8 @@ from veil.cli._output import print_table
 from veil.cli.main import app, main
 from veil.dp import Ledger
 from veil.errors import BudgetExceededError
+from veil.learn import LogisticRegression
+from veil.model_format import save_model
 
 BRACKETED = ("weight [kg]", "dose [/mg]")
 
@@ -140,6 +142,7 @@ def inputs(tmp_path, table, ledger_file) -> dict[str, Path]:
     config = tmp_path / "c.toml"
     config.write_text(FL_CONFIG)
     np.savez(tmp_path / "xy.npz", X=np.zeros((4, 2)), y=np.zeros(4))
+    save_model(tmp_path / "model.npz", LogisticRegression().fit(np.eye(4), [0, 1, 0, 1]))
     return {"dir": tmp_path, "csv": table, "ledger": ledger_file, "toml": config}
 
 
@@ -174,8 +177,13 @@ BAD = [
     (["fl", "run", "{toml}", "--out", "{dir}/busy"], "--out"),
     (["fl", "run", "{dir}/rounds0.toml", "--out", "{dir}/o"], "rounds=0"),
     (["fl", "run", "{dir}/clients0.toml", "--out", "{dir}/o"], "clients=0"),
-    (["audit", "--model", "{dir}/xy.npz", "--members", "{dir}/empty.csv",
+    (["audit", "--model", "{dir}/xy.npz", "--members", "{dir}/xy.npz",
       "--nonmembers", "{dir}/xy.npz"], "--model"),
+    (["audit", "--model", "{dir}/model.npz", "--members", "{dir}/empty.csv",
+      "--nonmembers", "{dir}/xy.npz"], "--members"),      # used to print just "Aborted."
+    (["predict", "{dir}/model.npz", "{dir}/folder"], "FILE="),
+    (["predict", "{dir}/model.npz", "{csv}", "--out", "{dir}/existing.txt"], "--out"),
+    (["predict", "{dir}/binary.bin", "{csv}"], "not a veil model file"),
     (["audit", "--model", "{dir}/binary.bin", "--members", "{dir}/xy.npz",
       "--nonmembers", "{dir}/xy.npz"], "--model"),
     (["audit", "{dir}/folder", "--out", "{dir}/existing.txt"], "--out"),
