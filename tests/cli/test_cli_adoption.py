@@ -181,7 +181,7 @@ BAD = [
       "--nonmembers", "{dir}/xy.npz"], "--model"),
     (["audit", "--model", "{dir}/model.npz", "--members", "{dir}/empty.csv",
       "--nonmembers", "{dir}/xy.npz"], "--members"),      # used to print just "Aborted."
-    (["predict", "{dir}/model.npz", "{dir}/folder"], "FILE="),
+    (["predict", "{dir}/model.npz", "{dir}/folder"], "DATA="),
     (["predict", "{dir}/model.npz", "{csv}", "--out", "{dir}/existing.txt"], "--out"),
     (["predict", "{dir}/binary.bin", "{csv}"], "not a veil model file"),
     (["audit", "--model", "{dir}/binary.bin", "--members", "{dir}/xy.npz",

@@ -47,9 +47,9 @@ def esc(value: Any) -> str:
     return escape(str(value))
 
 
-def say(text: str, *, style: str | None = None, err: bool = False) -> None:
-    """Print ``text`` as it is (no markup, no highlighting)."""
-    (err_console if err else console).print(Text(str(text), style=style or ""))
+def say(text: str) -> None:
+    """Print ``text`` to stdout as it is (no markup, no highlighting)."""
+    console.print(Text(str(text)))
 
 
 def warn(text: str) -> None:

@@ -22,9 +22,10 @@ app = typer.Typer(help="Differential privacy.", no_args_is_help=True)
 QUERIES = ("count", "sum", "mean", "variance", "histogram", "quantile")
 
 
-def read_csv(path: Path) -> pd.DataFrame:
-    """A CSV file with its separator (, ; tab |) detected from its first lines."""
-    check_input_file(path, "FILE", text=True)
+def read_csv(path: Path, option: str = "FILE") -> pd.DataFrame:
+    """A CSV file with its separator (, ; tab |) detected from its first lines; errors
+    name it as ``option``."""
+    check_input_file(path, option, text=True)
     try:
         with open(path, newline="", encoding="utf-8") as fh:
             sample = fh.read(65536)

@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     except click_exceptions.ClickException as exc:
         print_error(exc.format_message())
         return exc.exit_code
-    except click_exceptions.Abort:
+    except typer.Abort:
         print_error("aborted")
         return 1
     except OSError as exc:  # the file system refused (permissions, a full disk, ...)

@@ -56,7 +56,7 @@ def predict(
         raise ConfigError(f"--out={str(out)!r} exists: choose another name"
                           + (", or pass --force" if out.is_file() else ""))
     loaded = load_model(model)
-    table = read_csv(data)
+    table = read_csv(data, "DATA")
     X = _features(table, loaded.metadata)
     expected = getattr(loaded.model, "n_features_in_", X.shape[1])
     if X.shape[1] != expected:

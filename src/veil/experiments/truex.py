@@ -272,7 +272,7 @@ def plot(summary: Sequence[dict[str, Any]], path: str | os.PathLike,
             ax.errorbar([float(s["epsilon"]) for s in pts], [s["accuracy_mean"] for s in pts],
                         yerr=[s["accuracy_std"] for s in pts], marker="o", capsize=3,
                         label=_label(method, t, n))
-        _plotting.epsilon_axis(ax, [float(s["epsilon"]) for s in rows])
+        _plotting.epsilon_axis(ax, [float(s["epsilon"]) for s in rows if s["method"] != "none"])
         ax.set_xlabel("epsilon")
         ax.set_ylabel("test accuracy")
         ax.set_title(f"{n} parties")
