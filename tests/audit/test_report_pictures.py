@@ -11,7 +11,7 @@ import pytest
 
 from veil import _plotting
 from veil.audit import Run, RunRecord, privacy_report
-from veil.audit.report import _bound, _cost, verdict
+from veil.audit.report import _cost, round_bound, verdict
 from veil.experiments.truex import plot as truex_plot
 from veil.fl.history import History
 
@@ -55,10 +55,10 @@ def demo_like_run() -> Run:
 
 
 def test_lower_bounds_round_down_and_upper_bounds_up():
-    assert _bound(0.99986, up=False) == "0.999"   # the HTML report used to show "1"
-    assert _bound(0.99986, up=True) == "1"
-    assert _bound(0.999, up=False) == "0.999" and _bound(2.0, up=True) == "2"
-    assert _bound(1234.5, up=False) == "1230"
+    assert round_bound(0.99986, up=False) == "0.999"   # the HTML report used to show "1"
+    assert round_bound(0.99986, up=True) == "1"
+    assert round_bound(0.999, up=False) == "0.999" and round_bound(2.0, up=True) == "2"
+    assert round_bound(1234.5, up=False) == "1230"
 
 
 def test_report_opens_with_a_plain_verdict_and_formats_costs(figures):

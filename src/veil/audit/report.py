@@ -206,7 +206,7 @@ def _png(fig) -> str:
     return base64.b64encode(_plotting.png(fig)).decode("ascii")
 
 
-def _bound(value: float, up: bool) -> str:
+def round_bound(value: float, up: bool) -> str:
     """``value`` to 3 significant digits, rounded up (an upper bound, such as a certified
     epsilon) or down (a lower bound, such as an empirical epsilon): never to the wrong side,
     so a lower bound of 0.99986 reads 0.999, not 1."""
@@ -276,7 +276,7 @@ def _bars(plt, entries: list[dict], value: Callable[[dict], Any], title: str, xl
     """One horizontal bar per record (its label and certified epsilon on the axis)."""
     shown = [e for e in entries if value(e) is not None]
     fig, ax = plt.subplots(figsize=(6.4, 0.45 * len(shown) + 1.4))
-    names = [f"{e['label']}  (ε {_bound(_eps(e), True)})" if _eps(e) is not None else
+    names = [f"{e['label']}  (ε {round_bound(_eps(e), True)})" if _eps(e) is not None else
              f"{e['label']}  (no DP)" for e in shown]
     ys = np.arange(len(shown))[::-1]
     ax.barh(ys, [value(e) for e in shown], color=[
@@ -423,9 +423,9 @@ def _row(e: dict) -> list[str]:
 
     return [
         html.escape(e["label"]),
-        f"{_bound(cert['epsilon'], True)} (δ={cert['delta']:.2g}, {cert['source']})"
+        f"{round_bound(cert['epsilon'], True)} (δ={cert['delta']:.2g}, {cert['source']})"
         if cert else "none",
-        f"{_bound(best['epsilon'], False)} ({html.escape(best['method'])})" if best else "–",
+        f"{round_bound(best['epsilon'], False)} ({html.escape(best['method'])})" if best else "–",
         _fmt(attack.get("auc")), _fmt(attack.get("tpr_at_fpr_0.001")),
         mi_cell("sample_model"), mi_cell("party_aggregate"), _fmt(mi.get("ceiling_nats")),
         _fmt(e.get("accuracy")), html.escape(_cost(e.get("cost") or {})) or "–",
@@ -462,7 +462,7 @@ def _detail_rows(d: dict) -> str:
             else:
                 basis = (f"TPR ≥ {b['tpr_lower']:.3g}, FPR ≤ {b['fpr_upper']:.3g} "
                          f"({b['n_members']} + {b['n_nonmembers']} trials)")
-            cells = [html.escape(e["label"]), html.escape(name), _bound(b["epsilon"], False),
+            cells = [html.escape(e["label"]), html.escape(name), round_bound(b["epsilon"], False),
                      html.escape(basis), f"{b['max_certifiable']:.3g}"]
             rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     head = "".join(f"<th>{h}</th>" for h in ["run", "audit", "ε ≥", "evidence",
@@ -475,10 +475,10 @@ def verdict(entry: dict) -> str:
     attack on it."""
     cert, best = entry.get("certified"), entry.get("empirical_epsilon_best")
     auc = entry.get("attack", {}).get("auc")
-    line = (f"{entry['label']}: certified epsilon {_bound(cert['epsilon'], True)} "
+    line = (f"{entry['label']}: certified epsilon {round_bound(cert['epsilon'], True)} "
             f"(delta {cert['delta']:.2g}{'' if cert['source'] == 'ledger' else ', declared'})"
             if cert else f"{entry['label']}: no DP guarantee")
-    line += (f"; strongest attack: epsilon >= {_bound(best['epsilon'], False)}" if best else
+    line += (f"; strongest attack: epsilon >= {round_bound(best['epsilon'], False)}" if best else
              "; no attack could run")
     line += "" if auc is None else f", AUC {auc:.3f}"
     if entry.get("consistent") is False:
@@ -496,12 +496,12 @@ def headline(d: dict) -> str:
     if dp:
         top = max(dp, key=lambda e: e["certified"]["epsilon"])
         eps, delta = top["certified"]["epsilon"], max(e["certified"]["delta"] for e in dp)
-        parts.append(f"Certified epsilon: at most {_bound(eps, True)} (delta {delta:.2g}) for "
+        parts.append(f"Certified epsilon: at most {round_bound(eps, True)} (delta {delta:.2g}) for "
                      f"{'every' if len(dp) > 1 else 'the'} DP model.")
     if attacked:
         strongest = max(attacked, key=lambda e: e["empirical_epsilon_best"]["epsilon"])
         best = strongest["empirical_epsilon_best"]
-        parts.append(f"The strongest attack found epsilon >= {_bound(best['epsilon'], False)} "
+        parts.append(f"The strongest attack found epsilon >= {round_bound(best['epsilon'], False)} "
                      f"(on {strongest['label']}, confidence {best['confidence']:g}).")
     if dp:
         parts.append(f"What that means: whoever sees a DP model can raise their odds that any "

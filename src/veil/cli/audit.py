@@ -115,7 +115,7 @@ def audit(
     """Audit a training run (RUN_DIR) or a saved model (--model): certified epsilon, empirical
     lower bounds, membership attack, mutual information; writes report.json + report.html."""
     from veil.audit import privacy_report
-    from veil.audit.report import headline
+    from veil.audit.report import headline, round_bound
 
     if (run_dir is None) == (model is None):
         raise ConfigError("give either RUN_DIR or --model (not both, not neither)")
@@ -138,8 +138,9 @@ def audit(
     for e in report.data["runs"]:
         cert, best = e.get("certified"), e.get("empirical_epsilon_best")
         sm = e["mi"].get("sample_model", {})
-        rows.append((e["label"], f"{cert['epsilon']:.3g} ({cert['source']})" if cert else "none",
-                     f"{best['epsilon']:.3g}" if best else "-",
+        rows.append((e["label"], f"{round_bound(cert['epsilon'], True)} ({cert['source']})"
+                     if cert else "none",
+                     round_bound(best["epsilon"], False) if best else "-",
                      f"{e['attack']['auc']:.3f}" if "attack" in e else "-",
                      f"{sm['value_nats']:.3g}" if "value_nats" in sm else "-",
                      "-" if e.get("accuracy") is None else f"{e['accuracy']:.3f}"))

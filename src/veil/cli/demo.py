@@ -5,13 +5,13 @@ model audited, written as a run directory with its privacy report (``<out>/audit
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from veil._validation import check_epsilon
+from veil.audit.report import round_bound
 from veil.cli._output import check_out_dir, next_free, print_json, print_table, progress, say
 from veil.experiments.demo import KEY_BITS, METHOD_LABELS, run_demo
 
@@ -111,10 +111,10 @@ def _headline(entry: dict) -> dict:
 
 
 def _up(value: float | None) -> str:
-    """An upper bound to 3 decimals, rounded up ('-': none certified)."""
-    return "-" if value is None else f"{math.ceil(value * 1000) / 1000:.3f}"
+    """An upper bound, rounded up ('-': none certified)."""
+    return "-" if value is None else round_bound(value, up=True)
 
 
 def _down(value: float | None) -> str:
-    """A lower bound to 3 decimals, rounded down ('-': no audit could run)."""
-    return "-" if value is None else f"{math.floor(value * 1000) / 1000:.3f}"
+    """A lower bound, rounded down ('-': no audit could run)."""
+    return "-" if value is None else round_bound(value, up=False)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
 from typing import Annotated, Any
@@ -196,11 +195,13 @@ def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = F
                 [c.replace("_", " ") for c in _COLUMNS],
                 title=f"veil fl run {config} -> {out_dir}")
     if bound is not None:
-        lower = math.floor(bound.epsilon * 1000) / 1000  # a lower bound: never round up
-        say(f"canary clients: epsilon >= {lower:g} at confidence {bound.confidence:g} "
+        from veil.audit.report import round_bound
+
+        say(f"canary clients: epsilon >= {round_bound(bound.epsilon, False)} at confidence "
+            f"{bound.confidence:g} "
             f"({bound.correct}/{bound.guesses} correct guesses of {bound.canaries} canaries); "
             "certified epsilon " + ("none (no [privacy])" if certified is None else
-                                    f"{certified[0]:.3g}"))
+                                    round_bound(certified[0], True)))
     say(f"model: {model_file} (veil predict {model_file} DATA.csv)")
     if html is not None:
         say(f"privacy report: {html}")
