@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install --disable-pip-version-check -q -c constraints.txt
 DEPS   := pyproject.toml constraints.txt
 
-.PHONY: demo test bench lint clean
+.PHONY: demo test bench lint docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ $(VENV)/.bench: $(VENV)/.dev
 	$(PIP) --no-deps pycanon
 	@touch $@
 
+$(VENV)/.docs: $(VENV)/.dev
+	$(PIP) -e ".[torch,dev,docs]"
+	@touch $@
+
 demo: $(VENV)/.core
 	$(BIN)/veil demo
 
@@ -37,8 +41,13 @@ bench: $(VENV)/.bench
 	@set -e; for script in benchmarks/bench_*.py; do \
 		echo "== $$script"; $(BIN)/python $$script; done
 
+# the documentation site (docs/, mkdocs.yml) into site/; a broken link or API page fails it.
+# Its tutorials' code runs in `make test` (tests/docs).
+docs: $(VENV)/.docs
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 lint: $(VENV)/.dev
 	$(BIN)/ruff check src tests benchmarks examples
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache site

@@ -11,6 +11,7 @@ is added at every step.
 from __future__ import annotations
 
 import argparse
+import time
 
 import torch
 from sklearn.datasets import load_digits
@@ -27,11 +28,18 @@ def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, epsilon: float,
         model, optimizer, (x, y), epsilon=epsilon, delta=1e-5, max_grad_norm=1.0,
         epochs=epochs, batch_size=256, max_physical_batch_size=128, ledger=ledger)
     loss_fn = nn.CrossEntropyLoss()
-    for _ in range(epochs):
+    start = time.perf_counter()
+    for epoch in range(epochs):
+        total, seen = 0.0, 0
         for xb, yb in loader:
             optimizer.zero_grad()
-            loss_fn(model(xb), yb).backward()
+            loss = loss_fn(model(xb), yb)
+            loss.backward()
             optimizer.step()
+            total, seen = total + float(loss) * len(yb), seen + len(yb)
+        if epoch == 0 or (epoch + 1) % 5 == 0 or epoch + 1 == epochs:  # progress
+            print(f"  epoch {epoch + 1}/{epochs}: training loss {total / max(seen, 1):.3f} "
+                  f"({time.perf_counter() - start:.0f} s)", flush=True)
     plan = optimizer.plan
     print(f"  {plan.steps} steps, sample rate {plan.sample_rate:.3f}, noise multiplier "
           f"{plan.noise_multiplier:.3f}, epsilon {plan.epsilon:.3f} at delta {plan.delta:g}; "

@@ -20,7 +20,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("veil.errors", "veil.random", "veil._validation", "veil._json", "veil._codec",
-     "veil._io"),                                                       # foundation
+     "veil._io", "veil._plotting", "veil.model_format"),                # foundation
     ("veil.datasets",),                                                 # data
     ("veil.learn", "veil.anon"),                                        # models in the clear
     ("veil.dp", "veil.crypto"),                                         # primitives

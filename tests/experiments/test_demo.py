@@ -95,9 +95,16 @@ def test_demo_cli_writes_the_privacy_report(tmp_path, capsys):
     assert all(len(b) > 1000 for b in images.values())
     assert "<script" not in page and "http" not in page   # self-contained
 
-    # a rerun into the same folder replaces the run (its ledgers start afresh)
-    assert main(["demo", "--quick", "--out", str(out), "--seed", "6"]) == 0
-    assert "privacy report:" in capsys.readouterr().out
+    # a rerun into the same folder is refused, --force or not, and bad input first of all:
+    # the ledgers (budget spent) are never deleted
+    ledgers = {p: p.read_bytes() for p in sorted(out.rglob("*.sqlite"))}
+    assert ledgers
+    for extra in (["--epsilon", "-1"], [], ["--force"]):
+        assert main(["demo", "--quick", "--out", str(out), "--seed", "6", *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and ("--epsilon" in err if extra[:1] == ["--epsilon"]
+                                          else "ledgers" in err)
+        assert {p: p.read_bytes() for p in sorted(out.rglob("*.sqlite"))} == ledgers
     assert len(read_run(out).records) == 10
 
 

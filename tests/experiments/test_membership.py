@@ -79,7 +79,7 @@ def test_the_audit_exposes_a_memorising_tree_and_not_its_dp_version():
     assert bounds["central"].epsilon <= certified <= 1.0 + 1e-9
 
 
-def test_ledger_folder_replaces_an_earlier_runs_ledgers(tmp_path):
+def test_ledger_folder_never_deletes_an_earlier_runs_ledgers(tmp_path):
     folder = ledger_folder(tmp_path / "ledgers")
     assert slug("nursery tree: hybrid t=5") == "nursery-tree-hybrid-t-5"
     first = persisted_ledger(folder, "a b", 1.0, 1e-5)
@@ -88,9 +88,10 @@ def test_ledger_folder_replaces_an_earlier_runs_ledgers(tmp_path):
     with pytest.raises(ConfigError, match="already belongs"):
         persisted_ledger(folder, "A  b", 1.0, 1e-5)
     first.close()
-    (folder / "keep.txt").write_text("not a ledger")
-    folder = ledger_folder(tmp_path / "ledgers")
-    assert sorted(p.name for p in folder.iterdir()) == ["keep.txt"]
-    fresh = persisted_ledger(folder, "a b", 2.0, 0.0)
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    with pytest.raises(ConfigError, match="never deletes a ledger"):
+        ledger_folder(tmp_path / "ledgers")
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+    fresh = persisted_ledger(ledger_folder(tmp_path / "other"), "a b", 2.0, 0.0)
     assert fresh.epsilon == 2.0 and fresh.spent()[0] == 0.0 and not fresh.history()
     fresh.close()

@@ -23,17 +23,19 @@ from __future__ import annotations
 import base64
 import datetime
 import html
-import io
 import json
 import logging
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from veil import _plotting
 from veil._io import atomic_write
 from veil._json import to_jsonable
 from veil._validation import check_probability
@@ -202,9 +204,24 @@ def privacy_report(run: Run | str | os.PathLike, *, confidence: float = 0.95,
 
 # -- the HTML page ---------------------------------------------------------------------------
 def _png(fig) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    return base64.b64encode(buf.getvalue()).decode("ascii")
+    return base64.b64encode(_plotting.png(fig)).decode("ascii")
+
+
+def round_bound(value: float, up: bool) -> str:
+    """``value`` to 3 significant digits, rounded up (an upper bound, such as a certified
+    epsilon) or down (a lower bound, such as an empirical epsilon): never to the wrong side,
+    so a lower bound of 0.99986 reads 0.999, not 1."""
+    if not math.isfinite(value) or value == 0:
+        return f"{value:g}"
+    exact = Decimal(repr(float(value)))
+    step = Decimal(1).scaleb(exact.adjusted() - 2)
+    rounded = float(exact.quantize(step, rounding=ROUND_CEILING if up else ROUND_FLOOR))
+    return f"{rounded:.{max(3, exact.adjusted() + 1)}g}"
+
+
+def _mi(value: float) -> float:
+    """Mutual information is >= 0; an estimate below 0 (estimator bias) is shown as 0."""
+    return max(float(value), 0.0)
 
 
 def _eps(entry: dict) -> float | None:
@@ -240,81 +257,122 @@ def _curve(ax, entries: list[dict], value: Callable[[dict], Any], label: str, st
                    label=f"{tag}{e['label']} (no DP)")
 
 
-def _log_axis(ax) -> None:
-    from matplotlib.ticker import FormatStrFormatter, NullFormatter
-
-    ax.set_xscale("log")
-    ax.xaxis.set_major_formatter(FormatStrFormatter("%.3g"))
-    ax.xaxis.set_minor_formatter(NullFormatter())
-
-
 def _legend(ax) -> None:
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
 
 
+def _is_curve(entries: list[dict], value: Callable[[dict], Any]) -> bool:
+    """Whether some group of records spans two certified epsilons or more: only then is
+    value-against-epsilon a curve; otherwise the records are compared side by side."""
+    spans: dict[Any, set[float]] = {}
+    for e in entries:
+        if _eps(e) is not None and value(e) is not None:
+            spans.setdefault(e.get("group"), set()).add(_eps(e))
+    return any(len(s) >= 2 for s in spans.values())
+
+
+def _bars(plt, entries: list[dict], value: Callable[[dict], Any], title: str, xlabel: str,
+          extra: Callable[[Any, list[dict]], None] | None = None):
+    """One horizontal bar per record (its label and certified epsilon on the axis)."""
+    shown = [e for e in entries if value(e) is not None]
+    fig, ax = plt.subplots(figsize=(6.4, 0.45 * len(shown) + 1.4))
+    names = [f"{e['label']}  (ε {round_bound(_eps(e), True)})" if _eps(e) is not None else
+             f"{e['label']}  (no DP)" for e in shown]
+    ys = np.arange(len(shown))[::-1]
+    ax.barh(ys, [value(e) for e in shown], color=[
+        "C0" if _eps(e) is not None else "0.6" for e in shown], label=xlabel)
+    ax.set_yticks(ys, names, fontsize=8)
+    ax.set_xlabel(xlabel)
+    if extra is not None:
+        extra(ax, shown)
+    _plotting.title(ax, title, inches=4.0)
+    ax.grid(axis="x", alpha=0.3)
+    return fig, ax
+
+
 def _plots(report: PrivacyReport) -> dict[str, str]:
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
+    plt = _plotting.pyplot()
     entries = report.data["runs"]
     figures: dict[str, str] = {}
     certified = [_eps(e) for e in entries if _eps(e) is not None]
 
     def axes(title: str, ylabel: str):
         fig, ax = plt.subplots(figsize=(5.2, 3.6))
-        ax.set_title(title)
+        _plotting.title(ax, title, inches=4.5)
         ax.set_xlabel("certified epsilon")
         ax.set_ylabel(ylabel)
-        if certified:
-            _log_axis(ax)
-            ticks: list[float] = []
-            for value in sorted(set(certified)):  # one tick per 5% apart: labels stay legible
-                if not ticks or value > ticks[-1] * 1.05:
-                    ticks.append(value)
-            ax.set_xticks(ticks)
-            ax.set_xlim(min(certified) / 1.5, max(certified) * 1.5)
+        _plotting.epsilon_axis(ax, certified)
         return fig, ax
 
-    if any(e.get("accuracy") is not None for e in entries):
-        fig, ax = axes("Privacy-utility curve", "accuracy")
-        _curve(ax, entries, lambda e: e.get("accuracy"), "accuracy", "o-")
-        _legend(ax)
+    def span(ax) -> np.ndarray:  # the whole epsilon axis: a line seen even for one epsilon
+        return np.geomspace(*ax.get_xlim(), 50)
+
+    def accuracy(e: dict) -> Any:
+        return e.get("accuracy")
+
+    if any(accuracy(e) is not None for e in entries):
+        if _is_curve(entries, accuracy):
+            fig, ax = axes("Privacy-utility curve", "accuracy")
+            _curve(ax, entries, accuracy, "accuracy", "o-")
+            _legend(ax)
+        else:
+            fig, ax = _bars(plt, entries, accuracy, "Accuracy of each model",
+                            "test accuracy")
         figures["Privacy-utility curve"] = _png(fig)
         plt.close(fig)
 
-    best = [e.get("empirical_epsilon_best", {}).get("epsilon") for e in entries]
-    if any(b is not None for b in best):
-        fig, ax = axes("Audit: empirical lower bound vs certified epsilon", "epsilon")
-        _curve(ax, entries, lambda e: e.get("empirical_epsilon_best", {}).get("epsilon"),
-               f"empirical lower bound ({report.data['confidence']:g} each)", "s-")
-        if certified:
-            grid = np.array([min(certified), max(certified)])
-            ax.plot(grid, grid, "k:", label="certified (upper bound)")
-        _legend(ax)
+    def best(e: dict) -> Any:
+        return e.get("empirical_epsilon_best", {}).get("epsilon")
+
+    if certified and any(best(e) is not None and _eps(e) is not None for e in entries):
+        dp = [e for e in entries if _eps(e) is not None]
+        if _is_curve(dp, best):
+            fig, ax = axes("Audit: empirical lower bound vs certified epsilon", "epsilon")
+            _curve(ax, dp, best, f"empirical lower bound ({report.data['confidence']:g} each)",
+                   "s-")
+            ax.plot(span(ax), span(ax), "k:", label="certified (upper bound)")
+            _legend(ax)
+        else:
+            def certified_marks(ax, shown):
+                ys = np.arange(len(shown))[::-1]
+                ax.plot([_eps(e) for e in shown], ys, "k|", markersize=14,
+                        label="certified epsilon (upper bound)")
+                ax.legend(fontsize=8, loc="lower right")
+            fig, ax = _bars(plt, dp, lambda e: best(e) or 0.0,
+                            "Audit: empirical lower bound (bar) vs certified epsilon (mark)",
+                            f"epsilon (lower bound at confidence "
+                            f"{report.data['confidence']:g})", certified_marks)
         figures["Audit tightness"] = _png(fig)
         plt.close(fig)
 
     def mi_value(kind: str) -> Callable[[dict], Any]:
-        return lambda e: e.get("mi", {}).get(kind, {}).get("value_nats")
+        def value(e: dict) -> Any:
+            v = e.get("mi", {}).get(kind, {}).get("value_nats")
+            return None if v is None else _mi(v)
+        return value
 
     def mi_spread(kind: str) -> Callable[[dict], tuple[float, float]]:
-        return lambda e: (e["mi"][kind]["lower"], e["mi"][kind]["upper"])
+        return lambda e: (_mi(e["mi"][kind]["lower"]), _mi(e["mi"][kind]["upper"]))
 
-    if any(mi_value(k)(e) is not None for e in entries
-           for k in ("sample_model", "party_aggregate")):
+    kinds = [k for k in ("sample_model", "party_aggregate")
+             if any(mi_value(k)(e) is not None for e in entries)]
+    if kinds and certified and any(_is_curve(entries, mi_value(k)) for k in kinds):
         fig, ax = axes("Leakage: mutual information", "nats")
         for kind, style in (("sample_model", "o-"), ("party_aggregate", "^-")):
             name = kind.replace("_", "-") + " MI"
             _curve(ax, entries, mi_value(kind), name, style, mi_spread(kind), f"{name}: ")
-        if certified:
-            deltas = [e["certified"]["delta"] for e in entries if e.get("certified")]
-            grid = np.geomspace(min(certified), max(certified), 50)
-            ax.plot(grid, [mi_ceiling(x, max(deltas)) for x in grid], "k:",
-                    label="DP ceiling")
+        deltas = [e["certified"]["delta"] for e in entries if e.get("certified")]
+        ax.plot(span(ax), [mi_ceiling(x, max(deltas)) for x in span(ax)], "k:",
+                label="DP ceiling")
         _legend(ax)
+        figures["Mutual information across epsilon"] = _png(fig)
+        plt.close(fig)
+    elif kinds:
+        kind = kinds[0]
+        fig, ax = _bars(plt, entries, mi_value(kind),
+                        f"Leakage: {kind.replace('_', '-')} mutual information",
+                        "nats (estimates below 0 shown as 0)")
         figures["Mutual information across epsilon"] = _png(fig)
         plt.close(fig)
 
@@ -322,9 +380,13 @@ def _plots(report: PrivacyReport) -> dict[str, str]:
         fig, ax = plt.subplots(figsize=(5.2, 3.6))
         floor = 1.0
         for label, (fpr, tpr) in report.roc.items():
-            shown = fpr > 0  # FPR = 0 has no place on a log axis
-            floor = min(floor, fpr[shown].min())
-            ax.step(fpr[shown], np.maximum(tpr[shown], 1e-6), where="post", label=label)
+            # a log axis has no place for 0: the curve starts at its first positive point
+            # (clamping TPR 0 to a floor would draw a cliff the attack does not have)
+            shown = (fpr > 0) & (tpr > 0)
+            if not shown.any():
+                continue
+            floor = min(floor, fpr[shown].min(), tpr[shown].min())
+            ax.step(fpr[shown], tpr[shown], where="post", label=label)
         ax.plot([floor, 1], [floor, 1], "k:", lw=1, label="chance")
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -357,17 +419,35 @@ def _row(e: dict) -> list[str]:
             return "–"
         if "error" in est:
             return "n/a"
-        return f"{est['value_nats']:.3g} [{est['lower']:.3g}, {est['upper']:.3g}]"
+        return (f"{_mi(est['value_nats']):.3g} [{_mi(est['lower']):.3g}, "
+                f"{_mi(est['upper']):.3g}]")
 
     return [
         html.escape(e["label"]),
-        f"{cert['epsilon']:.3g} (δ={cert['delta']:.2g}, {cert['source']})" if cert else "none",
-        f"{best['epsilon']:.3g} ({html.escape(best['method'])})" if best else "–",
+        f"{round_bound(cert['epsilon'], True)} (δ={cert['delta']:.2g}, {cert['source']})"
+        if cert else "none",
+        f"{round_bound(best['epsilon'], False)} ({html.escape(best['method'])})" if best else "–",
         _fmt(attack.get("auc")), _fmt(attack.get("tpr_at_fpr_0.001")),
         mi_cell("sample_model"), mi_cell("party_aggregate"), _fmt(mi.get("ceiling_nats")),
-        _fmt(e.get("accuracy")), html.escape(", ".join(f"{k}={v}" for k, v in
-                                                      (e.get("cost") or {}).items())) or "–",
+        _fmt(e.get("accuracy")), html.escape(_cost(e.get("cost") or {})) or "–",
     ]
+
+
+def _cost(cost: dict[str, Any]) -> str:
+    """Seconds, bytes and counts for people: '12.3 s, 4.56 MB, 30 rounds'."""
+    parts = []
+    for key, value in cost.items():
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            parts.append(f"{key} {value}")
+        elif key in ("seconds", "time"):
+            parts.append(f"{value:.3g} s")
+        elif "bytes" in key:
+            unit = next(((f, u) for f, u in ((1e9, "GB"), (1e6, "MB"), (1e3, "kB"))
+                         if value >= f), (1, "B"))
+            parts.append(f"{value / unit[0]:.3g} {unit[1]}")
+        else:
+            parts.append(f"{value:g} {key}")
+    return ", ".join(parts)
 
 
 def _detail_rows(d: dict) -> str:
@@ -383,7 +463,7 @@ def _detail_rows(d: dict) -> str:
             else:
                 basis = (f"TPR ≥ {b['tpr_lower']:.3g}, FPR ≤ {b['fpr_upper']:.3g} "
                          f"({b['n_members']} + {b['n_nonmembers']} trials)")
-            cells = [html.escape(e["label"]), html.escape(name), f"{b['epsilon']:.3g}",
+            cells = [html.escape(e["label"]), html.escape(name), round_bound(b["epsilon"], False),
                      html.escape(basis), f"{b['max_certifiable']:.3g}"]
             rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     head = "".join(f"<th>{h}</th>" for h in ["run", "audit", "ε ≥", "evidence",
@@ -391,12 +471,76 @@ def _detail_rows(d: dict) -> str:
     return f"<h2>Audits</h2><table><tr>{head}</tr>{''.join(rows)}</table>" if rows else ""
 
 
+def verdict(entry: dict) -> str:
+    """One record's result in a line of plain text: its certified epsilon and the strongest
+    attack on it."""
+    cert, best = entry.get("certified"), entry.get("empirical_epsilon_best")
+    auc = entry.get("attack", {}).get("auc")
+    line = (f"{entry['label']}: certified epsilon {round_bound(cert['epsilon'], True)} "
+            f"(delta {cert['delta']:.2g}{'' if cert['source'] == 'ledger' else ', declared'})"
+            if cert else f"{entry['label']}: no DP guarantee")
+    line += (f"; strongest attack: epsilon >= {round_bound(best['epsilon'], False)}" if best else
+             "; no attack could run")
+    line += "" if auc is None else f", AUC {auc:.3f}"
+    if entry.get("consistent") is False:
+        line += " (above the certified bound: investigate)"
+    return line
+
+
+def headline(d: dict) -> str:
+    """The whole report in a few plain sentences: the certified epsilon, the strongest
+    attack found, and what the two mean."""
+    runs = d["runs"]
+    dp = [e for e in runs if e.get("certified")]
+    attacked = [e for e in runs if e.get("empirical_epsilon_best")]
+    parts = []
+    if dp:
+        top = max(dp, key=lambda e: e["certified"]["epsilon"])
+        eps, delta = top["certified"]["epsilon"], max(e["certified"]["delta"] for e in dp)
+        parts.append(f"Certified epsilon: at most {round_bound(eps, True)} (delta {delta:.2g}) for "
+                     f"{'every' if len(dp) > 1 else 'the'} DP model.")
+    if attacked:
+        strongest = max(attacked, key=lambda e: e["empirical_epsilon_best"]["epsilon"])
+        best = strongest["empirical_epsilon_best"]
+        parts.append(f"The strongest attack found epsilon >= {round_bound(best['epsilon'], False)} "
+                     f"(on {strongest['label']}, confidence {best['confidence']:g}).")
+    if dp:
+        parts.append(f"What that means: whoever sees a DP model can raise their odds that any "
+                     f"one person was in its training data by a factor of at most "
+                     f"{math.exp(eps):.3g}" + (f", except with probability {delta:.2g}" if delta
+                                                else "") + ", whatever else they know.")
+        found = [e["empirical_epsilon_best"]["epsilon"] for e in dp
+                 if e.get("empirical_epsilon_best")]
+        if any(e.get("consistent") is False for e in dp):
+            parts.append("An attack exceeded a certified bound: a (1 - confidence) chance "
+                         "event, or a flaw in the implementation or the accounting; "
+                         "investigate before publishing.")
+        elif found and max(found) >= 0.5 * eps:
+            parts.append("The attacks come close to that bound: the guarantee is tight.")
+        elif found:
+            parts.append("The attacks found far less than the bound allows: they learned "
+                         "little, which does not make the models more private than certified.")
+    plain = [e["label"] for e in runs if not e.get("certified")]
+    if plain:
+        parts.append(f"Without DP ({', '.join(plain)}), nothing bounds what a stronger attack "
+                     "could learn about one person.")
+    return " ".join(parts)
+
+
+def _verdict(d: dict) -> str:
+    items = "".join(f"<li>{html.escape(verdict(e))}</li>" for e in d["runs"])
+    return (f"<section class='verdict'><h2>Verdict</h2><p>{html.escape(headline(d))}</p>"
+            f"<ul>{items}</ul></section>")
+
+
 _HEAD = ["run", "certified ε", "empirical ε ≥", "AUC", "TPR@0.1%FPR", "sample-model MI",
          "party-aggregate MI", "MI ceiling", "accuracy", "cost"]
 _STYLE = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}
 table{border-collapse:collapse;font-size:14px}td,th{border:1px solid #ccc;padding:4px 8px}
 th{background:#f3f3f3}.warn{color:#b00}.plots img{margin:8px;border:1px solid #ddd}
-dt{font-weight:bold}dd{margin:0 0 6px 1.5em}"""
+dt{font-weight:bold}dd{margin:0 0 6px 1.5em}
+.verdict{background:#f6f8fa;border-left:4px solid #2a6;padding:2px 16px;margin-bottom:1em}
+.verdict li{margin:6px 0}"""
 
 
 def _html(report: PrivacyReport) -> str:
@@ -420,8 +564,9 @@ def _html(report: PrivacyReport) -> str:
 <html lang="en"><head><meta charset="utf-8"><title>Privacy report: {html.escape(d['name'])}</title>
 <style>{_STYLE}</style></head><body>
 <h1>Privacy report: {html.escape(d['name'])}</h1>
+{_verdict(d)}{warnings}
 <p>Kind: {html.escape(d['kind'])} · generated {html.escape(d['generated'])} · each empirical
-bound holds with confidence {d['confidence']:g}.</p>{warnings}
+bound holds with confidence {d['confidence']:g}.</p>
 <table><tr>{''.join(f'<th>{h}</th>' for h in _HEAD)}</tr>{rows}</table>
 {_detail_rows(d)}
 {f'<h3>Audits that could not run</h3><ul>{notes}</ul>' if notes else ''}

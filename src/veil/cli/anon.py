@@ -33,7 +33,7 @@ from veil.anon import (
 )
 from veil.anon.hierarchy import sniff_separator
 from veil.anon.metrics import OBJECTIVES
-from veil.cli._output import console, print_json, print_mapping
+from veil.cli._output import parse_list, print_json, print_mapping, progress, say
 from veil.errors import ConfigError, DataError
 
 
@@ -87,8 +87,8 @@ def parse_qis(specs: list[str], table: pd.DataFrame,
         elif source == "mask":
             qis[column] = Hierarchy.masking(values.unique(), name=column)
         elif source.startswith("intervals:"):
+            widths = parse_list(source.split(":", 1)[1], f"--qi {column} intervals")
             try:
-                widths = [float(w) for w in source.split(":", 1)[1].split(",")]
                 numbers = pd.to_numeric(pd.Series(values.unique()))
             except ValueError:
                 raise ConfigError(f"--qi {spec!r} is not allowed: intervals need numeric "
@@ -154,6 +154,8 @@ def run(
     out: Annotated[Path | None, typer.Option(
         "--out", help="Write the released table here (anatomy: also OUT_sensitive.csv).")
     ] = None,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Replace an existing --out file (never the input).")] = False,
     sep: Sep = None,
     hierarchy_sep: HierarchySep = ";",
     monotonic: Annotated[bool, typer.Option(
@@ -162,14 +164,23 @@ def run(
     json_: Json = False,
 ) -> None:
     """Anonymize IN.csv and print a summary (levels, classes, metrics)."""
+    if not 0 <= suppress < 1:
+        raise ConfigError(f"--suppress={suppress!r} is not allowed: must be a share in [0, 1)")
+    if out is not None:
+        if out.is_dir():
+            raise DataError(f"--out={str(out)!r} is a directory; expected a file name")
+        if out.exists() and (not force or out.resolve() == input.resolve()):
+            raise ConfigError(f"--out={str(out)!r} exists: choose another name" + (
+                "" if out.resolve() == input.resolve() else ", or pass --force to replace it"))
     table, sep = read_table(input, sep)
     qis = parse_qis(qi, table, hierarchy_sep)
     sens_h = None if sensitive_hierarchy is None else Hierarchy.from_csv(
         sensitive_hierarchy, sep=hierarchy_sep, name=sensitive)
     models = _models(k, l, l_variant, c, t, t_distance, sens_h)
-    result = anonymize(table, qis, sensitive, models, algorithm=algorithm,
-                       suppression_limit=suppress, metric=metric, monotonic=monotonic,
-                       strict=strict)
+    with progress(f"anonymize ({algorithm})", transient=True):
+        result = anonymize(table, qis, sensitive, models, algorithm=algorithm,
+                           suppression_limit=suppress, metric=metric,
+                           monotonic=monotonic, strict=strict)
     if out is not None:
         try:
             atomic_write(out, result.table.to_csv(sep=sep, index=False))
@@ -195,7 +206,7 @@ def run(
     print_mapping({key: _fmt(value) for key, value in rows.items()},
                   title=f"veil anonymize ({algorithm})")
     if out is not None:
-        console.print(f"released table written to {out}")
+        say(f"released table written to {out}")
 
 
 @app.command("check")

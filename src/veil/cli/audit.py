@@ -3,9 +3,11 @@
 ``veil audit RUN_DIR`` reads a run directory (format in :mod:`veil.audit.rundir`) and writes
 ``report.json`` and ``report.html`` (into ``RUN_DIR/audit`` unless ``--out`` says otherwise).
 
-``veil audit --model MODEL.pkl --members TRAIN.npz --nonmembers HOLDOUT.npz`` attacks a
-pickled fitted classifier (anything with ``predict_proba``) on records it was / was not
-trained on (``.npz`` files holding arrays ``X`` and ``y``) and reports the same way.
+``veil audit --model MODEL --members TRAIN.npz --nonmembers HOLDOUT.npz`` attacks a fitted
+classifier (anything with ``predict_proba``) on records it was / was not trained on (``.npz``
+files holding arrays ``X`` and ``y``) and reports the same way. MODEL is a veil model file
+(:mod:`veil.model_format`: no code runs on loading; its epsilon and ledger are used when
+``--epsilon``/``--ledger`` are not given), or a pickle you trust.
 """
 
 from __future__ import annotations
@@ -17,27 +19,40 @@ from typing import Annotated
 import numpy as np
 import typer
 
-from veil.cli._output import console, print_json, print_table
+from veil.cli._output import check_input_file, print_json, print_table, progress, say
 from veil.errors import ConfigError, DataError
 
 ATTACK_HELP = "loss | confidence | shadow | lira | lira-offline"
 
 
 def _load_xy(path: Path, option: str) -> tuple[np.ndarray, np.ndarray]:
+    check_input_file(path, option)
     try:
         with np.load(path, allow_pickle=False) as data:
             if not {"X", "y"} <= set(data.files):
                 raise DataError(f"{option} {path}: expected arrays 'X' and 'y' in the .npz, "
                                 f"found {sorted(data.files)}")
             return data["X"], data["y"]
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, EOFError) as exc:
         raise DataError(f"{option} {path}: cannot read it as an .npz file ({exc})") from None
 
 
 def _load_model(path: Path):
+    """(model, metadata) from a veil model file, else (unpickled model, {})."""
+    import zipfile
+
+    check_input_file(path, "--model")
+    if zipfile.is_zipfile(path):
+        from veil.model_format import load_model
+
+        try:
+            loaded = load_model(path)
+        except DataError as exc:
+            raise DataError(f"--model: {exc}") from None
+        return loaded.model, loaded.metadata
     try:
         with open(path, "rb") as fh:
-            return pickle.load(fh)  # noqa: S301 - documented: only load models you trust
+            return pickle.load(fh), {}  # noqa: S301 - documented: only models you trust
     except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError) as exc:
         raise DataError(f"--model {path}: cannot unpickle a model ({exc})") from None
 
@@ -49,7 +64,9 @@ def _model_run(model_path, members, nonmembers, population, attack, n_shadow, le
 
     if members is None or nonmembers is None:
         raise ConfigError("--model needs --members and --nonmembers (.npz files with X and y)")
-    model = _load_model(model_path)
+    model, metadata = _load_model(model_path)
+    if epsilon is None and metadata.get("epsilon") is not None and ledger is None:
+        epsilon, delta = metadata["epsilon"], metadata.get("delta", delta)
     Xi, yi = _load_xy(members, "--members")
     Xo, yo = _load_xy(nonmembers, "--nonmembers")
     pop = _load_xy(population, "--population") if population is not None else None
@@ -69,8 +86,8 @@ def audit(
     run_dir: Annotated[Path | None, typer.Argument(help="A run directory holding run.json.")]
     = None,
     model: Annotated[Path | None, typer.Option(
-        "--model", help="A pickled fitted classifier with predict_proba. Unpickling runs "
-        "code: only load files you trust.")] = None,
+        "--model", help="A fitted classifier with predict_proba: a veil model file "
+        "(model.npz), or a pickle (unpickling runs code: only files you trust).")] = None,
     members: Annotated[Path | None, typer.Option(
         "--members", help=".npz (X, y): the training records.")] = None,
     nonmembers: Annotated[Path | None, typer.Option(
@@ -98,9 +115,12 @@ def audit(
     """Audit a training run (RUN_DIR) or a saved model (--model): certified epsilon, empirical
     lower bounds, membership attack, mutual information; writes report.json + report.html."""
     from veil.audit import privacy_report
+    from veil.audit.report import headline, round_bound
 
     if (run_dir is None) == (model is None):
         raise ConfigError("give either RUN_DIR or --model (not both, not neither)")
+    if out is not None and out.exists() and not out.is_dir():
+        raise DataError(f"--out={str(out)!r} is an existing file; expected a folder")
     if model is not None:
         run = _model_run(model, members, nonmembers, population, attack, n_shadow, ledger,
                          epsilon, delta, seed)
@@ -108,7 +128,8 @@ def audit(
     else:
         run = run_dir
         target = out or Path(run_dir) / "audit"
-    report = privacy_report(run, confidence=confidence, rng=seed)
+    with progress("audit", transient=True):
+        report = privacy_report(run, confidence=confidence, rng=seed)
     json_path, html_path = report.write(target)
     if json_:
         print_json(report.data)
@@ -117,11 +138,13 @@ def audit(
     for e in report.data["runs"]:
         cert, best = e.get("certified"), e.get("empirical_epsilon_best")
         sm = e["mi"].get("sample_model", {})
-        rows.append((e["label"], f"{cert['epsilon']:.3g} ({cert['source']})" if cert else "none",
-                     f"{best['epsilon']:.3g}" if best else "-",
+        rows.append((e["label"], f"{round_bound(cert['epsilon'], True)} ({cert['source']})"
+                     if cert else "none",
+                     round_bound(best["epsilon"], False) if best else "-",
                      f"{e['attack']['auc']:.3f}" if "attack" in e else "-",
                      f"{sm['value_nats']:.3g}" if "value_nats" in sm else "-",
                      "-" if e.get("accuracy") is None else f"{e['accuracy']:.3f}"))
     print_table(rows, ["run", "certified eps", f"empirical eps >= ({confidence:g})", "AUC",
                        "sample-model MI (nats)", "accuracy"], title="veil privacy audit")
-    console.print(f"report: {html_path}  ({json_path.name} beside it)")
+    say(headline(report.data))
+    say(f"report: {html_path}  ({json_path.name} beside it)")

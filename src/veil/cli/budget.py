@@ -7,7 +7,7 @@ import time
 
 import typer
 
-from veil.cli._output import console, print_json, print_mapping, print_table
+from veil.cli._output import print_json, print_mapping, print_table, say
 from veil.dp.accounting import calibrate_noise, describe, epsilon_for
 from veil.dp.ledger import Ledger
 
@@ -28,7 +28,7 @@ def show(
     json_: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
 ) -> None:
     """Charges, spend at several deltas, and what is left of a ledger's budget."""
-    ledger = Ledger.open(file)
+    ledger = Ledger.open(file, read_only=True)
     try:
         history = ledger.history()
         deltas = sorted({*_DELTAS, ledger.delta} - {0.0}, reverse=True)
@@ -88,5 +88,5 @@ def calibrate(
         print_json(result)
     else:
         print_mapping(result, title="noise calibration")
-        console.print(f"sigma = {sigma:.6g} gives epsilon = {achieved:.6g} <= {epsilon:g} "
-                      f"at delta = {delta:g} ({accountant}, certified)", highlight=False)
+        say(f"sigma = {sigma:.6g} gives epsilon = {achieved:.6g} <= {epsilon:g} "
+            f"at delta = {delta:g} ({accountant}, certified)")

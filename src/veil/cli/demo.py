@@ -5,15 +5,18 @@ model audited, written as a run directory with its privacy report (``<out>/audit
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from veil.cli._output import console, err_console, print_json, print_table
+from veil._validation import check_epsilon
+from veil.audit.report import round_bound
+from veil.cli._output import check_out_dir, next_free, print_json, print_table, progress, say
 from veil.experiments.demo import KEY_BITS, METHOD_LABELS, run_demo
+
+#: files of a run directory veil never replaces: the ledgers (budget already spent)
+LEDGERS = ("**/*.sqlite", "**/*.sqlite-wal", "**/*.sqlite-shm")
 
 #: confidence of each empirical lower bound in the report
 CONFIDENCE = 0.95
@@ -27,9 +30,13 @@ def demo(json_: bool = typer.Option(False, "--json", help="Print JSON instead of
          quick: bool = typer.Option(False, "--quick", help="A shallow tree, 4 rounds and a "
                                     "512-bit test key: seconds, for tests (not secure)."),
          epsilon: float = typer.Option(1.0, help="Privacy budget of each learner."),
-         out: Annotated[Path, typer.Option(
+         out: Annotated[Path | None, typer.Option(
              "--out", help="Run directory to write (run.json, ledgers, scores; the privacy "
-             "report in <out>/audit). A rerun replaces its content.")] = Path("demo_results"),
+             "report in <out>/audit); it must be new or empty. Default: the next free "
+             "demo_results/run-N.")] = None,
+         force: Annotated[bool, typer.Option(
+             "--force", help="Write into a non-empty --out (never over its ledgers).")
+         ] = False,
          seed: Annotated[int | None, typer.Option(
              "--seed", help="Seed for a reproducible run, the key included (tests only: "
              "not secure); default: secure randomness.")] = None,
@@ -38,14 +45,15 @@ def demo(json_: bool = typer.Option(False, "--json", help="Print JSON instead of
     every model audited, with a privacy report (HTML with plots) in <out>/audit."""
     from veil.audit import privacy_report
 
-    with Progress(TextColumn("[bold]demo"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("{task.description}"), TimeElapsedColumn(),
-                  console=err_console, transient=True) as progress:
-        task = progress.add_task("dealing a threshold key", total=None)
+    check_epsilon(epsilon, "--epsilon")
+    out = check_out_dir(out, force=force, keep=LEDGERS) if out is not None else next_free(
+        Path("demo_results") / "run")
+    with progress("demo", transient=True) as update:
+        update(what="dealing a threshold key")
         report = run_demo(epsilon=epsilon, quick=quick, key_bits=512 if quick else KEY_BITS,
-                          out=out, rng=seed, on_progress=lambda done, total, what: progress.update(
-                              task, completed=done, total=total, description=what))
-        progress.update(task, description="privacy report")
+                          out=out, rng=seed,
+                          on_progress=lambda done, total, what: update(done, total, what))
+        update(what="privacy report")
         audit = privacy_report(out, confidence=CONFIDENCE, rng=seed)
         json_path, html_path = audit.write(out / "audit")
     audits = {e["label"]: e for e in audit.data["runs"]}
@@ -56,8 +64,7 @@ def demo(json_: bool = typer.Option(False, "--json", help="Print JSON instead of
         return
     why = ("the smallest size veil accepts outside tests (112-bit security, NIST SP 800-57)"
            if report.key_bits >= 2048 else "an insecure test key (--quick)")
-    console.print(
-        f"[bold]{report.parties} parties[/], trust t = {report.trust} honest parties: each adds "
+    say(f"{report.parties} parties, trust t = {report.trust} honest parties: each adds "
         f"1/{report.trust} of the noise, and any t_bar = n - t + 1 = {report.threshold} of them "
         f"decrypt (the n - t = {report.parties - report.trust} that may collude cannot). "
         f"Threshold Paillier key: {report.key_bits} bits, {why}; dealt by a trusted dealer in "
@@ -73,25 +80,25 @@ def demo(json_: bool = typer.Option(False, "--json", help="Print JSON instead of
                     ["method", "t", "test accuracy", "epsilon spent", "time", "bytes up",
                      "bytes down", "queries"],
                     title=f"{name}: {report.parties} parties")
-    console.print("no privacy: exact sums in the clear; SMC only: encrypted sums, no noise; "
-                  "central DP: the aggregator adds all the noise (trusted); local DP: each "
-                  "party adds all of it; hybrid: encrypted, each party adds its 1/t share. "
-                  "Encrypted runs send only ciphertexts and partial decryptions to the "
-                  "aggregator, which decrypts nothing but the noisy sum of each query. "
-                  "Accuracy against epsilon: veil experiment truex --help.")
+    say("no privacy: exact sums in the clear; SMC only: encrypted sums, no noise; "
+        "central DP: the aggregator adds all the noise (trusted); local DP: each "
+        "party adds all of it; hybrid: encrypted, each party adds its 1/t share. "
+        "Encrypted runs send only ciphertexts and partial decryptions to the "
+        "aggregator, which decrypts nothing but the noisy sum of each query. "
+        "Accuracy against epsilon: veil experiment truex --help.")
     rows = [_headline(audits[r.label]) for r in report.runs]
     print_table([(h["run"], _up(h["certified_epsilon"]), _down(h["empirical_epsilon"]),
-                  f"{h['auc']:.3f}", f"{h['tpr_at_fpr_0.01']:.3f}") for h in rows],
+        f"{h['auc']:.3f}", f"{h['tpr_at_fpr_0.01']:.3f}") for h in rows],
                 ["model", "certified epsilon", f"empirical epsilon >= ({CONFIDENCE:g})",
                  "attack AUC", "TPR at 1% FPR"],
                 title=f"privacy audit: loss attack on {report.audit_records} audit records "
                       "per task, each in or out of training by a fair coin")
-    console.print("certified: the Ledger's spend (an upper bound on epsilon); empirical: the "
-                  "one-run lower bound (Steinke, Nasr & Jagielski 2023) from the attack, which "
-                  f"holds with probability {CONFIDENCE:g}. A lower bound far below the "
-                  "certified epsilon means this attack found little, not that the model is "
-                  "more private than certified.")
-    console.print(f"privacy report: {html_path} ({json_path.name} beside it)")
+    say("certified: the Ledger's spend (an upper bound on epsilon); empirical: the "
+        "one-run lower bound (Steinke, Nasr & Jagielski 2023) from the attack, which "
+        f"holds with probability {CONFIDENCE:g}. A lower bound far below the "
+        "certified epsilon means this attack found little, not that the model is "
+        "more private than certified.")
+    say(f"privacy report: {html_path} ({json_path.name} beside it)")
 
 
 def _headline(entry: dict) -> dict:
@@ -104,10 +111,10 @@ def _headline(entry: dict) -> dict:
 
 
 def _up(value: float | None) -> str:
-    """An upper bound to 3 decimals, rounded up ('-': none certified)."""
-    return "-" if value is None else f"{math.ceil(value * 1000) / 1000:.3f}"
+    """An upper bound, rounded up ('-': none certified)."""
+    return "-" if value is None else round_bound(value, up=True)
 
 
 def _down(value: float | None) -> str:
-    """A lower bound to 3 decimals, rounded down ('-': no audit could run)."""
-    return "-" if value is None else f"{math.floor(value * 1000) / 1000:.3f}"
+    """A lower bound, rounded down ('-': no audit could run)."""
+    return "-" if value is None else round_bound(value, up=False)

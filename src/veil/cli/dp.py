@@ -10,9 +10,9 @@ from typing import Annotated, Any
 import pandas as pd
 import typer
 
-from veil._validation import check_bounds, check_choice, check_int
+from veil._validation import check_bounds, check_choice, check_delta, check_epsilon, check_int
 from veil.cli import dp_demo
-from veil.cli._output import print_json, print_mapping, print_table
+from veil.cli._output import check_input_file, parse_list, print_json, print_mapping, print_table
 from veil.dp import stats
 from veil.dp.ledger import Ledger
 from veil.dp.result import Result
@@ -23,10 +23,10 @@ app = typer.Typer(help="Differential privacy.", no_args_is_help=True)
 QUERIES = ("count", "sum", "mean", "variance", "histogram", "quantile")
 
 
-def csv_separator(path: Path) -> str:
-    """The separator (, ; tab |) of a CSV file, detected from its first lines."""
-    if not path.is_file():
-        raise DataError(f"FILE={str(path)!r} is not an existing file")
+def csv_separator(path: Path, option: str = "FILE") -> str:
+    """The separator (, ; tab |) of a CSV file, detected from its first lines; errors
+    name the file as ``option``."""
+    check_input_file(path, option, text=True)
     try:
         with open(path, newline="", encoding="utf-8") as fh:
             sample = fh.read(65536)
@@ -38,9 +38,10 @@ def csv_separator(path: Path) -> str:
         return ","
 
 
-def read_csv(path: Path) -> pd.DataFrame:
-    """A CSV file with its separator (, ; tab |) detected from its first lines."""
-    sep = csv_separator(path)
+def read_csv(path: Path, option: str = "FILE") -> pd.DataFrame:
+    """A CSV file with its separator (, ; tab |) detected from its first lines; errors
+    name it as ``option``."""
+    sep = csv_separator(path, option)
     try:
         df = pd.read_csv(path, sep=sep, skipinitialspace=True)
     except (UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
@@ -50,19 +51,11 @@ def read_csv(path: Path) -> pd.DataFrame:
     return df
 
 
-def _numbers(text: str, name: str) -> list[float]:
-    try:
-        return [float(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise ConfigError(f"{name}={text!r} is not allowed: expected comma-separated "
-                          "numbers") from None
-
-
 def _bounds(text: str | None, query: str) -> tuple[float, float]:
     if text is None:
         raise ConfigError(f"--bounds is required for --query {query}: declare the range as "
                           "LO,HI (bounds are never read from the data)")
-    return check_bounds(tuple(_numbers(text, "--bounds")), "--bounds")
+    return check_bounds(tuple(parse_list(text, "--bounds")), "--bounds")
 
 
 LedgerPath = Annotated[Path | None, typer.Option(
@@ -84,13 +77,13 @@ def run_query(column: pd.Series, query: str, *, epsilon: float, delta: float,
         return stats.count(column, delta=delta, **common)
     if query == "histogram":
         if categories is not None:
-            cats = [c.strip() for c in categories.split(",") if c.strip()]
+            cats = parse_list(categories, "--categories", str)
             return stats.histogram(column.astype(str).str.strip(), categories=cats,
                                    delta=delta, **common)
         if bins is None:
             raise ConfigError("--query histogram needs --bins (edges A,B,C or a number of "
                               "equal-width bins over --bounds) or --categories")
-        edges = _numbers(bins, "--bins")
+        edges = parse_list(bins, "--bins")
         if len(edges) == 1:
             lo, hi = _bounds(bounds, query)
             k = check_int(int(edges[0]) if edges[0].is_integer() else edges[0], "--bins",
@@ -131,6 +124,7 @@ def stats_command(
     With --ledger FILE the release is charged to that persistent ledger (refused when it
     does not fit); without it, to a one-off budget of exactly --epsilon, --delta.
     """
+    epsilon, delta = check_epsilon(epsilon, "--epsilon"), check_delta(delta, "--delta")
     ledger = (open_ledger(ledger_path, budget_epsilon, budget_delta, delta)
               if ledger_path is not None else Ledger(epsilon, delta))
     df = read_csv(file)

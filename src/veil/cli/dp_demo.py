@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import typer
 
-from veil.cli._output import console, print_json, print_table
+from veil.cli._output import print_json, print_table, say
 from veil.datasets import available, load_adult, synthetic_census
 from veil.datasets.census import EDUCATION
 from veil.datasets.tabular import ADULT_CATEGORIES
@@ -76,8 +76,7 @@ def _exact(column: Any, query: str, kwargs: dict[str, Any]) -> Any:
 
 def _show(value: Any) -> str:
     if isinstance(value, dict):
-        text = ", ".join(f"{k}: {v}" for k, v in value.items())
-        return text if len(text) <= 60 else text[:57] + "..."
+        return ", ".join(f"{k}: {_show(v)}" for k, v in value.items())
     return f"{value:,.4g}" if isinstance(value, float) else f"{value:,}"
 
 
@@ -93,7 +92,7 @@ def demo(json_: bool = typer.Option(False, "--json", help="Print JSON instead of
                   r["delta"], r["clipped"]) for r in rows],
                 ["statistic", "DP value", "exact (not private)", "epsilon", "delta", "clipped"],
                 title=f"Differentially private statistics of {name}")
-    console.print(f"Total charged to one Ledger (PLD accountant): epsilon={spent_eps:.4f}, "
-                  f"delta={spent_delta:g} of the budget epsilon={ledger.epsilon:g}, "
-                  f"delta={ledger.delta:g}. Each value is released through the ledger, "
-                  "which refuses any release that would exceed the budget.")
+    say(f"Total charged to one Ledger (PLD accountant): epsilon={spent_eps:.4f}, "
+        f"delta={spent_delta:g} of the budget epsilon={ledger.epsilon:g}, "
+        f"delta={ledger.delta:g}. Each value is released through the ledger, "
+        "which refuses any release that would exceed the budget.")

@@ -6,27 +6,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from veil.cli._output import console, err_console, print_json, print_table
-from veil.errors import ConfigError
+from veil.cli._output import check_out_dir, parse_list, print_json, print_table, progress, say
+from veil.cli.demo import LEDGERS
 
 app = typer.Typer(help="Reproduce published comparisons.", no_args_is_help=True)
-
-
-def _floats(text: str, name: str) -> list[float]:
-    try:
-        return [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise ConfigError(f"--{name}={text!r} is not allowed: give comma-separated "
-                          "numbers") from None
-
-
-def _ints(text: str, name: str) -> list[int]:
-    values = _floats(text, name)
-    if any(v != int(v) for v in values):
-        raise ConfigError(f"--{name}={text!r} is not allowed: give comma-separated integers")
-    return [int(v) for v in values]
 
 
 @app.command("truex")
@@ -45,7 +29,10 @@ def truex(
     ] = None,
     delta: Annotated[float, typer.Option(help="delta of the budget (Gaussian, Skellam).")
                      ] = 1e-5,
-    out: Annotated[Path, typer.Option(help="Output directory.")] = Path("truex_results"),
+    out: Annotated[Path, typer.Option(help="Output directory (new or empty).")
+                   ] = Path("truex_results"),
+    force: Annotated[bool, typer.Option(
+        "--force", help="Write into a non-empty --out (never over its ledgers).")] = False,
     report: Annotated[bool, typer.Option(
         "--report", help="Persist every model's Ledger under <out>/ledgers (run.json points "
         "at them) and write the privacy report (report.json, report.html) into <out>/audit.")
@@ -58,24 +45,18 @@ def truex(
     from veil.audit import write_run
     from veil.experiments import TruexConfig, plot, run_truex, summarize, truex_run, write_csv
 
-    config = TruexConfig(dataset, model, parties=_ints(parties, "parties"),
-                         trust=[t.strip() for t in trust.split(",") if t.strip()],
-                         epsilons=_floats(epsilon, "epsilon"), repeats=repeats, noise=noise,
-                         delta=delta)
+    config = TruexConfig(dataset, model, parties=parse_list(parties, "--parties", int),
+                         trust=parse_list(trust, "--trust", str),
+                         epsilons=parse_list(epsilon, "--epsilon"), repeats=repeats,
+                         noise=noise, delta=delta)
+    check_out_dir(out, force=force, keep=LEDGERS)
     out.mkdir(parents=True, exist_ok=True)
     stem = out / f"truex_{dataset}_{model}"
-    with Progress(TextColumn("[bold]truex"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("{task.description}"), TimeElapsedColumn(),
-                  console=err_console, transient=json_) as progress:
-        task = progress.add_task("", total=None)
-
-        def on_progress(done: int, total: int, what: str) -> None:
-            progress.update(task, completed=done, total=total, description=what)
-
+    with progress("truex", transient=json_) as update:
         # persisted ledgers cost an fsync per charge: only for the report
         ledgers = Path("ledgers") / stem.name if report else None
         rows = run_truex(config, ledgers=None if ledgers is None else out / ledgers,
-                         on_progress=on_progress)
+                         on_progress=lambda done, total, what: update(done, total, what))
     summary = summarize(rows)
     write_csv(rows, f"{stem}.csv")
     write_csv(summary, f"{stem}_summary.csv")
@@ -101,5 +82,5 @@ def truex(
                 ["parties", "method", "t", "epsilon", "accuracy", "sd"],
                 title=f"veil experiment truex: {dataset}, {model}, {config.noise} noise, "
                       f"{config.repeats} repetitions")
-    console.print(f"wrote {', '.join(files)} (noise-only simulation: the encrypted protocol "
-                  "sums the same integers; see benchmarks/RESULTS.md)")
+    say(f"wrote {', '.join(files)} (noise-only simulation: the encrypted protocol sums the "
+        "same integers; see benchmarks/RESULTS.md)")

@@ -3,22 +3,37 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from veil._io import atomic_write
-from veil.cli._output import console, err_console, print_json, print_table
+from veil.cli._output import (
+    check_input_file,
+    check_out_dir,
+    print_json,
+    print_table,
+    progress,
+    say,
+    warn,
+)
 from veil.errors import ConfigError
 
 app = typer.Typer(help="Federated learning.", no_args_is_help=True)
 
 _COLUMNS = ("round", "status", "accuracy", "loss", "epsilon", "aggregated", "bytes_up",
             "bytes_down", "time")
+
+
+def _cell(record: dict, column: str) -> object:
+    value = record.get(column)
+    if value is None:
+        return ""
+    if column == "time":
+        return f"{value * 1000:.3g} ms" if value < 1 else f"{value:.3g} s"
+    return f"{value:.4g}" if isinstance(value, float) else value
 
 
 def _seeds(state_file: Path, seed: int | None, resume: bool) -> tuple[int, bytes]:
@@ -57,11 +72,34 @@ def _write_run(out_dir: Path, name: str, cfg: Any, history: Any, canaries: Any) 
     return write_run(out_dir, Run(name=name, kind=cfg.kind, records=[record]))
 
 
+def _save_model(path: Path, cfg: Any, model: Any, history: Any,
+                certified: tuple[float, float] | None) -> Path:
+    """The trained model in veil's model format (:mod:`veil.model_format`), with the
+    encoding of its data set's raw columns, the class labels and the certified spend."""
+    from veil.datasets.tabular import class_names, feature_encoding
+    from veil.model_format import encoded_names, save_model
+
+    name = cfg["data"]["dataset"]
+    encoding = feature_encoding(name)
+    if name == "digits":  # the run scales pixel intensities 0..16 to [0, 1]
+        encoding = [{**step, "kind": "scale", "factor": 1 / 16} for step in encoding]
+    model.set_params_vector(history.params)
+    return save_model(path, model, feature_names=encoded_names(encoding), encoding=encoding,
+                      labels=class_names(name), dataset=name, kind=cfg.kind,
+                      epsilon=certified[0] if certified else None,
+                      delta=certified[1] if certified else None,
+                      ledger="ledger.sqlite" if certified else None,
+                      rounds=len(history.rounds))
+
+
 Config = Annotated[Path, typer.Argument(help="TOML file describing the run.")]
 Resume = Annotated[bool, typer.Option("--resume",
                                       help="Continue an interrupted run from its checkpoint.")]
-Out = Annotated[Path | None, typer.Option("--out", help="Output directory (default: run.out "
-                                          "in the config, else fl_results/<config name>).")]
+Out = Annotated[Path | None, typer.Option("--out", help="Output directory, new or empty "
+                                          "(default: run.out in the config, else "
+                                          "fl_results/<config name>).")]
+Force = Annotated[bool, typer.Option("--force", help="Write into a non-empty output directory "
+                                     "that holds no run.")]
 Json = Annotated[bool, typer.Option("--json", help="Print the results as JSON.")]
 Report = Annotated[bool, typer.Option("--report", help="Also write the privacy report "
                                       "(report.json, report.html) into <out>/audit.")]
@@ -69,7 +107,7 @@ Report = Annotated[bool, typer.Option("--report", help="Also write the privacy r
 
 @app.command("run")
 def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = False,
-        report: Report = False) -> None:
+        report: Report = False, force: Force = False) -> None:
     """Train a model across simulated clients; write results.json, plot.png and run.json
     (the run directory `veil audit` reads), plus the privacy report with --report."""
     from veil.crypto.paillier import MIN_SECURE_BITS
@@ -77,33 +115,34 @@ def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = F
     from veil.experiments.fl_config import load_config
     from veil.fl import Federation, LocalRuntime
 
-    cfg = load_config(config)
+    cfg = load_config(check_input_file(config, "CONFIG", text=True))
     out_dir = out or Path(cfg["run"]["out"] or Path("fl_results") / config.stem)
     checkpoint, ledger_file = out_dir / "checkpoint.veil", out_dir / "ledger.sqlite"
     state_file = out_dir / "state.json"
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"--out={str(out_dir)!r} is an existing file; expected a folder")
     if not resume and (checkpoint.exists() or ledger_file.exists()):
         raise ConfigError(f"{out_dir} already holds a run: pass --resume to continue it, or "
                           "choose another --out (its ledger keeps the privacy budget spent)")
+    if not resume:
+        check_out_dir(out_dir, force=force)
     seed = cfg["run"]["seed"]
     partition_seed, canary_seed = _seeds(state_file, seed, resume)
 
     clients, test = cfg.data(partition_seed)
     if cfg.kind == "hybrid" and cfg["hybrid"]["key_bits"] < MIN_SECURE_BITS:
-        err_console.print(f"[yellow]warning:[/] an insecure {cfg['hybrid']['key_bits']}-bit "
-                          "threshold key (insecure_ok = true): for tests and demos only")
+        warn(f"an insecure {cfg['hybrid']['key_bits']}-bit threshold key (insecure_ok = true): "
+             "for tests and demos only")
     strategy = cfg.strategy(clients)
     rounds = cfg["training"]["rounds"]
     run_options = cfg["run"]
     with LocalRuntime(cfg.faults(), workers=run_options["workers"],
-                      timeout=run_options["timeout"]) as runtime, Progress(
-            TextColumn("[bold]federated rounds"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("{task.description}"), TimeElapsedColumn(),
-            console=err_console, transient=json_) as progress:
-        task = progress.add_task("", total=rounds)
+                      timeout=run_options["timeout"]) as runtime, progress(
+            "federated rounds", total=rounds, transient=json_) as update:
 
         def on_progress(record: dict) -> None:
             eps = record.get("epsilon")
-            progress.update(task, completed=record["round"] + 1, description=(
+            update(record["round"] + 1, what=(
                 f"acc {record.get('accuracy', float('nan')):.4f}"
                 + ("" if eps is None else f"  eps {eps:.3f}")
                 + ("" if record["status"] == "ok" else "  (aborted)")))
@@ -126,12 +165,14 @@ def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = F
         history = federation.run(resume=resume)
     history.save_json(out_dir / "results.json")
     history.plot(out_dir / "plot.png", title=f"{config.stem}: {cfg['data']['dataset']}, "
-                                             f"{len(clients)} clients")
+                                             f"{len(clients)} clients",
+                 budget=cfg["privacy"]["epsilon"] if cfg.has("privacy") else None)
     certified = None
     if ledger is not None:
         certified = ledger.spent()
         ledger.close()
     _write_run(out_dir, config.stem, cfg, history, canaries)
+    model_file = _save_model(out_dir / "model.npz", cfg, federation.model, history, certified)
     bound = None
     if canaries is not None:
         bound = canaries.audit(delta=certified[1] if certified else 0.0,
@@ -144,7 +185,7 @@ def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = F
         _, html = privacy_report(out_dir, confidence=confidence, rng=seed).write(
             out_dir / "audit")
     if json_:
-        extra = {"out": str(out_dir)}
+        extra = {"out": str(out_dir), "model": str(model_file)}
         if bound is not None:
             extra["audit"] = {**bound.to_dict(), "certified_epsilon":
                               certified[0] if certified else None}
@@ -152,15 +193,17 @@ def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = F
             extra["report"] = str(html)
         print_json({**history.to_dict(), **extra})
         return
-    print_table([["" if r.get(c) is None else r[c] for c in _COLUMNS] for r in history.rounds],
-                list(_COLUMNS),
+    print_table([[_cell(r, c) for c in _COLUMNS] for r in history.rounds],
+                [c.replace("_", " ") for c in _COLUMNS],
                 title=f"veil fl run {config} -> {out_dir}")
     if bound is not None:
-        lower = math.floor(bound.epsilon * 1000) / 1000  # a lower bound: never round up
-        console.print(f"canary clients: epsilon >= {lower:g} at confidence "
-                      f"{bound.confidence:g} ({bound.correct}/{bound.guesses} correct guesses "
-                      f"of {bound.canaries} canaries); certified epsilon "
-                      + ("none (no [privacy])" if certified is None else
-                         f"{certified[0]:.3g}"))
+        from veil.audit.report import round_bound
+
+        say(f"canary clients: epsilon >= {round_bound(bound.epsilon, False)} at confidence "
+            f"{bound.confidence:g} "
+            f"({bound.correct}/{bound.guesses} correct guesses of {bound.canaries} canaries); "
+            "certified epsilon " + ("none (no [privacy])" if certified is None else
+                                    round_bound(certified[0], True)))
+    say(f"model: {model_file} (veil predict {model_file} DATA.csv)")
     if html is not None:
-        console.print(f"privacy report: {html}")
+        say(f"privacy report: {html}")

@@ -202,6 +202,32 @@ def load_sklearn(name: str) -> Dataset:
                    task)
 
 
+def feature_encoding(name: str) -> list[dict[str, object]]:
+    """How :func:`load_xy` turns the raw columns of ``name`` into its features, column by
+    column, in the JSON form of :func:`veil.model_format.encode_table` (a saved model keeps
+    it, so ``veil predict`` can encode a raw table the same way)."""
+    if name == "adult":
+        steps: list[dict[str, object]] = [
+            {"column": col, "kind": "log", "high": hi} if col in _LOG_SCALED else
+            {"column": col, "kind": "range", "low": lo, "high": hi}
+            for col, (lo, hi) in ADULT_RANGES.items()]
+        return steps + [{"column": col, "kind": "onehot", "categories": cats}
+                        for col, cats in ADULT_CATEGORIES.items()]
+    if name == "nursery":
+        return [{"column": col, "kind": "onehot", "categories": NURSERY_CATEGORIES[col]}
+                for col in NURSERY_COLUMNS[:-1]]
+    return [{"column": col, "kind": "raw"} for col in load_sklearn(name).feature_names]
+
+
+def class_names(name: str) -> list[str]:
+    """The label of each class index of :func:`load_xy` ``(name).y``."""
+    if name == "adult":
+        return ["<=50K", ">50K"]
+    if name == "nursery":
+        return list(NURSERY_CATEGORIES["class"])
+    return load_sklearn(name).classes
+
+
 def load_xy(name: str, *, split: str = "train", path: PathLike = None) -> Dataset:
     """A learning task by name: ``adult`` (``split`` train/test), ``nursery`` or a
     scikit-learn set (:data:`SKLEARN_SETS`)."""

@@ -43,7 +43,7 @@ from typing import Any
 from dp_accounting import dp_event as de
 
 from veil._validation import check_delta, check_epsilon
-from veil.dp.accounting import CERTIFIED, describe, make_accountant
+from veil.dp.accounting import CERTIFIED, make_accountant
 from veil.dp.accounting.base import Accountant
 from veil.dp.accounting.events import check_event
 from veil.dp.accounting.serialize import event_to_json
@@ -136,13 +136,14 @@ class Ledger:
         self._open(store, (epsilon, delta, accountant))
 
     @classmethod
-    def open(cls, path: str | os.PathLike) -> Ledger:
-        """Reopen an existing ledger file with the budget stored in it."""
+    def open(cls, path: str | os.PathLike, *, read_only: bool = False) -> Ledger:
+        """Reopen an existing ledger file with the budget stored in it; ``read_only``: for
+        inspection (SQLite ``mode=ro``: the file stays byte-identical; charges are refused)."""
         path = os.fspath(path)
         if not os.path.isfile(path):
             raise DataError(f"path={path!r} is not an existing ledger file")
         ledger = cls.__new__(cls)
-        ledger._open(LedgerStore(path), None)
+        ledger._open(LedgerStore(path, read_only), None)
         return ledger
 
     def _open(self, store: LedgerStore, given: tuple[float, float, str] | None) -> None:
@@ -279,12 +280,12 @@ class Ledger:
                 raise ConfigError(f"the ledger {book.store.path} is closed: reopen it to charge")
             now = time.time()
             if book.store is None:
-                trials = self._trials(event, delta, kind)
+                trials = self._trials(event, delta, kind, label)
                 index = book.last_id + 1
             else:
                 with book.store.transaction():  # commits at the end of the block
                     book.sync()
-                    trials = self._trials(event, delta, kind)  # may raise: rolled back
+                    trials = self._trials(event, delta, kind, label)  # may raise: rolled back
                     index = book.store.insert_charge(Charge(
                         0, now, self._scope, kind, label, event, delta, trials[0][2]),
                         stored_event)
@@ -301,8 +302,8 @@ class Ledger:
         parts = self._scope.split("/") if self._scope else []
         return [self._book.nodes["/".join(parts[:i])] for i in range(len(parts) + 1)]
 
-    def _trials(self, event: de.DpEvent, delta: float | None,
-                kind: str | None) -> list[tuple[Ledger, Accountant, float]]:
+    def _trials(self, event: de.DpEvent, delta: float | None, kind: str | None,
+                label: str | None = None) -> list[tuple[Ledger, Accountant, float]]:
         """(ledger, accountant with ``event`` added, its spend) for this ledger and every
         ancestor, root first; BudgetExceededError (``kind`` given) or [] if one overflows."""
         trials = []
@@ -314,10 +315,12 @@ class Ledger:
                 if kind is None:
                     return []
                 who = f"ledger {node._scope!r}" if node._scope else "the ledger"
+                before = node._accountant.get_epsilon(node._delta)
+                left = max(node._epsilon - before, 0.0)
                 raise BudgetExceededError(
-                    f"{kind} of {describe(event)} would bring {who} to epsilon={spent:.6g} "
-                    f"at delta={node._delta:g}, over its budget epsilon={node._epsilon:g}; "
-                    "nothing was charged and no noise was drawn")
+                    f"{label or kind} needs epsilon ~{spent - before:.2g} but {left:.2g} of "
+                    f"{who}'s budget epsilon={node._epsilon:g} remains (at delta="
+                    f"{node._delta:g}); nothing was charged and no noise was drawn")
             trials.append((node, trial, spent))
         return trials
 

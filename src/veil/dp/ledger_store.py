@@ -17,6 +17,7 @@ import os
 import sqlite3
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from dp_accounting import dp_event as de
@@ -70,11 +71,21 @@ class Charge:
 class LedgerStore:
     """The SQLite file behind a persisted ledger (all calls under the book's lock)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, read_only: bool = False) -> None:
         self.path = path
         if os.path.isdir(path):
             raise DataError(f"path={path!r} is a directory; expected a ledger file")
         try:
+            if read_only:
+                # SQLite's read-only mode never writes the file; without a -wal file beside it
+                # no writer has it open, and immutable=1 keeps SQLite from creating -wal/-shm
+                live = os.path.exists(path + "-wal")
+                uri = Path(os.path.abspath(path)).as_uri() + (
+                    "?mode=ro" if live else "?mode=ro&immutable=1")
+                self.conn = sqlite3.connect(uri, uri=True, isolation_level=None,
+                                            check_same_thread=False, timeout=30.0)
+                self._check_integrity()
+                return
             self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
                                         timeout=30.0)
             self._check_sqlite()
@@ -82,10 +93,13 @@ class LedgerStore:
             raise DataError(f"{path} is not a usable veil ledger (corrupt or not an SQLite "
                             f"file: {exc}); it was left untouched") from None
 
-    def _check_sqlite(self) -> None:
+    def _check_integrity(self) -> None:
         status = self.conn.execute("PRAGMA quick_check").fetchone()[0]
         if status != "ok":
             raise sqlite3.DatabaseError(f"integrity check failed: {status}")
+
+    def _check_sqlite(self) -> None:
+        self._check_integrity()
         mode = self.conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
         if mode.lower() != "wal":
             logger.warning("%s: SQLite refused WAL mode (%s); charges are still committed "

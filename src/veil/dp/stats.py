@@ -102,10 +102,11 @@ def _release(parts: list[tuple[str, Mechanism, Any]], ledger: Ledger | None, lab
     if len(parts) > 1:
         composed = de.ComposedDpEvent([m.event for _, m, _ in parts])
         if not ledger.fits(composed, delta=delta or None):
+            left, at = ledger.remaining()
             raise BudgetExceededError(
-                f"the {len(parts)} releases of this statistic (epsilon={eps:g}, "
-                f"delta={delta:g}) do not fit the ledger's remaining budget "
-                f"{ledger.remaining()}; nothing was charged")
+                f"{label or 'this statistic'} needs epsilon {eps:g} (delta {delta:g}, "
+                f"{len(parts)} releases) but {left:.2g} of the ledger's budget epsilon="
+                f"{ledger.epsilon:g} remains (at delta={at:g}); nothing was charged")
     rng = check_rng(rng)
     return [ledger.release(mechanism, value, label=f"{label}:{name}" if name else label,
                            rng=rng)

@@ -101,6 +101,8 @@ SCHEMA: dict[str, dict[str, tuple[Any, Any]]] = {
             "timeout": (_NUM, 600.0), "simulate_noise": (bool, False)},
 }
 _REQUIRED = {("data", "dataset"), ("privacy", "epsilon"), ("hybrid", "trust")}
+#: counts that must be >= 1, checked here so the error names the key the file spells
+_COUNTS = (("data", "clients"), ("training", "rounds"), ("training", "local_epochs"))
 _MODELS = ("logistic_regression", "softmax_regression", "linear_svm")
 _STRATEGIES = ("fedavg", "fedprox", "hybrid")
 #: what the hybrid strategy does not use (module docstring)
@@ -281,6 +283,10 @@ def load_config(path: str | os.PathLike) -> FLConfig:
     for section, key in _REQUIRED:
         if section in sections and sections[section][key] is None:
             raise ConfigError(f"{path}: [{section}] needs {key} = ...")
+    for section, key in _COUNTS:
+        if sections[section][key] < 1:
+            raise ConfigError(f"{path}: [{section}] {key}={sections[section][key]!r} is not "
+                              "allowed: must be an integer >= 1")
     given = {name: frozenset(raw.get(name, {})) for name in sections}
     if sections["training"]["strategy"] == "hybrid" or "hybrid" in sections:
         _check_hybrid(path, sections, given)

@@ -25,15 +25,17 @@ def slug(label: str) -> str:
 
 
 def ledger_folder(path: str | os.PathLike) -> Path:
-    """The folder for an experiment's ledgers, created if absent. Ledger files an earlier run
-    of the experiment left there are removed: a rerun into the same output directory replaces
-    that run's models and run.json, and an old ledger reopened would charge a new model to
-    the old model's budget."""
+    """The folder for an experiment's ledgers, created if absent. A folder that already holds
+    ledger files is refused (:class:`~veil.errors.ConfigError`): they are the audit trail of
+    budget an earlier run spent, so veil never deletes them, and an old ledger reopened would
+    charge a new model to the old model's budget."""
     folder = Path(path)
+    old = sorted(p.name for pattern in _LEDGER_FILES for p in folder.glob(pattern))
+    if old:
+        raise ConfigError(f"{folder} already holds the ledgers of an earlier run "
+                          f"({', '.join(old[:3])}{', ...' if len(old) > 3 else ''}); veil never "
+                          "deletes a ledger (it records budget spent): write the run elsewhere")
     folder.mkdir(parents=True, exist_ok=True)
-    for pattern in _LEDGER_FILES:
-        for old in folder.glob(pattern):
-            old.unlink()
     return folder
 
 

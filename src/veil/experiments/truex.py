@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from veil._io import atomic_open, save_figure
+from veil._io import atomic_open, atomic_write
 from veil._validation import check_choice, check_delta, check_epsilon, check_int
 from veil.audit import Run, RunRecord
 from veil.datasets import partition
@@ -251,11 +251,9 @@ def _label(method: str, t: Any, n: int) -> str:
 def plot(summary: Sequence[dict[str, Any]], path: str | os.PathLike,
          title: str | None = None) -> None:
     """Accuracy against epsilon (log axis), one panel per party count, error bars = 1 sd."""
-    import matplotlib
+    from veil import _plotting
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _plotting.pyplot()
     counts = sorted({int(s["parties"]) for s in summary})
     fig, axes = plt.subplots(1, len(counts), figsize=(5.5 * len(counts), 4.2), squeeze=False)
     for ax, n in zip(axes[0], counts):
@@ -275,13 +273,14 @@ def plot(summary: Sequence[dict[str, Any]], path: str | os.PathLike,
             ax.errorbar([float(s["epsilon"]) for s in pts], [s["accuracy_mean"] for s in pts],
                         yerr=[s["accuracy_std"] for s in pts], marker="o", capsize=3,
                         label=_label(method, t, n))
-        ax.set_xscale("log")
+        _plotting.epsilon_axis(ax, [float(s["epsilon"]) for s in rows if s["method"] != "none"])
         ax.set_xlabel("epsilon")
         ax.set_ylabel("test accuracy")
         ax.set_title(f"{n} parties")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     if title:
-        fig.suptitle(title)
+        _plotting.title(fig, title)
     fig.tight_layout()
-    save_figure(fig, path)
+    atomic_write(path, _plotting.png(fig, dpi=120))
+    plt.close(fig)

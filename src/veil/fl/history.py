@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from veil._io import atomic_write, save_figure
+from veil._io import atomic_write
 from veil._json import to_jsonable
 
 __all__ = ["History"]
@@ -55,15 +55,16 @@ class History:
     def save_json(self, path: str | os.PathLike) -> None:
         atomic_write(path, json.dumps(self.to_dict(), indent=2))
 
-    def plot(self, path: str | os.PathLike, *, title: str | None = None) -> None:
-        """A PNG of test accuracy (left axis) and epsilon spent (right axis) per round."""
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+    def plot(self, path: str | os.PathLike, *, title: str | None = None,
+             budget: float | None = None) -> None:
+        """A PNG of test accuracy (left axis) and epsilon spent (right axis) per round, the
+        rounds numbered as in the tables (from 0), with the ``budget`` epsilon as a line."""
         from matplotlib.ticker import MaxNLocator
 
-        rounds = [r["round"] + 1 for r in self.rounds]
+        from veil import _plotting
+
+        plt = _plotting.pyplot()
+        rounds = [r["round"] for r in self.rounds]
         acc = [np.nan if r.get("accuracy") is None else r["accuracy"] for r in self.rounds]
         fig, ax = plt.subplots(figsize=(6.4, 4.0))
         ax.plot(rounds, acc, marker="o", color="tab:blue", label="test accuracy")
@@ -71,12 +72,20 @@ class History:
         ax.set_xlabel("round")
         ax.set_ylabel("test accuracy", color="tab:blue")
         eps = [r.get("epsilon") for r in self.rounds]
-        if any(e is not None for e in eps):
+        handles = ax.get_legend_handles_labels()
+        if any(e is not None for e in eps) or budget is not None:
             ax2 = ax.twinx()
             ax2.plot(rounds, [np.nan if e is None else e for e in eps], marker="s",
                      color="tab:red", label="epsilon spent")
+            if budget is not None:
+                ax2.axhline(budget, color="tab:red", linestyle="--", lw=1,
+                            label=f"budget epsilon = {budget:g}")
+                ax2.set_ylim(0, budget * 1.1)
             ax2.set_ylabel("epsilon spent", color="tab:red")
-        ax.set_title(title or "federated training")
+            more = ax2.get_legend_handles_labels()
+            handles = (handles[0] + more[0], handles[1] + more[1])
+        ax.legend(*handles, fontsize=8, loc="lower right")
+        _plotting.title(ax, title or "federated training")
         ax.grid(alpha=0.3)
-        fig.tight_layout()
-        save_figure(fig, path)
+        atomic_write(path, _plotting.png(fig, dpi=120))
+        plt.close(fig)

@@ -24,12 +24,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from sklearn.base import BaseEstimator
 
 from veil._validation import check_int, check_positive
 from veil.errors import DataError
 from veil.mpc.tensor import SharedTensor, concatenate
 
-__all__ = ["LinearRegression", "LogisticRegression", "share_rows", "share_columns"]
+__all__ = ["LinearRegression", "LogisticRegression", "RevealedModel", "share_rows",
+           "share_columns"]
 
 
 def _share_parts(session: Any, parts: Sequence[Any], owners: Sequence[int] | None,
@@ -107,6 +109,19 @@ class _GradientDescent(ABC):
         self.n_iter_ = iters
         return self
 
+    def reveal(self) -> RevealedModel:
+        """Open the weights to every party -- a release all of them must agree to -- as a
+        plain model that predicts on numpy arrays and saves with :mod:`veil.model_format`."""
+        if not hasattr(self, "coef_"):
+            raise DataError(f"this {type(self).__name__} is not fitted: call fit() first")
+        model = RevealedModel("logistic" if isinstance(self, LogisticRegression) else "linear")
+        model.coef_ = np.asarray(self.coef_.reveal(), dtype=np.float64)
+        model.intercept_ = float(self.intercept_.reveal()) if self.fit_intercept else 0.0
+        model.n_features_in_ = self.n_features_in_
+        if model.kind == "logistic":
+            model.classes_ = np.array([0, 1])
+        return model
+
     def _decision(self, X: SharedTensor) -> SharedTensor:
         if not hasattr(self, "coef_"):
             raise DataError(f"this {type(self).__name__} is not fitted: call fit() first")
@@ -117,6 +132,33 @@ class _GradientDescent(ABC):
                             f"{self.n_features_in_}")
         z = X @ self.coef_
         return z + self.intercept_ if self.fit_intercept else z
+
+
+class RevealedModel(BaseEstimator):
+    """The opened weights of a secure model (:meth:`_GradientDescent.reveal`): ``kind``
+    "linear" predicts ``X coef_ + intercept_``; "logistic" predicts the label of
+    ``X coef_ + intercept_ >= 0`` and probabilities with the exact sigmoid."""
+
+    def __init__(self, kind: str = "linear") -> None:
+        self.kind = kind
+
+    def decision_function(self, X: Any) -> np.ndarray:
+        if not hasattr(self, "coef_"):
+            raise DataError("this RevealedModel holds no weights: reveal a fitted model")
+        X = np.asarray(X, dtype=np.float64)
+        if X.ndim != 2 or X.shape[1] != self.n_features_in_:
+            raise DataError(f"X has shape {X.shape}; expected (n, {self.n_features_in_})")
+        return X @ self.coef_ + self.intercept_
+
+    def predict(self, X: Any) -> np.ndarray:
+        z = self.decision_function(X)
+        return (z >= 0).astype(np.int64) if self.kind == "logistic" else z
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        if self.kind != "logistic":
+            raise DataError("predict_proba needs a logistic model")
+        p = 1.0 / (1.0 + np.exp(-self.decision_function(X)))
+        return np.column_stack([1.0 - p, p])
 
 
 class LinearRegression(_GradientDescent):

@@ -47,8 +47,10 @@ def reserve(ledger: Ledger, events: Sequence[de.DpEvent], what: str) -> None:
     """Raise BudgetExceededError unless all ``events`` fit ``ledger`` together."""
     event = events[0] if len(events) == 1 else de.ComposedDpEvent(list(events))
     if not ledger.fits(event):
-        raise BudgetExceededError(f"{what} does not fit the ledger's remaining budget "
-                                  f"{ledger.remaining()}; nothing was charged")
+        left, at = ledger.remaining()
+        raise BudgetExceededError(f"{what} does not fit: {left:.2g} of the ledger's budget "
+                                  f"epsilon={ledger.epsilon:g} remains (at delta={at:g}); "
+                                  "nothing was charged")
 
 
 def noise_mechanism(epsilon: float, delta: float, l1: float, l2: float) -> Mechanism:
