@@ -69,13 +69,14 @@ from typing import Any
 
 import gmpy2
 import numpy as np
+from dp_accounting import dp_event as de
 from gmpy2 import mpz
 
 from veil._validation import check_array, check_choice, check_epsilon, check_int, check_positive
 from veil.crypto import paillier, serialization
 from veil.crypto._fastexp import multi_pow
 from veil.dp.gaussian import DiscreteGaussian
-from veil.errors import ConfigError, CryptoError, DataError, ProtocolError
+from veil.errors import BudgetExceededError, ConfigError, CryptoError, DataError, ProtocolError
 from veil.fl.messages import decode, encode
 from veil.fl.vertical.optim import OPTIMIZERS, Optimizer
 from veil.random import check_rng
@@ -352,6 +353,11 @@ class PaillierGuest(_Party):
             self._mechanism = DiscreteGaussian(
                 check_epsilon(label_epsilon, "label_epsilon") / plan.epochs,
                 label_delta / plan.epochs, sensitivity=4 * 2 ** F)
+            whole = de.SelfComposedDpEvent(self._mechanism.event, plan.epochs)
+            if not ledger.fits(whole, delta=label_delta):
+                raise BudgetExceededError(f"label_epsilon={label_epsilon} over {plan.epochs} "
+                                          "epochs does not fit the guest's ledger; nothing "
+                                          "was charged")
         super().__init__("guest", X, plan, insecure_ok=insecure_ok, rng=rng)
         self.fit_intercept = bool(fit_intercept)
         self.hosts = [str(h) for h in hosts]
