@@ -50,7 +50,6 @@ from dp_accounting import dp_event as de
 
 from veil._validation import check_array, check_fitted, check_int, check_positive
 from veil.dp import Ledger
-from veil.dp.samplers import rounded_gaussian
 from veil.errors import (
     BudgetExceededError,
     ConfigError,
@@ -59,6 +58,7 @@ from veil.errors import (
     ProtocolError,
 )
 from veil.fl.messages import decode, encode
+from veil.fl.vertical._noise import grid_gaussian
 from veil.fl.vertical.label_dp import label_event, randomize_labels, rr_with_prior
 from veil.random import check_rng
 
@@ -152,13 +152,11 @@ class SplitBottom:
         return h * _torch().clamp(self.clip / norms, max=1.0)
 
     def _noisy(self, h: Any) -> np.ndarray:
-        """The released embeddings: with Gaussian noise on the grid of its scale (the power
-        of two in (sigma/2048, sigma/1024], as veil.dp's Gaussian mechanism)."""
+        """The released embeddings (with noise of standard deviation noise_multiplier *
+        clip, see :func:`~veil.fl.vertical._noise.grid_gaussian`)."""
         out = h.detach().numpy().astype(np.float64)
         if self.noise_multiplier:
-            sigma = self.noise_multiplier * self.clip
-            grid = 2.0 ** (np.frexp(sigma)[1] - 11)
-            out = rounded_gaussian(out, sigma, grid, rng=self._rng) * grid  # index -> value
+            out = grid_gaussian(out, self.noise_multiplier * self.clip, self._rng)
         return np.asarray(out, dtype=np.float32)
 
     def forward(self, message: bytes) -> bytes:
