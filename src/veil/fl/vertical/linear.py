@@ -90,17 +90,18 @@ def train_paillier(guest: PaillierGuest, hosts: Sequence[PaillierHost], arbiter:
     return stats
 
 
-def train_ss(X: Sequence[np.ndarray], y: np.ndarray, task: str, *, steps: int,
-             learning_rate: float, alpha: float, fit_intercept: bool, rng: Any = None
+def train_ss(X: Sequence[np.ndarray], y: np.ndarray, task: str, *, steps: int, epochs: int,
+             learning_rate: float, alpha: float, fit_intercept: bool
              ) -> tuple[list[np.ndarray], float, EpochStats]:
     """Secret-shared training; returns each party's coefficient block (revealed to that
-    party only), the intercept (to the guest) and the cost."""
+    party only), the intercept (to the guest) and the cost (the run's totals, sharing
+    included, spread evenly over the ``epochs``: its steps are all alike)."""
     from veil.mpc import Session
     from veil.mpc.models import LinearRegression, LogisticRegression, share_columns
 
     model_cls = LogisticRegression if task == "logistic" else LinearRegression
     stats = EpochStats()
-    with Session(parties=len(X), rng=rng) as session:
+    with Session(parties=len(X)) as session:        # shares and masks: the CSPRNG
         with session.measure() as m:
             shared = share_columns(session, X)
             labels = session.share(np.asarray(y, dtype=np.float64), owner=0)
@@ -110,9 +111,9 @@ def train_ss(X: Sequence[np.ndarray], y: np.ndarray, task: str, *, steps: int,
             coefs = [model.coef_[int(a):int(b)].reveal(to=k)
                      for k, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))]
             intercept = float(model.intercept_.reveal(to=0)) if fit_intercept else 0.0
-        stats.seconds.append(m.cost.seconds)
-        stats.bytes.append({("guest" if k == 0 else f"host{k}"): int(s)
-                            for k, s in enumerate(m.cost.sent)})
+        stats.seconds = [m.cost.seconds / epochs] * epochs
+        stats.bytes = [{("guest" if k == 0 else f"host{k}"): int(s) // epochs
+                        for k, s in enumerate(m.cost.sent)}] * epochs
     return coefs, intercept, stats
 
 
@@ -170,8 +171,7 @@ class _VerticalRegression:
                        for h, b, r in zip(hosts, blocks[1:], rng.spawn(len(hosts)))]
             arbiter = Arbiter({"guest": guest.coef_.size,
                                **{h.name: h.coef_.size for h in parties}},
-                              key_bits=self.key_bits, insecure_ok=self.insecure_ok,
-                              rng=rng.spawn(1)[0])
+                              key_bits=self.key_bits, insecure_ok=self.insecure_ok)
             self.stats_ = train_paillier(guest, parties, arbiter)
             own = guest.coef_[:-1] if self.fit_intercept else guest.coef_
             self.coefs_ = [own, *(h.coef_ for h in parties)]
@@ -185,8 +185,9 @@ class _VerticalRegression:
                 raise DataError(f"y has {y.size} labels for {blocks[0].shape[0]} rows")
             steps = plan.epochs * math.ceil(y.size / plan.batch_size)
             self.coefs_, self.intercept_, self.stats_ = train_ss(
-                blocks, y, self.task, steps=steps, learning_rate=plan.learning_rate,
-                alpha=plan.alpha, fit_intercept=self.fit_intercept, rng=rng.spawn(1)[0])
+                blocks, y, self.task, steps=steps, epochs=plan.epochs,
+                learning_rate=plan.learning_rate,
+                alpha=plan.alpha, fit_intercept=self.fit_intercept)
         self.n_features_in_ = [b.shape[1] for b in blocks]
         return self
 

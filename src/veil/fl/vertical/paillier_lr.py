@@ -192,7 +192,7 @@ class _Party:
     role = "party"
 
     def __init__(self, name: str, X: Any, plan: Plan | dict, *, insecure_ok: bool = False,
-                 rng: Any = None) -> None:
+                 rng: Any = None, crypto_rng: Any = None) -> None:
         self.name = str(name)
         self._min_key_bits = 256 if insecure_ok else paillier.MIN_SECURE_BITS
         self.plan = plan if isinstance(plan, Plan) else Plan(**plan)
@@ -201,7 +201,8 @@ class _Party:
         self.coef_ = np.zeros(self._X.shape[1])
         self._optimizer = Optimizer(self.plan.optimizer, self.plan.learning_rate,
                                     self._X.shape[1])
-        self._rng = check_rng(rng)
+        self._rng = check_rng(rng)              # batch order (simulation randomness)
+        self._secure = check_rng(crypto_rng)    # masks, encryption, DP noise: the CSPRNG
         self._pk: paillier.PublicKey | None = None
         self._mask: list[int] | None = None
         self._rows: np.ndarray | None = None
@@ -234,7 +235,7 @@ class _Party:
         pk = self._need_key()
         raw = self._features.gradient(self._rows, r)
         bits = pk.bits - _MASK_MARGIN
-        self._mask = [self._rng.randbits(bits) for _ in raw]
+        self._mask = [self._secure.randbits(bits) for _ in raw]
         masked = [c * (m * pk.n + 1) % pk.n2 for c, m in zip(raw, self._mask)]
         blob = serialization.dumps(paillier.EncryptedArray(pk, masked))
         epoch, batch = self._step
@@ -305,7 +306,7 @@ class PaillierHost(_Party):
                                 f"{self.plan.batch_size}")
         self._step, self._rows = (epoch, batch), rows
         u = np.rint(self._X[rows] @ self.coef_ * 2.0 ** F).astype(np.int64)
-        blob = serialization.dumps(pk.encrypt(u, rng=self._rng))
+        blob = serialization.dumps(pk.encrypt(u, rng=self._secure))
         return encode({"stage": "scores", "party": self.name, "epoch": epoch,
                        "batch": batch, "cts": blob})
 
@@ -325,7 +326,9 @@ class PaillierGuest(_Party):
 
     ``y``: labels (0/1 for logistic, real for linear); the intercept is the guest's (last
     coefficient, ``intercept_``). ``label_epsilon``/``label_delta`` with ``ledger``: label
-    DP against the hosts (module docstring).
+    DP against the hosts (module docstring). Every party takes ``rng`` for the batch order
+    (simulation randomness: a seed makes runs reproducible) and ``crypto_rng`` for masks,
+    encryption noise and DP noise (None, the default: the CSPRNG; a seed only in tests).
     """
 
     role = "guest"
@@ -333,7 +336,7 @@ class PaillierGuest(_Party):
     def __init__(self, X: Any, y: Any, hosts: Sequence[str], plan: Plan | dict, *,
                  fit_intercept: bool = True, label_epsilon: float | None = None,
                  label_delta: float = 1e-5, ledger: Any = None, insecure_ok: bool = False,
-                 rng: Any = None) -> None:
+                 rng: Any = None, crypto_rng: Any = None) -> None:
         X = check_array(X, "X of 'guest'", ndim=2, allow_empty=True)
         if fit_intercept:
             X = np.hstack([X, np.ones((X.shape[0], 1))])
@@ -358,7 +361,8 @@ class PaillierGuest(_Party):
                 raise BudgetExceededError(f"label_epsilon={label_epsilon} over {plan.epochs} "
                                           "epochs does not fit the guest's ledger; nothing "
                                           "was charged")
-        super().__init__("guest", X, plan, insecure_ok=insecure_ok, rng=rng)
+        super().__init__("guest", X, plan, insecure_ok=insecure_ok, rng=rng,
+                         crypto_rng=crypto_rng)
         self.fit_intercept = bool(fit_intercept)
         self.hosts = [str(h) for h in hosts]
         if not self.hosts or "guest" in self.hosts or len(set(self.hosts)) != len(self.hosts):
@@ -393,7 +397,7 @@ class PaillierGuest(_Party):
             if self._mechanism is not None:  # charge first, then draw
                 self._noise = self._ledger.release(
                     self._mechanism, np.zeros(self.n_samples, dtype=np.int64),
-                    label=f"vertical LR label noise, epoch {epoch}", rng=self._rng)
+                    label=f"vertical LR label noise, epoch {epoch}", rng=self._secure)
         else:
             batch += 1
         self._rows = self._order.pop(0)
@@ -421,11 +425,11 @@ class PaillierGuest(_Party):
         target = 2.0 * (2.0 * y - 1.0) if self.plan.task == "logistic" else y
         own = np.rint(self._X[self._rows] @ self.coef_ * 2.0 ** F).astype(np.int64)
         plain = own - np.rint(target * 2.0 ** F).astype(np.int64)
-        self._clean = (total + plain.astype(object)).rerandomize(rng=self._rng)
+        self._clean = (total + plain.astype(object)).rerandomize(rng=self._secure)
         sent = self._clean
         if self._noise is not None:
             sent = (self._clean + self._noise[self._rows].astype(object)).rerandomize(
-                rng=self._rng)
+                rng=self._secure)
         epoch, batch = self._step
         return encode({"stage": "residual", "epoch": epoch, "batch": batch,
                        "cts": serialization.dumps(sent)})
@@ -443,7 +447,8 @@ class Arbiter:
     """The key holder (sans-I/O): publishes the public key, decrypts masked gradients.
 
     ``parties``: the names it serves with the number of gradient entries of each (their
-    feature counts, public metadata agreed at set-up).
+    feature counts, public metadata agreed at set-up). ``rng``: key generation (None: the
+    CSPRNG; a seed only in tests).
     """
 
     def __init__(self, parties: dict[str, int], *, key_bits: int = 2048,

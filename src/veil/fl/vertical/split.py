@@ -102,7 +102,8 @@ class SplitBottom:
 
     ``module``: a torch module mapping (n, d_k) float32 features to (n, m_k) embeddings
     (copied). ``passes``: how many passes over the rows this party agreed to release
-    (its own plan: epochs, plus one for the prior pass of RRWithPrior).
+    (its own plan: epochs, plus one for the prior pass of RRWithPrior). ``rng``: the
+    embedding noise (None: the CSPRNG; a seed only in tests).
     """
 
     def __init__(self, name: str, X: Any, module: Any, *, learning_rate: float = 1e-3,
@@ -224,13 +225,15 @@ class SplitTop:
     """The label holder's top network (sans-I/O): drives batches, computes the loss.
 
     ``y``: integer labels 0..classes-1. ``label_epsilon`` with ``ledger``: label DP (module
-    docstring); ``label_prior=True``: two-stage RRWithPrior instead of plain RR.
+    docstring); ``label_prior=True``: two-stage RRWithPrior instead of plain RR. ``rng``:
+    batch order (simulation); ``noise_rng``: label randomization (None: the CSPRNG).
     """
 
     def __init__(self, y: Any, bottoms: Sequence[str], module: Any, *, classes: int,
                  epochs: int = 10, batch_size: int = 256, learning_rate: float = 1e-3,
                  label_epsilon: float | None = None, label_prior: bool = False,
-                 ledger: Ledger | None = None, rng: Any = None) -> None:
+                 ledger: Ledger | None = None, rng: Any = None, noise_rng: Any = None
+                 ) -> None:
         torch = _torch()
         self.classes = check_int(classes, "classes", low=2)
         y = check_array(y, "y", ndim=1, dtype=np.int64)
@@ -244,7 +247,8 @@ class SplitTop:
         self.module = copy.deepcopy(module)
         self._opt = torch.optim.Adam(self.module.parameters(),
                                      lr=check_positive(learning_rate, "learning_rate"))
-        self._rng = check_rng(rng)
+        self._rng = check_rng(rng)              # batch order, the stages' split
+        self._noise_rng = check_rng(noise_rng)  # label randomization: the CSPRNG unless tests
         self.label_epsilon = label_epsilon
         self.label_prior = bool(label_prior)
         n = y.size
@@ -261,12 +265,13 @@ class SplitTop:
                 first, self._later = np.sort(perm[: n // 2]), np.sort(perm[n // 2:])
                 self._y = y.copy()
                 uniform = np.full((first.size, self.classes), 1.0 / self.classes)
-                self._y[first] = rr_with_prior(y[first], uniform, label_epsilon, rng=self._rng)
+                self._y[first] = rr_with_prior(y[first], uniform, label_epsilon,
+                                               rng=self._noise_rng)
                 self._true_later = y[self._later]
                 self._rows_of_stage = [first, np.arange(n, dtype=np.int64)]
             else:
                 self._y = randomize_labels(y, self.classes, label_epsilon, ledger,
-                                           rng=self._rng)
+                                           rng=self._noise_rng)
         elif label_prior:
             raise ConfigError("label_prior=True needs label_epsilon")
         self._queue: list[tuple] = []
@@ -329,7 +334,7 @@ class SplitTop:
             with torch.no_grad():
                 prior = torch.softmax(self.module(z), dim=1).numpy().astype(np.float64)
             self._y[rows] = rr_with_prior(self._true_later, prior, self.label_epsilon,
-                                          rng=self._rng)
+                                          rng=self._noise_rng)
             return None
         self.module.train()
         loss = torch.nn.functional.cross_entropy(self.module(z),
@@ -458,9 +463,8 @@ class SplitNN:
         bottoms = [SplitBottom(name, b, m, learning_rate=self.learning_rate,
                                train=self.train_bottoms, clip=self.clip,
                                noise_multiplier=self.noise_multiplier, ledger=led,
-                               passes=top.passes, rng=r)
-                   for name, b, m, led, r in zip(names, blocks, modules, ledgers,
-                                                 rng.spawn(len(blocks)))]
+                               passes=top.passes)            # noise: the CSPRNG
+                   for name, b, m, led in zip(names, blocks, modules, ledgers)]
         self.bytes_ = train_split(top, bottoms)
         self.top_, self.bottoms_ = top, bottoms
         self.classes_ = np.arange(classes)

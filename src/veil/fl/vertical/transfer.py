@@ -99,13 +99,14 @@ class SourceParty:
 
     ``make_module(d, K)`` builds a network; ``max_queries``: the most transfer rows it will
     label (its own plan; with ``noise_multiplier`` the whole plan must fit ``ledger``).
+    ``rng``: simulation randomness; ``noise_rng``: the vote noise (None: the CSPRNG).
     """
 
     def __init__(self, X: Any, y: Any, make_module: Callable[[int, int], Any], *,
                  teachers: int = 1, epochs: int = 10, batch_size: int = 128,
                  learning_rate: float = 1e-3, noise_multiplier: float | None = None,
                  ledger: Ledger | None = None, max_queries: int = 10_000,
-                 rng: Any = None) -> None:
+                 rng: Any = None, noise_rng: Any = None) -> None:
         X = check_array(X, "X of the source", ndim=2)
         y = check_array(y, "y of the source", ndim=1, dtype=np.int64)
         if y.size != X.shape[0] or y.min() < 0:
@@ -122,7 +123,8 @@ class SourceParty:
                                           f"noise_multiplier={noise_multiplier} do not fit the "
                                           "source's ledger; nothing was charged")
         self._ledger = ledger
-        self._rng = check_rng(rng)
+        self._rng = check_rng(rng)              # teachers' parts and batch order
+        self._noise_rng = check_rng(noise_rng)  # the vote noise: the CSPRNG unless tests
         self.classes = int(y.max()) + 1
         self.n_features = X.shape[1]
         parts = np.array_split(self._rng.permutation(y.size), self.teachers)
@@ -163,7 +165,7 @@ class SourceParty:
             votes = np.zeros((X.shape[0], self.classes))
             for o in outs:
                 votes[np.arange(X.shape[0]), o.argmax(1).numpy()] += 1
-            noisy = np.clip(grid_gaussian(votes, self.noise_multiplier, self._rng), 0.0, None)
+            noisy = np.clip(grid_gaussian(votes, self.noise_multiplier, self._noise_rng), 0.0, None)
             total = noisy.sum(axis=1, keepdims=True)
             soft = np.where(total > 0, noisy / np.where(total > 0, total, 1.0),
                             1.0 / self.classes)
