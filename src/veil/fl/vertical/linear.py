@@ -125,7 +125,7 @@ class _VerticalRegression:
     def __init__(self, protocol: str = "paillier", *, epochs: int = 10, batch_size: int = 1024,
                  learning_rate: float = 0.15, alpha: float = 0.0, optimizer: str = "sgd",
                  fit_intercept: bool = True, key_bits: int = 2048, insecure_ok: bool = False,
-                 label_epsilon: float | None = None, label_delta: float = 1e-5,
+                 short_exponents: bool = False, label_epsilon: float | None = None, label_delta: float = 1e-5,
                  ledger: Any = None, random_state: Any = None) -> None:
         self.protocol = protocol
         self.epochs = epochs
@@ -136,6 +136,7 @@ class _VerticalRegression:
         self.fit_intercept = fit_intercept
         self.key_bits = key_bits
         self.insecure_ok = insecure_ok
+        self.short_exponents = short_exponents
         self.label_epsilon = label_epsilon
         self.label_delta = label_delta
         self.ledger = ledger
@@ -171,7 +172,8 @@ class _VerticalRegression:
                        for h, b, r in zip(hosts, blocks[1:], rng.spawn(len(hosts)))]
             arbiter = Arbiter({"guest": guest.coef_.size,
                                **{h.name: h.coef_.size for h in parties}},
-                              key_bits=self.key_bits, insecure_ok=self.insecure_ok)
+                              key_bits=self.key_bits, insecure_ok=self.insecure_ok,
+                              short_exponents=self.short_exponents)
             self.stats_ = train_paillier(guest, parties, arbiter)
             own = guest.coef_[:-1] if self.fit_intercept else guest.coef_
             self.coefs_ = [own, *(h.coef_ for h in parties)]
