@@ -125,8 +125,8 @@ class _VerticalRegression:
     def __init__(self, protocol: str = "paillier", *, epochs: int = 10, batch_size: int = 1024,
                  learning_rate: float = 0.15, alpha: float = 0.0, optimizer: str = "sgd",
                  fit_intercept: bool = True, key_bits: int = 2048, insecure_ok: bool = False,
-                 short_exponents: bool = False, label_epsilon: float | None = None, label_delta: float = 1e-5,
-                 ledger: Any = None, random_state: Any = None) -> None:
+                 short_exponents: bool = False, label_epsilon: float | None = None,
+                 label_delta: float = 1e-5, ledger: Any = None, random_state: Any = None) -> None:
         self.protocol = protocol
         self.epochs = epochs
         self.batch_size = batch_size
