@@ -93,3 +93,17 @@ def test_run_transfer_reports_both_accuracies(tmp_path):
                         "transfer": "public.csv", "test": "test.csv", "rounds": 3,
                         "seed": 1}, base=tmp_path)
     assert out["accuracy_with_source"] > out["accuracy_without_source"]
+
+
+def test_fate_tables_load_and_align():
+    from veil.datasets import locate
+    from veil.fl.vertical import align
+    from veil.fl.vertical.data import load_fate
+
+    if locate("fate/breast_hetero_guest.csv") is None:
+        pytest.skip("FATE's tables are not in ../shared/datasets/fate")
+    guest, host = load_fate("breast")
+    assert "y" in guest.columns and "y" not in host.columns
+    assert align(guest, {"host": host}, column="id", rng=0).size == 569
+    with pytest.raises(ConfigError, match="name"):
+        load_fate("mnist")
