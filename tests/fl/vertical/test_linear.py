@@ -10,7 +10,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 from sklearn.preprocessing import StandardScaler
 
-from veil.crypto import paillier
+from veil.crypto import paillier, threshold
 from veil.dp import Ledger
 from veil.errors import BudgetExceededError, ConfigError, DataError, ProtocolError
 from veil.fl.messages import decode, encode
@@ -27,7 +27,7 @@ from veil.fl.vertical import (
 
 @pytest.fixture(scope="module")
 def keys():
-    return paillier.keygen(512, insecure_ok=True, rng=11)
+    return paillier.keygen(384, insecure_ok=True, rng=11)
 
 
 @pytest.fixture(scope="module")
@@ -163,3 +163,42 @@ def test_bad_input_is_refused_before_training(data):
         VerticalLogisticRegression("fhe").fit(blocks[:2], y)
     with pytest.raises(ConfigError, match="not fitted"):
         model.predict(blocks[:2])
+
+
+def test_threshold_decryption_gives_the_same_schedule_and_checks_proofs(data):
+    from veil.fl.vertical.paillier_lr import ThresholdDecryption, combine
+
+    blocks, y = data
+    plan = Plan(epochs=2, batch_size=len(y), learning_rate=0.2)
+    hosts = ["h1", "h2"]
+    guest = PaillierGuest(blocks[0], y, hosts, plan, insecure_ok=True, rng=1)
+    parties = [PaillierHost(h, b, plan, insecure_ok=True) for h, b in zip(hosts, blocks[1:])]
+    sizes = {"guest": guest.coef_.size, **{h.name: h.coef_.size for h in parties}}
+    keys = threshold.keygen(384, parties=3, threshold=3, insecure_ok=True, rng=12)
+    group = ThresholdDecryption(sizes, keys=keys)
+    stats = train_paillier(guest, parties, group)
+    w = np.concatenate([guest.coef_, *(h.coef_ for h in parties)])
+    assert np.max(np.abs(w - _reference(blocks, y.astype(float), "logistic", 2, 0.2, 0.0))) \
+        < 1e-3
+    assert stats.bytes[0]["arbiter"] > 0
+    # a holder that sends a wrong partial decryption is named; two of three cannot decrypt
+    guest2 = PaillierGuest(blocks[0], y, hosts, plan, insecure_ok=True, rng=1)
+    guest2.receive_key(group.key_message())
+    host_msgs = {}
+    for h in parties:
+        h._step = (-1, -1)
+        h.receive_key(group.key_message())
+    batch = guest2.next_batch()
+    for h in parties:
+        host_msgs[h.name] = h.forward(batch)
+    guest2.residual(host_msgs)
+    gradient = guest2.gradient()
+    fresh = ThresholdDecryption(sizes, keys=keys)
+    partials = {h.name: h.partial(gradient) for h in fresh.holders}
+    forged = decode(partials["h2"])
+    forged["partial"] = decode(partials["h1"])["partial"]
+    with pytest.raises(ProtocolError):
+        combine(fresh.public_key, gradient, {**partials, "h2": encode(forged)})
+    del partials["h2"]
+    with pytest.raises(ProtocolError, match="need 3"):
+        combine(fresh.public_key, gradient, partials)

@@ -3,7 +3,7 @@ regression (Paillier, FATE-style, or secret sharing), split learning, transfer l
 
 * :mod:`veil.fl.vertical.align` — ECDH-PSI alignment of id columns (two or more parties);
 * :mod:`veil.fl.vertical.paillier_lr` — the sans-I/O guest, hosts and arbiter of the
-  Paillier protocol (Hardy et al. 2017);
+  Paillier protocol (Hardy et al. 2017), with an arbiter or threshold decryption;
 * :mod:`veil.fl.vertical.linear` — ``VerticalLogisticRegression`` /
   ``VerticalLinearRegression`` (``protocol="paillier"`` or ``"ss"``) and local runners;
 * :mod:`veil.fl.vertical.split` — split learning (PyTorch) with label DP and embedding
@@ -21,8 +21,16 @@ from veil.fl.vertical.linear import (
     VerticalLogisticRegression,
     train_paillier,
 )
-from veil.fl.vertical.paillier_lr import Arbiter, PaillierGuest, PaillierHost, Plan
+from veil.fl.vertical.paillier_lr import (
+    Arbiter,
+    PaillierGuest,
+    PaillierHost,
+    Plan,
+    ShareHolder,
+    ThresholdDecryption,
+)
 
 __all__ = ["Alignment", "AlignGuest", "AlignHost", "align", "read_ids", "Arbiter",
-           "PaillierGuest", "PaillierHost", "Plan", "VerticalLinearRegression",
+           "PaillierGuest", "PaillierHost", "Plan", "ShareHolder", "ThresholdDecryption",
+           "VerticalLinearRegression",
            "VerticalLogisticRegression", "train_paillier"]

@@ -1,7 +1,9 @@
 """Vertical linear and logistic regression as scikit-learn estimators, on two protocols.
 
 ``protocol="paillier"``: the FATE-style protocol of :mod:`veil.fl.vertical.paillier_lr`
-(guest, hosts, arbiter; Taylor-approximated logistic loss), run by the local runner
+(guest, hosts and an arbiter holding the key, or ``decryption="threshold"``: an n-of-n
+threshold key among the guest and the hosts; Taylor-approximated logistic loss), run by
+the local runner
 :func:`train_paillier` (the parties are sans-I/O objects; every message crosses as bytes
 and is counted).
 
@@ -33,7 +35,13 @@ import numpy as np
 
 from veil._validation import check_array, check_choice, check_fitted
 from veil.errors import ConfigError, DataError
-from veil.fl.vertical.paillier_lr import Arbiter, PaillierGuest, PaillierHost, Plan
+from veil.fl.vertical.paillier_lr import (
+    Arbiter,
+    PaillierGuest,
+    PaillierHost,
+    Plan,
+    ThresholdDecryption,
+)
 from veil.random import check_rng
 
 __all__ = ["VerticalLogisticRegression", "VerticalLinearRegression", "EpochStats",
@@ -42,6 +50,7 @@ __all__ = ["VerticalLogisticRegression", "VerticalLinearRegression", "EpochStats
 log = logging.getLogger(__name__)
 
 PROTOCOLS = ("paillier", "ss")
+DECRYPTIONS = ("arbiter", "threshold")
 
 
 @dataclass
@@ -52,9 +61,11 @@ class EpochStats:
     bytes: list[dict[str, int]] = field(default_factory=list)
 
 
-def train_paillier(guest: PaillierGuest, hosts: Sequence[PaillierHost], arbiter: Arbiter
-                   ) -> EpochStats:
-    """Run the Paillier protocol in this process: key, then every batch of the plan."""
+def train_paillier(guest: PaillierGuest, hosts: Sequence[PaillierHost],
+                   arbiter: Arbiter | ThresholdDecryption) -> EpochStats:
+    """Run the Paillier protocol in this process: key, then every batch of the plan.
+    ``arbiter``: the key holder, or the parties' threshold decryption; its traffic is
+    reported under "arbiter" (threshold: the partial decryptions)."""
     stats = EpochStats()
     key = arbiter.key_message()
     for party in (guest, *hosts):
@@ -82,9 +93,10 @@ def train_paillier(guest: PaillierGuest, hosts: Sequence[PaillierHost], arbiter:
         sent["guest"] += len(residual) * len(hosts)
         for party, message in [(guest, guest.gradient()),
                                *((h, h.backward(residual)) for h in hosts)]:
+            before = arbiter.traffic
             answer = arbiter.decrypt(message)
             sent[party.name] += len(message)
-            sent["arbiter"] += len(answer)
+            sent["arbiter"] += arbiter.traffic - before
             party.update(answer)
     close_epoch()
     return stats
@@ -125,7 +137,8 @@ class _VerticalRegression:
     def __init__(self, protocol: str = "paillier", *, epochs: int = 10, batch_size: int = 1024,
                  learning_rate: float = 0.15, alpha: float = 0.0, optimizer: str = "sgd",
                  fit_intercept: bool = True, key_bits: int = 2048, insecure_ok: bool = False,
-                 short_exponents: bool = False, label_epsilon: float | None = None,
+                 short_exponents: bool = False, decryption: str = "arbiter",
+                 label_epsilon: float | None = None,
                  label_delta: float = 1e-5, ledger: Any = None, random_state: Any = None) -> None:
         self.protocol = protocol
         self.epochs = epochs
@@ -137,6 +150,7 @@ class _VerticalRegression:
         self.key_bits = key_bits
         self.insecure_ok = insecure_ok
         self.short_exponents = short_exponents
+        self.decryption = decryption
         self.label_epsilon = label_epsilon
         self.label_delta = label_delta
         self.ledger = ledger
@@ -170,10 +184,13 @@ class _VerticalRegression:
                                   insecure_ok=self.insecure_ok, rng=rng.spawn(1)[0])
             parties = [PaillierHost(h, b, plan, insecure_ok=self.insecure_ok, rng=r)
                        for h, b, r in zip(hosts, blocks[1:], rng.spawn(len(hosts)))]
-            arbiter = Arbiter({"guest": guest.coef_.size,
-                               **{h.name: h.coef_.size for h in parties}},
-                              key_bits=self.key_bits, insecure_ok=self.insecure_ok,
-                              short_exponents=self.short_exponents)
+            sizes = {"guest": guest.coef_.size, **{h.name: h.coef_.size for h in parties}}
+            if check_choice(self.decryption, "decryption", DECRYPTIONS) == "arbiter":
+                arbiter = Arbiter(sizes, key_bits=self.key_bits, insecure_ok=self.insecure_ok,
+                                  short_exponents=self.short_exponents)
+            else:
+                arbiter = ThresholdDecryption(sizes, key_bits=self.key_bits,
+                                              insecure_ok=self.insecure_ok)
             self.stats_ = train_paillier(guest, parties, arbiter)
             own = guest.coef_[:-1] if self.fit_intercept else guest.coef_
             self.coefs_ = [own, *(h.coef_ for h in parties)]
