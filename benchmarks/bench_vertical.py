@@ -131,13 +131,16 @@ def bench_epochs(rows, epochs):
         X = rng.normal(size=(rows, sum(widths)))
         y = (X @ rng.normal(size=X.shape[1]) > 0).astype(int)
         blocks = np.split(X, np.cumsum(widths)[:-1], axis=1)
-        for protocol in ("paillier", "ss"):
+        for protocol, decryption in (("paillier", "arbiter"), ("paillier", "threshold"),
+                                     ("ss", "arbiter")):
             model = VerticalLogisticRegression(protocol, epochs=epochs, batch_size=256,
-                                               learning_rate=0.15, random_state=0)
+                                               learning_rate=0.15, decryption=decryption,
+                                               random_state=0)
             model.fit(blocks, y)
             sec = float(np.mean(model.stats_.seconds))
             mb = sum(model.stats_.bytes[0].values()) / 1e6
-            out.append([parties, protocol, f"{rows} x {widths}", sec, mb])
+            name = f"paillier, {decryption}" if protocol == "paillier" else protocol
+            out.append([parties, name, f"{rows} x {widths}", sec, mb])
     _table(f"Time and bytes per epoch ({rows} rows, batch 256, 2048-bit Paillier key)",
            ["parties", "protocol", "shape", "s / epoch", "MB / epoch"], out)
 

@@ -17,6 +17,7 @@ PSI, trains the model and returns a dict of results::
     alpha = 0.0                 # L2 penalty (logistic / linear)
     optimizer = "sgd"           # or "rmsprop" (paillier)
     key_bits = 2048             # paillier
+    decryption = "arbiter"      # paillier: "arbiter" (holds the key) or "threshold"
     test_fraction = 0.2         # aligned rows held out for the metrics (0: report on train)
     seed = 0                    # simulation randomness (data split, batches); omit: secure
     label_epsilon = 1.0         # optional label DP (paillier logistic, split), with
@@ -52,7 +53,7 @@ log = logging.getLogger(__name__)
 _VERTICAL_KEYS = {"model", "protocol", "id", "label", "parties", "epochs", "batch_size",
                   "learning_rate", "alpha", "optimizer", "key_bits", "test_fraction", "seed",
                   "label_epsilon", "label_delta", "hidden", "embedding",
-                  "prefix_columns"}
+                  "prefix_columns", "decryption"}
 _TRANSFER_KEYS = {"label", "source", "targets", "transfer", "test", "teachers",
                   "noise_multiplier", "epsilon", "delta", "max_queries", "rounds",
                   "local_epochs", "learning_rate", "hidden", "source_epochs", "seed"}
@@ -180,7 +181,8 @@ def run_vertical(config: dict, *, base: str | Path = ".") -> dict[str, Any]:
             VerticalLinearRegression
         model = cls(cfg.get("protocol", "paillier"), learning_rate=cfg.get("learning_rate", 0.15),
                     alpha=cfg.get("alpha", 0.0), optimizer=cfg.get("optimizer", "sgd"),
-                    key_bits=cfg.get("key_bits", 2048), label_epsilon=label_epsilon,
+                    key_bits=cfg.get("key_bits", 2048),
+                    decryption=cfg.get("decryption", "arbiter"), label_epsilon=label_epsilon,
                     label_delta=cfg.get("label_delta", 1e-5), ledger=ledger,
                     random_state=rng.spawn(1)[0], **common)
         model.fit(train_blocks, y_train)
