@@ -127,6 +127,16 @@ def test_bad_messages_are_refused_naming_the_party(data):
         top.step({"a": good["a"], "b": encode(bad)})
     with pytest.raises(ProtocolError, match="expects one message"):
         top.step({"a": good["a"]})
+    grads = top.step(good)
+    late = decode(grads["a"])
+    late["step"] = ["train", 0, 7]
+    with pytest.raises(ProtocolError, match="gradient for"):
+        bottoms[0].backward(encode(late))
+    wrong = decode(grads["b"])
+    wrong["grad"] = wrong["grad"][:, :2]
+    with pytest.raises(ProtocolError, match="shape"):
+        bottoms[1].backward(encode(wrong))
+    bottoms[0].backward(grads["a"])
     out = decode(batch)
     out["rows"] = np.array([0, 10**6], dtype=np.int64)
     with pytest.raises(ProtocolError, match="rows"):

@@ -310,9 +310,9 @@ class SplitTop:
         return encode({"stage": "batch", "pass": kind, "epoch": epoch, "batch": batch,
                        "rows": rows})
 
-    def step(self, embeddings: dict[str, bytes]) -> bytes | None:
-        """All bottoms' embeddings -> the gradient message (one entry per bottom), or None
-        after the prior pass (nothing to learn from it)."""
+    def step(self, embeddings: dict[str, bytes]) -> dict[str, bytes] | None:
+        """All bottoms' embeddings -> one gradient message per bottom, or None after the
+        prior pass (nothing to learn from it)."""
         torch = _torch()
         if self._step is None or set(embeddings) != set(self.bottoms):
             raise ProtocolError(f"embeddings from {sorted(embeddings)}; the top expects one "
@@ -343,9 +343,9 @@ class SplitTop:
         loss.backward()
         self._opt.step()
         self._losses.append(float(loss.detach()))
-        grads = {name: p.grad.numpy().astype(np.float32) for name, p in zip(self.bottoms, parts)}
-        return encode({"stage": "gradient", "step": [kind, epoch, batch],
-                       "grads": {name: grads[name] for name in self.bottoms}})
+        return {name: encode({"stage": "gradient", "step": [kind, epoch, batch],
+                              "grad": p.grad.numpy().astype(np.float32)})
+                for name, p in zip(self.bottoms, parts)}
 
     def logits(self, embeddings: Sequence[np.ndarray]) -> np.ndarray:
         """Top-network logits for the bottoms' inference embeddings (in bottom order)."""
@@ -356,15 +356,6 @@ class SplitTop:
             return self.module(z).numpy()
 
 
-def _for_bottom(gradient: bytes, name: str) -> bytes:
-    """The part of the top's gradient message addressed to bottom ``name``."""
-    msg = _message(gradient, "gradient", "top")
-    grads = msg.get("grads")
-    if not isinstance(grads, dict) or name not in grads:
-        raise ProtocolError(f"message from 'top': no gradient for {name!r}")
-    return encode({"stage": "gradient", "step": msg.get("step"), "grad": grads[name]})
-
-
 def train_split(top: SplitTop, bottoms: Sequence[SplitBottom]) -> dict[str, int]:
     """Run split learning in this process; returns the bytes each party sent."""
     sent = {"top": 0, **{b.name: 0 for b in bottoms}}
@@ -373,11 +364,10 @@ def train_split(top: SplitTop, bottoms: Sequence[SplitBottom]) -> dict[str, int]
         embeddings = {b.name: b.forward(batch) for b in bottoms}
         for name, m in embeddings.items():
             sent[name] += len(m)
-        gradient = top.step(embeddings)
-        for b in bottoms if gradient is not None else ():
-            part = _for_bottom(gradient, b.name)
-            sent["top"] += len(part)
-            b.backward(part)
+        gradients = top.step(embeddings) or {}
+        for b in bottoms if gradients else ():
+            sent["top"] += len(gradients[b.name])
+            b.backward(gradients[b.name])
     return sent
 
 
