@@ -139,8 +139,8 @@ def run_vertical(config: dict, *, base: str | Path = ".") -> dict[str, Any]:
     guest = check_tables(tables, id_column, label)
     hosts = [n for n in tables if n != guest]
     rng = check_rng(cfg.get("seed"))
-    alignment = align(tables[guest], {h: tables[h] for h in hosts}, column=id_column,
-                      rng=rng.spawn(1)[0])
+    alignment = align(tables[guest], {h: tables[h] for h in hosts},
+                      column=id_column)             # PSI keys: the CSPRNG, whatever the seed
     ordered = [guest, *hosts]
     frames = [alignment.take("guest" if n == guest else n, tables[n]) for n in ordered]
     y = frames[0][label].to_numpy()
