@@ -107,3 +107,21 @@ def test_fate_tables_load_and_align():
     assert align(guest, {"host": host}, column="id", rng=0).size == 569
     with pytest.raises(ConfigError, match="name"):
         load_fate("mnist")
+
+
+def test_the_example_runs_on_fates_tables(capsys):
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    from veil.datasets import locate
+
+    if locate("fate/breast_hetero_guest.csv") is None:
+        pytest.skip("FATE's tables are not in ../shared/datasets/fate")
+    script = Path(__file__).resolve().parents[3] / "examples" / "vertical_fl.py"
+    spec = importlib.util.spec_from_file_location("vertical_fl_example", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--protocol", "ss"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["aligned"] == 569 and out["auc"] > 0.98
