@@ -1,0 +1,36 @@
+"""Vertical federated learning: private sample alignment, vertical linear and logistic
+regression (Paillier, FATE-style, or secret sharing), split learning, transfer learning.
+
+* :mod:`veil.fl.vertical.align` — ECDH-PSI alignment of id columns (two or more parties);
+* :mod:`veil.fl.vertical.paillier_lr` — the sans-I/O guest, hosts and arbiter of the
+  Paillier protocol (Hardy et al. 2017), with an arbiter or threshold decryption;
+* :mod:`veil.fl.vertical.linear` — ``VerticalLogisticRegression`` /
+  ``VerticalLinearRegression`` (``protocol="paillier"`` or ``"ss"``) and local runners;
+* :mod:`veil.fl.vertical.split` — split learning (PyTorch) with label DP and embedding
+  noise (:mod:`veil.fl.vertical.label_dp`);
+* :mod:`veil.fl.vertical.transfer` — federated transfer learning by distillation (PATE-style
+  noisy soft labels optional) and federated fine-tuning;
+* :mod:`veil.fl.vertical.run` — ``run_vertical(config)``: a whole run from a configuration.
+
+The PyTorch parts are imported lazily (``from veil.fl.vertical.split import SplitNN``).
+"""
+
+from veil.fl.vertical.align import AlignGuest, AlignHost, Alignment, align, read_ids
+from veil.fl.vertical.linear import (
+    VerticalLinearRegression,
+    VerticalLogisticRegression,
+    train_paillier,
+)
+from veil.fl.vertical.paillier_lr import (
+    Arbiter,
+    PaillierGuest,
+    PaillierHost,
+    Plan,
+    ShareHolder,
+    ThresholdDecryption,
+)
+
+__all__ = ["Alignment", "AlignGuest", "AlignHost", "align", "read_ids", "Arbiter",
+           "PaillierGuest", "PaillierHost", "Plan", "ShareHolder", "ThresholdDecryption",
+           "VerticalLinearRegression",
+           "VerticalLogisticRegression", "train_paillier"]

@@ -1,0 +1,252 @@
+"""Vertical linear and logistic regression as scikit-learn estimators, on two protocols.
+
+``protocol="paillier"``: the FATE-style protocol of :mod:`veil.fl.vertical.paillier_lr`
+(guest, hosts and an arbiter holding the key, or ``decryption="threshold"``: an n-of-n
+threshold key among the guest and the hosts; Taylor-approximated logistic loss), run by
+the local runner
+:func:`train_paillier` (the parties are sans-I/O objects; every message crosses as bytes
+and is counted).
+
+``protocol="ss"``: secret-shared training in the shape of SecretFlow's SS-LR: each party
+secret-shares its feature block (and the guest its labels) in a :class:`veil.mpc.Session`
+and :class:`veil.mpc.models.LogisticRegression` / ``LinearRegression`` trains on the
+shares (full-batch gradient descent with the piecewise-linear sigmoid; ``epochs`` steps
+per pass as many as the mini-batch schedule would take: ``epochs * ceil(n / batch_size)``).
+Each party's block of the trained weights is then revealed to that party only, the
+intercept to the guest. Threat model: :mod:`veil.mpc.session` (semi-honest parties, a
+trusted dealer of correlated randomness that sees no shares).
+
+Both end the same way: every party keeps its own coefficient block; a prediction sums
+the parties' partial scores at the guest (hosts reveal ``X_k w_k`` for the rows to
+predict, as in FATE). ``X`` is a list of the parties' aligned feature blocks, the guest's
+first; ``y`` is the guest's.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from veil._validation import check_array, check_choice, check_fitted
+from veil.errors import ConfigError, DataError
+from veil.fl.vertical.paillier_lr import (
+    Arbiter,
+    PaillierGuest,
+    PaillierHost,
+    Plan,
+    ThresholdDecryption,
+)
+from veil.random import check_rng
+
+__all__ = ["VerticalLogisticRegression", "VerticalLinearRegression", "EpochStats",
+           "train_paillier", "train_ss", "PROTOCOLS"]
+
+log = logging.getLogger(__name__)
+
+PROTOCOLS = ("paillier", "ss")
+DECRYPTIONS = ("arbiter", "threshold")
+
+
+@dataclass
+class EpochStats:
+    """Per epoch: wall seconds and bytes each party sent (all messages as bytes)."""
+
+    seconds: list[float] = field(default_factory=list)
+    bytes: list[dict[str, int]] = field(default_factory=list)
+
+
+def train_paillier(guest: PaillierGuest, hosts: Sequence[PaillierHost],
+                   arbiter: Arbiter | ThresholdDecryption) -> EpochStats:
+    """Run the Paillier protocol in this process: key, then every batch of the plan.
+    ``arbiter``: the key holder, or the parties' threshold decryption; its traffic is
+    reported under "arbiter" (threshold: the partial decryptions)."""
+    stats = EpochStats()
+    key = arbiter.key_message()
+    for party in (guest, *hosts):
+        party.receive_key(key)
+    names = ["guest", *(h.name for h in hosts), "arbiter"]
+    sent = dict.fromkeys(names, 0)
+    epoch, start = 0, time.perf_counter()
+    sent["arbiter"] += len(key) * (1 + len(hosts))
+
+    def close_epoch() -> None:
+        stats.seconds.append(time.perf_counter() - start)
+        stats.bytes.append(dict(sent))
+
+    while (batch := guest.next_batch()) is not None:
+        now = guest._step[0]
+        if now != epoch:
+            close_epoch()
+            epoch, start = now, time.perf_counter()
+            sent = dict.fromkeys(names, 0)
+        sent["guest"] += len(batch) * len(hosts)
+        scores = {h.name: h.forward(batch) for h in hosts}
+        for h in hosts:
+            sent[h.name] += len(scores[h.name])
+        residual = guest.residual(scores)
+        sent["guest"] += len(residual) * len(hosts)
+        for party, message in [(guest, guest.gradient()),
+                               *((h, h.backward(residual)) for h in hosts)]:
+            before = arbiter.traffic
+            answer = arbiter.decrypt(message)
+            sent[party.name] += len(message)
+            sent["arbiter"] += arbiter.traffic - before
+            party.update(answer)
+    close_epoch()
+    return stats
+
+
+def train_ss(X: Sequence[np.ndarray], y: np.ndarray, task: str, *, steps: int, epochs: int,
+             learning_rate: float, alpha: float, fit_intercept: bool
+             ) -> tuple[list[np.ndarray], float, EpochStats]:
+    """Secret-shared training; returns each party's coefficient block (revealed to that
+    party only), the intercept (to the guest) and the cost (the run's totals, sharing
+    included, spread evenly over the ``epochs``: its steps are all alike)."""
+    from veil.mpc import Session
+    from veil.mpc.models import LinearRegression, LogisticRegression, share_columns
+
+    model_cls = LogisticRegression if task == "logistic" else LinearRegression
+    stats = EpochStats()
+    with Session(parties=len(X)) as session:        # shares and masks: the CSPRNG
+        with session.measure() as m:
+            shared = share_columns(session, X)
+            labels = session.share(np.asarray(y, dtype=np.float64), owner=0)
+            model = model_cls(learning_rate=learning_rate, max_iter=steps,
+                              fit_intercept=fit_intercept, alpha=alpha).fit(shared, labels)
+            bounds = np.cumsum([0, *(x.shape[1] for x in X)])
+            coefs = [model.coef_[int(a):int(b)].reveal(to=k)
+                     for k, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))]
+            intercept = float(model.intercept_.reveal(to=0)) if fit_intercept else 0.0
+        stats.seconds = [m.cost.seconds / epochs] * epochs
+        stats.bytes = [{("guest" if k == 0 else f"host{k}"): int(s) // epochs
+                        for k, s in enumerate(m.cost.sent)}] * epochs
+    return coefs, intercept, stats
+
+
+class _VerticalRegression:
+    """The estimator shared by the two tasks (parameters as given, learned state ``_``)."""
+
+    task = "logistic"
+
+    def __init__(self, protocol: str = "paillier", *, epochs: int = 10, batch_size: int = 1024,
+                 learning_rate: float = 0.15, alpha: float = 0.0, optimizer: str = "sgd",
+                 fit_intercept: bool = True, key_bits: int = 2048, insecure_ok: bool = False,
+                 short_exponents: bool = False, decryption: str = "arbiter",
+                 label_epsilon: float | None = None,
+                 label_delta: float = 1e-5, ledger: Any = None, random_state: Any = None) -> None:
+        self.protocol = protocol
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.learning_rate = learning_rate
+        self.alpha = alpha
+        self.optimizer = optimizer
+        self.fit_intercept = fit_intercept
+        self.key_bits = key_bits
+        self.insecure_ok = insecure_ok
+        self.short_exponents = short_exponents
+        self.decryption = decryption
+        self.label_epsilon = label_epsilon
+        self.label_delta = label_delta
+        self.ledger = ledger
+        self.random_state = random_state
+
+    def _blocks(self, X: Any, name: str = "X") -> list[np.ndarray]:
+        if isinstance(X, np.ndarray) or not isinstance(X, Sequence) or len(X) < 2:
+            raise DataError(f"{name} must be a list of the parties' feature blocks (the "
+                            "guest's first, then one per host): at least two")
+        blocks = [check_array(x, f"{name}[{k}]", ndim=2, allow_empty=k == 0)
+                  for k, x in enumerate(X)]
+        rows = {b.shape[0] for b in blocks}
+        if len(rows) != 1:
+            raise DataError(f"{name}: the parties' blocks have {[b.shape[0] for b in blocks]} "
+                            "rows; aligned blocks have the same rows (align them first)")
+        return blocks
+
+    def fit(self, X: Sequence[Any], y: Any) -> _VerticalRegression:
+        """Train on aligned blocks ``X`` (guest first) with the guest's labels ``y``."""
+        protocol = check_choice(self.protocol, "protocol", PROTOCOLS)
+        blocks = self._blocks(X)
+        plan = Plan(task=self.task, epochs=self.epochs, batch_size=self.batch_size,
+                    learning_rate=self.learning_rate, alpha=self.alpha,
+                    optimizer=self.optimizer)
+        rng = check_rng(self.random_state)
+        hosts = [f"host{k}" for k in range(1, len(blocks))]
+        if protocol == "paillier":
+            guest = PaillierGuest(blocks[0], y, hosts, plan, fit_intercept=self.fit_intercept,
+                                  label_epsilon=self.label_epsilon,
+                                  label_delta=self.label_delta, ledger=self.ledger,
+                                  insecure_ok=self.insecure_ok, rng=rng.spawn(1)[0])
+            parties = [PaillierHost(h, b, plan, insecure_ok=self.insecure_ok, rng=r)
+                       for h, b, r in zip(hosts, blocks[1:], rng.spawn(len(hosts)))]
+            sizes = {"guest": guest.coef_.size, **{h.name: h.coef_.size for h in parties}}
+            if check_choice(self.decryption, "decryption", DECRYPTIONS) == "arbiter":
+                arbiter = Arbiter(sizes, key_bits=self.key_bits, insecure_ok=self.insecure_ok,
+                                  short_exponents=self.short_exponents)
+            else:
+                arbiter = ThresholdDecryption(sizes, key_bits=self.key_bits,
+                                              insecure_ok=self.insecure_ok)
+            self.stats_ = train_paillier(guest, parties, arbiter)
+            own = guest.coef_[:-1] if self.fit_intercept else guest.coef_
+            self.coefs_ = [own, *(h.coef_ for h in parties)]
+            self.intercept_ = guest.intercept_
+        else:
+            if self.label_epsilon is not None or plan.optimizer != "sgd":
+                raise ConfigError("protocol='ss' trains by plain gradient descent: "
+                                  "optimizer must be 'sgd' and label_epsilon None")
+            y = check_array(y, "y", ndim=1)
+            if y.size != blocks[0].shape[0]:
+                raise DataError(f"y has {y.size} labels for {blocks[0].shape[0]} rows")
+            steps = plan.epochs * math.ceil(y.size / plan.batch_size)
+            self.coefs_, self.intercept_, self.stats_ = train_ss(
+                blocks, y, self.task, steps=steps, epochs=plan.epochs,
+                learning_rate=plan.learning_rate,
+                alpha=plan.alpha, fit_intercept=self.fit_intercept)
+        self.n_features_in_ = [b.shape[1] for b in blocks]
+        return self
+
+    def decision_function(self, X: Sequence[Any]) -> np.ndarray:
+        """Sum of the parties' partial scores plus the intercept."""
+        check_fitted(self, "coefs_")
+        blocks = self._blocks(X)
+        if [b.shape[1] for b in blocks] != self.n_features_in_:
+            raise DataError(f"X has blocks of {[b.shape[1] for b in blocks]} columns; the "
+                            f"model was fitted on {self.n_features_in_}")
+        return sum(b @ w for b, w in zip(blocks, self.coefs_)) + self.intercept_
+
+
+class VerticalLogisticRegression(_VerticalRegression):
+    """Binary logistic regression on vertically partitioned data (labels 0/1 at the guest)."""
+
+    task = "logistic"
+
+    def predict_proba(self, X: Sequence[Any]) -> np.ndarray:
+        p = 1.0 / (1.0 + np.exp(-self.decision_function(X)))
+        return np.column_stack([1.0 - p, p])
+
+    def predict(self, X: Sequence[Any]) -> np.ndarray:
+        return (self.decision_function(X) > 0).astype(np.int64)
+
+    def score(self, X: Sequence[Any], y: Any) -> float:
+        """Accuracy."""
+        return float(np.mean(self.predict(X) == np.asarray(y)))
+
+
+class VerticalLinearRegression(_VerticalRegression):
+    """Least-squares regression on vertically partitioned data (targets at the guest)."""
+
+    task = "linear"
+
+    def predict(self, X: Sequence[Any]) -> np.ndarray:
+        return self.decision_function(X)
+
+    def score(self, X: Sequence[Any], y: Any) -> float:
+        """R^2."""
+        y = np.asarray(y, dtype=np.float64)
+        pred = self.predict(X)
+        return float(1.0 - np.sum((y - pred) ** 2) / np.sum((y - y.mean()) ** 2))

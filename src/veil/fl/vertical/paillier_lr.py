@@ -1,0 +1,582 @@
+"""Vertical logistic and linear regression with Paillier encryption (Hardy et al. 2017).
+
+Parties: the *guest* holds the labels y and features X_0 (plus the intercept column), each
+*host* k holds features X_k of the same aligned rows; the *arbiter* holds the Paillier key
+pair (FATE's "Coordinated-LR"). The model is ``z = sum_k X_k w_k``; each party keeps its
+own block w_k and never sees another's.
+
+One mini-batch B (Hardy, Henecka, Ivey-Law, Nock, Patrini, Smith & Thorne, "Private
+federated learning on vertically partitioned data via entity resolution and additively
+homomorphic encryption", arXiv:1711.10677, section 3; all values in fixed point, see
+"Encoding"):
+
+1. guest -> hosts: the epoch, the batch number and the row indices of B;
+2. host k -> guest: ``[[u_k]] = [[X_k[B] w_k]]`` under the arbiter's public key;
+3. guest: the encrypted residual ``[[r]] = sum_k [[u_k]] + (u_0 - c y)`` (a plaintext
+   addition), rerandomized, -> every host. The logistic loss is replaced by its
+   second-order Taylor expansion at z = 0 (Hardy et al. eq. 5):
+   ``log(1 + e^(-y' z)) ~ log 2 - y' z / 2 + z^2 / 8`` with y' = 2y - 1 in {-1, 1},
+   whose gradient is ``(z/4 - y'/2) x``; the guest sends ``r = 4 (z/4 - y'/2) =
+   z - 2 y'`` (c y term: ``2 y'``) so that no fraction multiplies a ciphertext. For linear
+   regression (squared loss ``(z - y)^2 / 2``) ``r = z - y``;
+4. every party p (guest included): ``[[g_p]] = X_p[B]^T [[r]]``, masked with a fresh
+   uniform integer vector R_p of ``key bits - 8`` bits (statistical hiding 2^-(key bits -
+   8 - bits of g)), -> arbiter;
+5. arbiter -> p: the decryption ``g_p + R_p``; p removes R_p and takes the step
+   ``w_p <- step(w_p, g_p / (s |B|) + alpha w_p)`` (s = 4 for the logistic Taylor
+   residual, 1 for linear; no penalty on the intercept) with its own optimizer.
+
+Threat model: semi-honest parties, no collusion of the arbiter with any other party.
+The guest sees only ciphertexts of the hosts' scores; hosts see only ciphertexts of the
+residuals; the arbiter sees only masked gradients (uniform up to 2^-(key bits - 8 -
+bits of g)). Each party learns its own gradient (Hardy et al. state the same leakage).
+A colluding arbiter and guest learn the hosts' scores u_k; a colluding arbiter and host
+learn the residuals, hence the labels. Prediction releases each host's scores u_k to the
+guest in the clear (as FATE does). Malicious parties are not covered.
+
+Why the arbiter is the default key holder (and not threshold decryption among the
+parties): veil's threshold Paillier (:mod:`veil.crypto.threshold`) needs a trusted
+dealer at key generation - who then knows the factorization - so it moves the trust in
+a third party to set-up time rather than removing it, and each threshold decryption
+costs every party an exponentiation with a ~4,000-bit exponent per value plus a proof,
+against one CRT decryption at the arbiter; the arbiter is also the shape of FATE's
+published benchmark (Coordinated-LR), which this module is compared with. Threshold
+decryption is offered (:class:`ShareHolder`, :func:`combine`, composed by
+:class:`ThresholdDecryption`): an n-of-n key of :mod:`veil.crypto.threshold` dealt once
+among the guest and the hosts; step 5 becomes "every share holder sends the owner of a
+masked gradient its partial decryption (with its proof of correctness), the owner
+combines them" - no online party can decrypt alone, and the arbiter disappears.
+
+Optional label differential privacy against the hosts (``label_epsilon``): each epoch the
+guest adds discrete Gaussian noise (Canonne, Kamath & Steinke 2020) to the residual
+integers it sends to the hosts (its own gradient uses the clean residual). Changing one
+label changes one residual by ``4 * 2^F`` (logistic: 2 y' moves by 4), and every label is
+in one batch per epoch, so each epoch is one discrete Gaussian mechanism of that L2
+sensitivity on disjoint coordinates; everything a host sees (its gradients, its model)
+is post-processing. The guest's :class:`~veil.dp.Ledger` is charged before each epoch's
+noise is drawn (``epsilon / epochs``, ``delta / epochs`` each, composed by the ledger's
+accountant, which needs to handle zCDP events: ``accountant="rdp"``).
+
+Encoding: scores and residuals carry ``F = 20`` fractional bits; features are rounded to
+``FX = 12`` fractional bits and shifted by their column minimum so that exponents are
+non-negative (``X^T [[r]] = (X - m)^T [[r]] + m * sum [[r]]``); the product X^T [[r]] is
+one multi-exponentiation per column (Pippenger's bucket method) costing about
+``ceil(E / c)(|B| + 2^(c+1))`` multiplications mod n^2 for E-bit exponents.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import gmpy2
+import numpy as np
+from dp_accounting import dp_event as de
+from gmpy2 import mpz
+
+from veil._validation import check_array, check_choice, check_epsilon, check_int, check_positive
+from veil.crypto import paillier, serialization, threshold
+from veil.crypto._fastexp import multi_pow
+from veil.dp.gaussian import DiscreteGaussian
+from veil.errors import BudgetExceededError, ConfigError, CryptoError, DataError, ProtocolError
+from veil.fl.messages import decode, encode
+from veil.fl.vertical.optim import OPTIMIZERS, Optimizer
+from veil.random import check_rng
+
+__all__ = ["Plan", "PaillierGuest", "PaillierHost", "Arbiter", "ShareHolder", "combine",
+           "ThresholdDecryption", "TASKS"]
+
+log = logging.getLogger(__name__)
+
+TASKS = ("logistic", "linear")
+F = 20
+FX = 12
+_MASK_MARGIN = 8
+_MAX_EXP_BITS = 40
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The training schedule a party agreed to (each party holds and checks its own)."""
+
+    task: str = "logistic"
+    epochs: int = 10
+    batch_size: int = 1024
+    learning_rate: float = 0.15
+    alpha: float = 0.0
+    optimizer: str = "sgd"
+
+    def __post_init__(self) -> None:
+        check_choice(self.task, "task", TASKS)
+        check_int(self.epochs, "epochs", low=1)
+        check_int(self.batch_size, "batch_size", low=1)
+        check_positive(self.learning_rate, "learning_rate")
+        check_positive(self.alpha, "alpha", allow_zero=True)
+        check_choice(self.optimizer, "optimizer", OPTIMIZERS)
+
+    @property
+    def scale(self) -> int:
+        """The residual's factor s: r = s * (gradient of the loss in z)."""
+        return 4 if self.task == "logistic" else 1
+
+
+def _message(data: Any, stage: str, party: str) -> dict:
+    """A decoded message of ``stage`` from ``party`` (ProtocolError naming it if not)."""
+    try:
+        value = decode(data)
+    except ProtocolError as exc:
+        raise ProtocolError(f"message from {party!r}: {exc}") from None
+    if not isinstance(value, dict) or value.get("stage") != stage:
+        got = value.get("stage") if isinstance(value, dict) else type(value).__name__
+        raise ProtocolError(f"message from {party!r} is not a {stage!r} message (got {got!r})")
+    return value
+
+
+def _get(msg: dict, name: str, kind: type | tuple, party: str) -> Any:
+    value = msg.get(name)
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
+        raise ProtocolError(f"message from {party!r}: field {name!r} is "
+                            f"{type(value).__name__}; expected {kind}")
+    return value
+
+
+def _ciphertexts(blob: Any, pk: paillier.PublicKey, size: int, party: str
+                 ) -> paillier.EncryptedArray:
+    """Ciphertexts from ``party``: valid under ``pk``, ``size`` of them."""
+    if not isinstance(blob, bytes):
+        raise ProtocolError(f"message from {party!r}: ciphertexts are not bytes")
+    try:
+        arr = serialization.loads(blob, public_key=pk)
+    except CryptoError as exc:
+        raise ProtocolError(f"message from {party!r}: bad ciphertexts: {exc}") from None
+    if not isinstance(arr, paillier.EncryptedArray) or arr.shape != (size,):
+        raise ProtocolError(f"message from {party!r}: expected {size} ciphertexts, got "
+                            f"{getattr(arr, 'shape', type(arr).__name__)}")
+    return arr
+
+
+class _Features:
+    """A party's feature block in the fixed point of the protocol (see "Encoding")."""
+
+    def __init__(self, X: np.ndarray, name: str) -> None:
+        scaled = np.rint(X * 2.0 ** FX)
+        self.offset = scaled.min(axis=0).astype(np.int64)
+        shifted = scaled - self.offset
+        top = float(shifted.max()) if shifted.size else 0.0
+        bits = max(int(top).bit_length(), 1)
+        if bits > _MAX_EXP_BITS:
+            raise DataError(f"the features of {name!r} span {top / 2 ** FX:.3g}: too wide for "
+                            f"the fixed-point encoding (max 2^{_MAX_EXP_BITS - FX}); "
+                            "standardize them first")
+        self.nbytes = (bits + 7) // 8
+        self.exps = np.ascontiguousarray(shifted.astype("<u8").T)  # one row per feature
+
+    def gradient(self, rows: np.ndarray, r: paillier.EncryptedArray) -> list[mpz]:
+        """``[[X[rows]^T r]]`` as raw ciphertexts (X in units of 2^-FX)."""
+        pk = r.public_key
+        n2 = pk.n2
+        bases = r.ciphertexts.tolist()
+        total = multi_pow(bases, np.ones((len(bases), 1), np.uint8), n2)  # [[sum r]]
+        inverse = gmpy2.invert(total, n2)
+        out = []
+        for j, column in enumerate(self.exps):
+            digits = column[rows].view(np.uint8).reshape(-1, 8)[:, :self.nbytes]
+            c = multi_pow(bases, digits, n2)
+            m = int(self.offset[j])
+            if m:
+                c = c * gmpy2.powmod(total if m > 0 else inverse, abs(m), n2) % n2
+            out.append(c)
+        return out
+
+
+class _Party:
+    """What the guest and the hosts share: weights, optimizer, masked gradient round trip."""
+
+    role = "party"
+
+    def __init__(self, name: str, X: Any, plan: Plan | dict, *, insecure_ok: bool = False,
+                 rng: Any = None, crypto_rng: Any = None) -> None:
+        self.name = str(name)
+        self._min_key_bits = 256 if insecure_ok else paillier.MIN_SECURE_BITS
+        self.plan = plan if isinstance(plan, Plan) else Plan(**plan)
+        self._X = check_array(X, f"X of {self.name!r}", ndim=2)
+        self._features = _Features(self._X, self.name)
+        self.coef_ = np.zeros(self._X.shape[1])
+        self._optimizer = Optimizer(self.plan.optimizer, self.plan.learning_rate,
+                                    self._X.shape[1])
+        self._rng = check_rng(rng)              # batch order (simulation randomness)
+        self._secure = check_rng(crypto_rng)    # masks, encryption, DP noise: the CSPRNG
+        self._pk: paillier.PublicKey | None = None
+        self._mask: list[int] | None = None
+        self._rows: np.ndarray | None = None
+        self._step = (-1, -1)
+
+    @property
+    def n_samples(self) -> int:
+        return self._X.shape[0]
+
+    def receive_key(self, message: bytes) -> None:
+        """The arbiter's public key."""
+        msg = _message(message, "key", "arbiter")
+        try:
+            pk = serialization.loads(_get(msg, "key", bytes, "arbiter"))
+        except CryptoError as exc:
+            raise ProtocolError(f"message from 'arbiter': bad public key: {exc}") from None
+        if not isinstance(pk, paillier.PublicKey):
+            raise ProtocolError("message from 'arbiter': not a Paillier public key")
+        if pk.bits < self._min_key_bits:
+            raise ProtocolError(f"message from 'arbiter': a {pk.bits}-bit key; "
+                                f"{self.name!r} requires at least {self._min_key_bits} bits")
+        self._pk = pk
+
+    def _need_key(self) -> paillier.PublicKey:
+        if self._pk is None:
+            raise ProtocolError(f"{self.name!r} has no public key yet: receive_key() first")
+        return self._pk
+
+    def _masked_gradient(self, r: paillier.EncryptedArray) -> bytes:
+        pk = self._need_key()
+        raw = self._features.gradient(self._rows, r)
+        bits = pk.bits - _MASK_MARGIN
+        self._mask = [self._secure.randbits(bits) for _ in raw]
+        masked = [c * (m * pk.n + 1) % pk.n2 for c, m in zip(raw, self._mask)]
+        blob = serialization.dumps(paillier.EncryptedArray(pk, masked))
+        epoch, batch = self._step
+        return encode({"stage": "gradient", "party": self.name, "epoch": epoch,
+                       "batch": batch, "cts": blob})
+
+    def update(self, message: bytes) -> None:
+        """Take the arbiter's decryption of this party's masked gradient and step."""
+        msg = _message(message, "decrypted", "arbiter")
+        if self._mask is None:
+            raise ProtocolError(f"{self.name!r} expects no decryption now")
+        epoch, batch = self._step
+        if (msg.get("party"), msg.get("epoch"), msg.get("batch")) != (self.name, epoch, batch):
+            raise ProtocolError(f"message from 'arbiter': decryption for "
+                                f"{msg.get('party')!r} epoch {msg.get('epoch')!r} batch "
+                                f"{msg.get('batch')!r}; {self.name!r} expects epoch {epoch} "
+                                f"batch {batch}")
+        values = _get(msg, "values", list, "arbiter")
+        if len(values) != len(self._mask) or not all(
+                isinstance(v, int) and not isinstance(v, bool) for v in values):
+            raise ProtocolError(f"message from 'arbiter': {len(values)} values for "
+                                f"{len(self._mask)} gradient entries")
+        grad = np.array([float(v - m) for v, m in zip(values, self._mask)])
+        grad /= 2.0 ** (F + FX) * self.plan.scale * len(self._rows)
+        if not np.all(np.isfinite(grad)):
+            raise ProtocolError("message from 'arbiter': the gradient is not finite")
+        grad += self.plan.alpha * self.coef_ * self._penalized()
+        self.coef_ = self._optimizer.step(self.coef_, grad)
+        self._mask = None
+
+    def _penalized(self) -> np.ndarray:
+        return np.ones_like(self.coef_)
+
+    def scores(self, X: Any | None = None) -> np.ndarray:
+        """This party's partial scores ``X w`` (its training rows when X is None)."""
+        X = self._X if X is None else check_array(X, f"X of {self.name!r}", ndim=2)
+        if X.shape[1] != self.coef_.size:
+            raise DataError(f"X of {self.name!r} has {X.shape[1]} columns; the model has "
+                            f"{self.coef_.size}")
+        return X @ self.coef_
+
+
+class PaillierHost(_Party):
+    """A feature holder (sans-I/O): batch -> encrypted scores; residual -> masked gradient."""
+
+    role = "host"
+
+    def forward(self, message: bytes) -> bytes:
+        """The guest's batch message -> ``[[X_k[B] w_k]]`` for the guest."""
+        pk = self._need_key()
+        msg = _message(message, "batch", "guest")
+        epoch = _get(msg, "epoch", int, "guest")
+        batch = _get(msg, "batch", int, "guest")
+        if (epoch, batch) <= self._step or epoch >= self.plan.epochs:
+            raise ProtocolError(f"message from 'guest': epoch {epoch} batch {batch} is "
+                                f"replayed, out of order or beyond {self.name!r}'s plan of "
+                                f"{self.plan.epochs} epochs")
+        if msg.get("task") != self.plan.task:
+            raise ProtocolError(f"message from 'guest': task {msg.get('task')!r}; "
+                                f"{self.name!r} agreed to {self.plan.task!r}")
+        rows = msg.get("rows")
+        n = self.n_samples
+        if not (isinstance(rows, np.ndarray) and rows.dtype == np.int64 and rows.ndim == 1
+                and 0 < rows.size <= self.plan.batch_size and rows.min() >= 0
+                and rows.max() < n and np.unique(rows).size == rows.size):
+            raise ProtocolError(f"message from 'guest': the batch rows are not distinct "
+                                f"int64 indices in [0, {n}) of at most "
+                                f"{self.plan.batch_size}")
+        self._step, self._rows = (epoch, batch), rows
+        u = np.rint(self._X[rows] @ self.coef_ * 2.0 ** F).astype(np.int64)
+        blob = serialization.dumps(pk.encrypt(u, rng=self._secure))
+        return encode({"stage": "scores", "party": self.name, "epoch": epoch,
+                       "batch": batch, "cts": blob})
+
+    def backward(self, message: bytes) -> bytes:
+        """The guest's encrypted residual -> this host's masked gradient for the arbiter."""
+        msg = _message(message, "residual", "guest")
+        if (msg.get("epoch"), msg.get("batch")) != self._step or self._rows is None:
+            raise ProtocolError(f"message from 'guest': residual for epoch "
+                                f"{msg.get('epoch')!r} batch {msg.get('batch')!r}; "
+                                f"{self.name!r} is at {self._step}")
+        r = _ciphertexts(msg.get("cts"), self._need_key(), self._rows.size, "guest")
+        return self._masked_gradient(r)
+
+
+class PaillierGuest(_Party):
+    """The label holder (sans-I/O): drives the batches, forms the encrypted residuals.
+
+    ``y``: labels (0/1 for logistic, real for linear); the intercept is the guest's (last
+    coefficient, ``intercept_``). ``label_epsilon``/``label_delta`` with ``ledger``: label
+    DP against the hosts (module docstring). Every party takes ``rng`` for the batch order
+    (simulation randomness: a seed makes runs reproducible) and ``crypto_rng`` for masks,
+    encryption noise and DP noise (None, the default: the CSPRNG; a seed only in tests).
+    """
+
+    role = "guest"
+
+    def __init__(self, X: Any, y: Any, hosts: Sequence[str], plan: Plan | dict, *,
+                 fit_intercept: bool = True, label_epsilon: float | None = None,
+                 label_delta: float = 1e-5, ledger: Any = None, insecure_ok: bool = False,
+                 rng: Any = None, crypto_rng: Any = None) -> None:
+        X = check_array(X, "X of 'guest'", ndim=2, allow_empty=True)
+        if fit_intercept:
+            X = np.hstack([X, np.ones((X.shape[0], 1))])
+        plan = plan if isinstance(plan, Plan) else Plan(**plan)
+        y = check_array(y, "y", ndim=1)
+        if y.size != X.shape[0]:
+            raise DataError(f"y has {y.size} labels for {X.shape[0]} rows of the guest")
+        if plan.task == "logistic" and not np.all((y == 0) | (y == 1)):
+            raise DataError("y must hold 0/1 labels for task='logistic'")
+        self._mechanism = None
+        if label_epsilon is not None:
+            if plan.task != "logistic":
+                raise ConfigError("label_epsilon is for task='logistic' only: linear labels "
+                                  "have no bounded sensitivity")
+            if ledger is None:
+                raise ConfigError("label_epsilon needs ledger= (the guest's Ledger)")
+            self._mechanism = DiscreteGaussian(
+                check_epsilon(label_epsilon, "label_epsilon") / plan.epochs,
+                label_delta / plan.epochs, sensitivity=4 * 2 ** F)
+            whole = de.SelfComposedDpEvent(self._mechanism.event, plan.epochs)
+            if not ledger.fits(whole, delta=label_delta):
+                raise BudgetExceededError(f"label_epsilon={label_epsilon} over {plan.epochs} "
+                                          "epochs does not fit the guest's ledger; nothing "
+                                          "was charged")
+        super().__init__("guest", X, plan, insecure_ok=insecure_ok, rng=rng,
+                         crypto_rng=crypto_rng)
+        self.fit_intercept = bool(fit_intercept)
+        self.hosts = [str(h) for h in hosts]
+        if not self.hosts or "guest" in self.hosts or len(set(self.hosts)) != len(self.hosts):
+            raise ConfigError(f"hosts={list(hosts)!r} is not allowed: distinct names, none "
+                              "'guest', at least one")
+        self._y = y
+        self._ledger = ledger
+        self._order: list[np.ndarray] = []
+        self._noise: np.ndarray | None = None
+        self._clean: paillier.EncryptedArray | None = None
+
+    def _penalized(self) -> np.ndarray:
+        mask = np.ones_like(self.coef_)
+        if self.fit_intercept:
+            mask[-1] = 0.0
+        return mask
+
+    @property
+    def intercept_(self) -> float:
+        return float(self.coef_[-1]) if self.fit_intercept else 0.0
+
+    def next_batch(self) -> bytes | None:
+        """The next batch message for every host, or None when the plan is done."""
+        epoch, batch = self._step
+        if not self._order:
+            epoch, batch = epoch + 1, 0
+            if epoch >= self.plan.epochs:
+                return None
+            perm = self._rng.permutation(self.n_samples).astype(np.int64)
+            size = self.plan.batch_size
+            self._order = [perm[i:i + size] for i in range(0, perm.size, size)]
+            if self._mechanism is not None:  # charge first, then draw
+                self._noise = self._ledger.release(
+                    self._mechanism, np.zeros(self.n_samples, dtype=np.int64),
+                    label=f"vertical LR label noise, epoch {epoch}", rng=self._secure)
+        else:
+            batch += 1
+        self._rows = self._order.pop(0)
+        self._step = (epoch, batch)
+        return encode({"stage": "batch", "epoch": epoch, "batch": batch,
+                       "task": self.plan.task, "rows": self._rows})
+
+    def residual(self, scores: dict[str, bytes]) -> bytes:
+        """The hosts' encrypted scores -> the encrypted residual message for every host."""
+        pk = self._need_key()
+        if self._rows is None or set(scores) != set(self.hosts):
+            raise ProtocolError(f"scores from {sorted(scores)}; the guest expects one message "
+                                f"from each of {self.hosts} for batch {self._step}")
+        size = self._rows.size
+        total = None
+        for host in self.hosts:
+            msg = _message(scores[host], "scores", host)
+            if (msg.get("party"), msg.get("epoch"), msg.get("batch")) != (host, *self._step):
+                raise ProtocolError(f"message from {host!r}: scores for "
+                                    f"{msg.get('epoch')!r}/{msg.get('batch')!r}, expected "
+                                    f"{self._step}")
+            enc = _ciphertexts(msg.get("cts"), pk, size, host)
+            total = enc if total is None else total + enc
+        y = self._y[self._rows]
+        target = 2.0 * (2.0 * y - 1.0) if self.plan.task == "logistic" else y
+        own = np.rint(self._X[self._rows] @ self.coef_ * 2.0 ** F).astype(np.int64)
+        plain = own - np.rint(target * 2.0 ** F).astype(np.int64)
+        self._clean = (total + plain.astype(object)).rerandomize(rng=self._secure)
+        sent = self._clean
+        if self._noise is not None:
+            sent = (self._clean + self._noise[self._rows].astype(object)).rerandomize(
+                rng=self._secure)
+        epoch, batch = self._step
+        return encode({"stage": "residual", "epoch": epoch, "batch": batch,
+                       "cts": serialization.dumps(sent)})
+
+    def gradient(self) -> bytes:
+        """The guest's own masked gradient message for the arbiter."""
+        if self._clean is None:
+            raise ProtocolError("the guest has no residual for this batch yet")
+        out = self._masked_gradient(self._clean)
+        self._clean = None
+        return out
+
+
+class Arbiter:
+    """The key holder (sans-I/O): publishes the public key, decrypts masked gradients.
+
+    ``parties``: the names it serves with the number of gradient entries of each (their
+    feature counts, public metadata agreed at set-up). ``rng``: key generation (None: the
+    CSPRNG; a seed only in tests). ``short_exponents``: the key's encryption noise uses
+    DJN's short exponents (about 3x faster encryption for the guest and hosts, under the
+    extra assumption stated in :mod:`veil.crypto.paillier`).
+    """
+
+    def __init__(self, parties: dict[str, int], *, key_bits: int = 2048,
+                 insecure_ok: bool = False, short_exponents: bool = False,
+                 keys: tuple | None = None, rng: Any = None) -> None:
+        self.parties = {str(k): check_int(v, f"parties[{k!r}]", low=1)
+                        for k, v in parties.items()}
+        if keys is None:
+            keys = paillier.keygen(key_bits, insecure_ok=insecure_ok,
+                                   short_exponents=short_exponents, rng=check_rng(rng))
+        self.public_key, self._sk = keys
+        self._last = {p: (-1, -1) for p in self.parties}
+        self.traffic = 0
+
+    def key_message(self) -> bytes:
+        return encode({"stage": "key", "key": serialization.dumps(self.public_key)})
+
+    def decrypt(self, message: bytes) -> bytes:
+        """A party's masked gradient -> its decryption, for that party only."""
+        msg = _message(message, "gradient", "a party")
+        party, step = _gradient_step(msg, self.parties, self._last, "the arbiter")
+        cts = _ciphertexts(msg.get("cts"), self.public_key, self.parties[party], party)
+        self._last[party] = step
+        values = [int(v) for v in np.asarray(self._sk.decrypt(cts)).ravel()]
+        answer = encode({"stage": "decrypted", "party": party, "epoch": step[0],
+                         "batch": step[1], "values": values})
+        self.traffic += len(answer)
+        return answer
+
+
+def _gradient_step(msg: dict, parties: dict[str, int], last: dict, who: str) -> tuple:
+    """(owner, epoch, batch) of a gradient message, checked against ``last`` (no replay)."""
+    party = msg.get("party")
+    if party not in parties:
+        raise ProtocolError(f"message to {who} from {party!r}: not a gradient from a known "
+                            f"party ({sorted(parties)})")
+    step = (msg.get("epoch"), msg.get("batch"))
+    if not all(isinstance(s, int) and not isinstance(s, bool) for s in step) or \
+            step <= last[party]:
+        raise ProtocolError(f"message from {party!r}: epoch/batch {step} is replayed or out "
+                            "of order")
+    return party, step
+
+
+class ShareHolder:
+    """One party's share of an n-of-n threshold key (sans-I/O): partially decrypts the
+    masked gradients of every party, for their owner only."""
+
+    def __init__(self, name: str, share: threshold.KeyShare, parties: dict[str, int], *,
+                 rng: Any = None) -> None:
+        self.name = str(name)
+        self._share = share
+        self.parties = dict(parties)
+        self._last = {p: (-1, -1) for p in self.parties}
+        self._rng = check_rng(rng)
+
+    def partial(self, message: bytes) -> bytes:
+        """A masked gradient message -> this holder's partial decryption for its owner."""
+        msg = _message(message, "gradient", "a party")
+        owner, step = _gradient_step(msg, self.parties, self._last, repr(self.name))
+        cts = _ciphertexts(msg.get("cts"), self._share.public_key, self.parties[owner], owner)
+        self._last[owner] = step
+        part = self._share.partial_decrypt(cts, rng=self._rng)
+        return encode({"stage": "partial", "party": owner, "by": self.name, "epoch": step[0],
+                       "batch": step[1], "partial": serialization.dumps(part)})
+
+
+def combine(public_key: threshold.ThresholdPublicKey, gradient: bytes,
+            partials: dict[str, bytes]) -> bytes:
+    """At the owner: its own masked gradient message and every holder's partial
+    decryption -> the "decrypted" message :meth:`update` takes (proofs are verified; a bad
+    one is a ProtocolError naming its sender)."""
+    msg = _message(gradient, "gradient", "self")
+    owner, step = msg.get("party"), (msg.get("epoch"), msg.get("batch"))
+    cts = serialization.loads(msg.get("cts"), public_key=public_key)
+    parts = []
+    for by, blob in partials.items():
+        part = _message(blob, "partial", by)
+        if (part.get("party"), part.get("epoch"), part.get("batch")) != (owner, *step):
+            raise ProtocolError(f"message from {by!r}: a partial decryption for another "
+                                "gradient")
+        try:
+            parts.append(serialization.loads(part.get("partial"), public_key=public_key))
+        except CryptoError as exc:
+            raise ProtocolError(f"message from {by!r}: bad partial decryption: {exc}") \
+                from None
+    try:
+        values = public_key.combine(parts, cts)
+    except CryptoError as exc:
+        raise ProtocolError(f"partial decryptions for {owner!r}: {exc}") from None
+    return encode({"stage": "decrypted", "party": owner, "epoch": step[0], "batch": step[1],
+                   "values": [int(v) for v in np.asarray(values).ravel()]})
+
+
+class ThresholdDecryption:
+    """The local composition of threshold decryption, in the Arbiter's place: a dealer
+    deals an n-of-n key among ``parties`` once (the dealer must then forget it: veil has
+    no distributed Paillier key generation), each party's :class:`ShareHolder`
+    partially decrypts, the owner :func:`combine` s. ``traffic``: bytes of the partials."""
+
+    def __init__(self, parties: dict[str, int], *, key_bits: int = 2048,
+                 insecure_ok: bool = False, keys: tuple | None = None, rng: Any = None
+                 ) -> None:
+        self.parties = {str(k): check_int(v, f"parties[{k!r}]", low=1)
+                        for k, v in parties.items()}
+        names = list(self.parties)
+        if keys is None:
+            keys = threshold.keygen(key_bits, parties=len(names), threshold=len(names),
+                                    insecure_ok=insecure_ok, rng=check_rng(rng))
+        self.public_key, shares = keys
+        if len(shares) != len(names) or self.public_key.threshold != len(names):
+            raise ConfigError(f"keys must be an n-of-n threshold key for the {len(names)} "
+                              "parties")
+        self.holders = [ShareHolder(n, s, self.parties) for n, s in zip(names, shares)]
+        self.traffic = 0
+
+    def key_message(self) -> bytes:
+        return encode({"stage": "key", "key": serialization.dumps(self.public_key)})
+
+    def decrypt(self, message: bytes) -> bytes:
+        partials = {h.name: h.partial(message) for h in self.holders}
+        self.traffic += sum(len(p) for p in partials.values())
+        return combine(self.public_key, message, partials)
+

@@ -1,0 +1,269 @@
+"""A vertical or transfer-learning run from a configuration (a TOML section as a dict).
+
+``run_vertical(config)`` takes the ``[vertical]`` section: each party's CSV table, the id
+column and the label column; it checks the tables (the label held by exactly one party,
+no feature column at two parties, ids of one type without duplicates), aligns the rows by
+PSI, trains the model and returns a dict of results::
+
+    [vertical]
+    model = "logistic"          # "logistic", "linear" or "split"
+    protocol = "paillier"       # logistic / linear: "paillier" or "ss"
+    id = "id"                   # the id column of every table
+    label = "y"                 # the label column (in exactly one table)
+    parties = { guest = "guest.csv", host = "host.csv" }   # name -> CSV path
+    epochs = 10
+    batch_size = 256
+    learning_rate = 0.15
+    alpha = 0.0                 # L2 penalty (logistic / linear)
+    optimizer = "sgd"           # or "rmsprop" (paillier)
+    key_bits = 2048             # paillier
+    decryption = "arbiter"      # paillier: "arbiter" (holds the key) or "threshold"
+    test_fraction = 0.2         # aligned rows held out for the metrics (0: report on train)
+    seed = 0                    # simulation randomness (data split, batches); omit: secure
+    label_epsilon = 1.0         # optional label DP (paillier logistic, split), with
+    label_delta = 1e-5          #   a fresh ledger of that budget for the label holder
+    prefix_columns = false      # true: column names are local to each party ("x0" at the
+                                #   guest and at the host are different features), so they
+                                #   are read as "guest.x0", "host.x0"; false: a name at two
+                                #   parties is refused as an overlap
+
+``run_transfer(config)`` takes the ``[transfer]`` section (source, targets, transfer and
+test CSVs with a label column; see :mod:`veil.fl.vertical.transfer`).
+Relative paths are resolved against ``base`` (the directory of the TOML file).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from veil._validation import check_choice, check_epsilon, check_probability
+from veil.errors import ConfigError, DataError
+from veil.fl.vertical.align import align, read_ids
+from veil.random import check_rng
+
+__all__ = ["run_vertical", "run_transfer", "check_tables"]
+
+log = logging.getLogger(__name__)
+
+_VERTICAL_KEYS = {"model", "protocol", "id", "label", "parties", "epochs", "batch_size",
+                  "learning_rate", "alpha", "optimizer", "key_bits", "test_fraction", "seed",
+                  "label_epsilon", "label_delta", "hidden", "embedding",
+                  "prefix_columns", "decryption"}
+_TRANSFER_KEYS = {"label", "source", "targets", "transfer", "test", "teachers",
+                  "noise_multiplier", "epsilon", "delta", "max_queries", "rounds",
+                  "local_epochs", "learning_rate", "hidden", "source_epochs", "seed"}
+
+
+def _keys(config: Any, allowed: set[str], section: str) -> dict:
+    if not isinstance(config, dict):
+        raise ConfigError(f"[{section}] must be a table of settings")
+    unknown = sorted(set(config) - allowed)
+    if unknown:
+        raise ConfigError(f"[{section}] has unknown settings {unknown}; allowed: "
+                          f"{sorted(allowed)}")
+    return config
+
+
+def _read(path: Any, base: Path, what: str) -> pd.DataFrame:
+    file = Path(str(path))
+    file = file if file.is_absolute() else base / file
+    if not file.is_file():
+        raise DataError(f"{what}: {str(file)!r} is not a file")
+    return pd.read_csv(file)
+
+
+def check_tables(tables: dict[str, pd.DataFrame], id_column: str, label: str) -> str:
+    """Refuse tables that cannot be joined vertically; returns the label holder's name.
+
+    Checks: every table has the id column (ids of one type, no duplicates, no missing
+    ones); the label is in exactly one table; no other column is in two tables.
+    """
+    if len(tables) < 2:
+        raise ConfigError(f"vertical learning needs at least two parties; got {list(tables)}")
+    kinds = {}
+    for name, table in tables.items():
+        kinds[name] = read_ids(table, id_column, name=f"ids of {name!r}")[1]
+    if len(set(kinds.values())) > 1:
+        raise DataError(f"mismatched id types across parties: {kinds}; convert the "
+                        f"{id_column!r} columns to one type")
+    holders = [name for name, t in tables.items() if label in t.columns]
+    if len(holders) != 1:
+        raise ConfigError(f"the label {label!r} is held by {holders or 'no party'}; exactly "
+                          "one party (the guest) must hold it")
+    owner: dict[str, str] = {}
+    for name, table in tables.items():
+        for col in table.columns:
+            if col in (id_column, label):
+                continue
+            if col in owner:
+                raise ConfigError(f"column {col!r} is held by both {owner[col]!r} and "
+                                  f"{name!r}: a vertical split gives each feature to one "
+                                  "party (rename or drop one)")
+            owner[col] = name
+        if not [c for c in table.columns if c not in (id_column, label)]:
+            raise DataError(f"party {name!r} holds no feature column")
+    return holders[0]
+
+
+def _auc(y: np.ndarray, score: np.ndarray) -> float:
+    from sklearn.metrics import roc_auc_score
+
+    return float(roc_auc_score(y, score)) if len(np.unique(y)) == 2 else float("nan")
+
+
+def run_vertical(config: dict, *, base: str | Path = ".") -> dict[str, Any]:
+    """The ``[vertical]`` section -> results (see the module docstring)."""
+    cfg = _keys(config, _VERTICAL_KEYS, "vertical")
+    model_kind = check_choice(cfg.get("model", "logistic"), "model",
+                              ("logistic", "linear", "split"))
+    id_column, label = cfg.get("id", "id"), cfg.get("label", "y")
+    parties = cfg.get("parties")
+    if not isinstance(parties, dict) or len(parties) < 2:
+        raise ConfigError("parties must map at least two party names to CSV paths")
+    test_fraction = check_probability(cfg.get("test_fraction", 0.0), "test_fraction",
+                                      high_open=True)
+    label_epsilon = cfg.get("label_epsilon")
+    if label_epsilon is not None:
+        check_epsilon(label_epsilon, "label_epsilon")
+    base = Path(base)
+    tables = {str(k): _read(v, base, f"parties.{k}") for k, v in parties.items()}
+    if cfg.get("prefix_columns", False):
+        tables = {k: t.rename(columns={c: f"{k}.{c}" for c in t.columns
+                                       if c not in (id_column, label)})
+                  for k, t in tables.items()}
+    guest = check_tables(tables, id_column, label)
+    hosts = [n for n in tables if n != guest]
+    rng = check_rng(cfg.get("seed"))
+    alignment = align(tables[guest], {h: tables[h] for h in hosts},
+                      column=id_column)             # PSI keys: the CSPRNG, whatever the seed
+    ordered = [guest, *hosts]
+    frames = [alignment.take("guest" if n == guest else n, tables[n]) for n in ordered]
+    y = frames[0][label].to_numpy()
+    blocks = [f.drop(columns=[c for c in (id_column, label) if c in f.columns])
+              .to_numpy(dtype=np.float64) for f in frames]
+    n = y.size
+    test = np.zeros(n, dtype=bool)
+    if test_fraction:
+        test[rng.permutation(n)[: int(round(test_fraction * n))]] = True
+    train_blocks, test_blocks = [b[~test] for b in blocks], [b[test] if test.any() else b[~test]
+                                                             for b in blocks]
+    y_train, y_test = y[~test], (y[test] if test.any() else y[~test])
+    ledger = None
+    if label_epsilon is not None:
+        from veil.dp import Ledger
+
+        ledger = Ledger(epsilon=label_epsilon, delta=cfg.get("label_delta", 1e-5),
+                        accountant="rdp" if model_kind != "split" else "pld")
+    common = {"epochs": cfg.get("epochs", 10), "batch_size": cfg.get("batch_size", 256)}
+    results: dict[str, Any] = {"aligned": alignment.size, "psi_bytes": alignment.bytes,
+                               "parties": ordered, "guest": guest}
+    if model_kind == "split":
+        from veil.fl.vertical.split import SplitNN
+
+        model = SplitNN(learning_rate=cfg.get("learning_rate", 1e-3),
+                        hidden=cfg.get("hidden", 64), embedding=cfg.get("embedding", 16),
+                        label_epsilon=label_epsilon, ledger=ledger, random_state=rng.spawn(1)[0],
+                        **common)
+        model.fit(train_blocks, y_train.astype(np.int64))
+        results["bytes"] = model.bytes_
+        results["accuracy"] = model.score(test_blocks, y_test)
+        if len(model.classes_) == 2:
+            results["auc"] = _auc(y_test, model.predict_proba(test_blocks)[:, 1])
+    else:
+        from veil.fl.vertical.linear import VerticalLinearRegression, VerticalLogisticRegression
+
+        cls = VerticalLogisticRegression if model_kind == "logistic" else \
+            VerticalLinearRegression
+        model = cls(cfg.get("protocol", "paillier"), learning_rate=cfg.get("learning_rate", 0.15),
+                    alpha=cfg.get("alpha", 0.0), optimizer=cfg.get("optimizer", "sgd"),
+                    key_bits=cfg.get("key_bits", 2048),
+                    decryption=cfg.get("decryption", "arbiter"), label_epsilon=label_epsilon,
+                    label_delta=cfg.get("label_delta", 1e-5), ledger=ledger,
+                    random_state=rng.spawn(1)[0], **common)
+        model.fit(train_blocks, y_train)
+        results["seconds_per_epoch"] = model.stats_.seconds
+        results["bytes_per_epoch"] = model.stats_.bytes
+        if model_kind == "logistic":
+            results["accuracy"] = model.score(test_blocks, y_test)
+            results["auc"] = _auc(y_test, model.decision_function(test_blocks))
+        else:
+            results["r2"] = model.score(test_blocks, y_test)
+    if ledger is not None:
+        results["label_epsilon_spent"] = ledger.spent()[0]
+    results["evaluated_on"] = "held-out aligned rows" if test.any() else "training rows"
+    log.info("vertical run: %s", results)
+    return results
+
+
+def run_transfer(config: dict, *, base: str | Path = ".") -> dict[str, Any]:
+    """The ``[transfer]`` section -> target test accuracy with and without the source model.
+
+    ``source``, ``transfer``, ``test``: CSV paths; ``targets``: a list of CSV paths (one
+    per target party); all share the feature columns, ``label`` is the class column
+    (integers 0..K-1; the transfer table's labels, if any, are ignored).
+    """
+    from veil.dp import Ledger
+    from veil.fl.strategies import FedAvg
+    from veil.fl.vertical.transfer import SourceParty, _torch, transfer_learn
+
+    cfg = _keys(config, _TRANSFER_KEYS, "transfer")
+    torch = _torch()
+    base = Path(base)
+    label = cfg.get("label", "y")
+
+    def xy(path: Any, what: str) -> tuple[np.ndarray, np.ndarray]:
+        table = _read(path, base, what)
+        if label not in table.columns:
+            raise DataError(f"{what}: no label column {label!r}")
+        return (table.drop(columns=[label]).to_numpy(dtype=np.float64),
+                table[label].to_numpy(dtype=np.int64))
+
+    targets = cfg.get("targets")
+    if not isinstance(targets, list) or not targets:
+        raise ConfigError("targets must be a list of CSV paths, one per target party")
+    Xs, ys = xy(cfg.get("source"), "source")
+    clients = [xy(p, f"targets[{i}]") for i, p in enumerate(targets)]
+    test = xy(cfg.get("test"), "test")
+    transfer_table = _read(cfg.get("transfer"), base, "transfer")
+    transfer = transfer_table.drop(columns=[label], errors="ignore").to_numpy(dtype=np.float64)
+    widths = {Xs.shape[1], test[0].shape[1], transfer.shape[1], *(c[0].shape[1]
+                                                                  for c in clients)}
+    if len(widths) != 1:
+        raise DataError(f"source, targets, transfer and test have different feature counts "
+                        f"{sorted(widths)}")
+    hidden = cfg.get("hidden", 32)
+    classes = int(max(ys.max(), *(c[1].max() for c in clients))) + 1
+
+    def make(d: int, k: int) -> Any:
+        return torch.nn.Sequential(torch.nn.Linear(d, hidden), torch.nn.ReLU(),
+                                   torch.nn.Linear(hidden, k))
+
+    rng = check_rng(cfg.get("seed"))
+    ledger = None
+    if cfg.get("noise_multiplier") is not None:
+        ledger = Ledger(epsilon=cfg.get("epsilon", 3.0), delta=cfg.get("delta", 1e-5))
+    source = SourceParty(Xs, ys, make, teachers=cfg.get("teachers", 1),
+                         epochs=cfg.get("source_epochs", 5),
+                         noise_multiplier=cfg.get("noise_multiplier"), ledger=ledger,
+                         max_queries=cfg.get("max_queries", max(1, transfer.shape[0])),
+                         rng=rng.spawn(1)[0])
+    strategy = FedAvg(local_epochs=cfg.get("local_epochs", 1),
+                      learning_rate=cfg.get("learning_rate", 0.05), batch_size=32)
+    rounds = cfg.get("rounds", 10)
+    torch.manual_seed(int(rng.integers(0, 2**31)))
+    student = make(Xs.shape[1], classes)
+    seed = int(rng.integers(0, 2**31))  # the same simulated rounds for both runs
+    base_run, _ = transfer_learn(None, None, clients, student, strategy, rounds, test=test,
+                                 rng=seed)
+    moved, _ = transfer_learn(source, transfer, clients, student, strategy, rounds,
+                              test=test, rng=seed)
+    results = {"accuracy_without_source": base_run.rounds[-1]["accuracy"],
+               "accuracy_with_source": moved.rounds[-1]["accuracy"]}
+    if ledger is not None:
+        results["source_epsilon_spent"] = ledger.spent()[0]
+    return results

@@ -1,0 +1,216 @@
+"""Federated transfer learning: a source model shared by distillation, then federated
+fine-tuning among the target parties.
+
+The recipe (the seed material's; Pan & Yang 2010 for transfer learning, Hinton, Vinyals &
+Dean 2015 for distillation):
+
+1. the *source* party, rich in labeled data of a related domain, trains a model (or, for
+   DP, ``teachers`` models on disjoint parts of its data);
+2. it answers a query of unlabeled *transfer* inputs (public data of the target domain;
+   the targets' own inputs would be revealed to the source) with soft labels
+   (:class:`SourceParty`, sans-I/O: a query message in, a soft-label message out);
+3. the target side distills a student network on those soft labels (:func:`distill`);
+4. the target parties fine-tune the student with veil's horizontal federated learning
+   (:class:`veil.fl.Federation`, any strategy, starting from the distilled weights).
+
+Nothing of the source's data or model leaves the source except the soft labels.
+
+PATE-style noisy aggregation (Papernot, Abadi, Erlingsson, Goodfellow & Talwar 2017;
+Gaussian noise as in Papernot, Song, Mironov, Raghunathan, Talwar & Erlingsson 2018):
+with ``noise_multiplier`` sigma the source answers each transfer input with the vote
+histogram of its teachers (each votes its argmax) plus N(0, sigma^2) per class, clipped at
+0 and normalized into a soft label. One source record is in one teacher's part, so it
+changes at most one vote per query: two histogram cells by 1, an L2 sensitivity of
+sqrt(2). Each query is a Gaussian mechanism of noise multiplier sigma / sqrt(2), and the
+source's :class:`~veil.dp.Ledger` is charged the composition over the queried rows before
+any noise is drawn (the data-independent bound; PATE's data-dependent analysis is
+tighter but needs smooth sensitivity to be released, not done here). Without noise the
+soft labels are the teachers' averaged class probabilities: no privacy claim.
+
+Not done: the secure federated transfer learning of Liu, Kang, Xing, Chen & Yang (2018),
+which learns a shared representation on the overlapping samples under HE or secret
+sharing.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from dp_accounting import dp_event as de
+
+from veil._validation import check_array, check_int, check_positive
+from veil.dp import Ledger
+from veil.errors import (
+    BudgetExceededError,
+    ConfigError,
+    DataError,
+    MissingDependencyError,
+    ProtocolError,
+)
+from veil.fl.messages import decode, encode
+from veil.fl.vertical._noise import grid_gaussian
+from veil.random import check_rng
+
+__all__ = ["SourceParty", "distill", "train_module", "transfer_learn"]
+
+log = logging.getLogger(__name__)
+
+
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError:
+        raise MissingDependencyError("transfer learning needs PyTorch: pip install "
+                                     "'veil[torch]'") from None
+    return torch
+
+
+def train_module(module: Any, X: np.ndarray, targets: np.ndarray, *, epochs: int,
+                 batch_size: int, learning_rate: float, rng: Any = None) -> Any:
+    """Adam on the cross-entropy of ``module``'s logits against ``targets``: integer
+    labels (n,) or soft labels (n, K). Trains ``module`` in place and returns it."""
+    torch = _torch()
+    X = torch.as_tensor(np.asarray(X, dtype=np.float32))
+    soft = np.ndim(targets) == 2
+    t = torch.as_tensor(np.asarray(targets, dtype=np.float32 if soft else np.int64))
+    opt = torch.optim.Adam(module.parameters(), lr=check_positive(learning_rate,
+                                                                  "learning_rate"))
+    rng = check_rng(rng)
+    n = X.shape[0]
+    module.train()
+    for _ in range(check_int(epochs, "epochs", low=1)):
+        order = torch.as_tensor(rng.permutation(n))
+        for i in range(0, n, batch_size):
+            rows = order[i:i + batch_size]
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(module(X[rows]), t[rows]).backward()
+            opt.step()
+    return module
+
+
+class SourceParty:
+    """The data-rich party: trains ``teachers`` models on disjoint parts of its data and
+    answers transfer queries with soft labels (module docstring).
+
+    ``make_module(d, K)`` builds a network; ``max_queries``: the most transfer rows it will
+    label (its own plan; with ``noise_multiplier`` the whole plan must fit ``ledger``).
+    ``rng``: simulation randomness; ``noise_rng``: the vote noise (None: the CSPRNG).
+    """
+
+    def __init__(self, X: Any, y: Any, make_module: Callable[[int, int], Any], *,
+                 teachers: int = 1, epochs: int = 10, batch_size: int = 128,
+                 learning_rate: float = 1e-3, noise_multiplier: float | None = None,
+                 ledger: Ledger | None = None, max_queries: int = 10_000,
+                 rng: Any = None, noise_rng: Any = None) -> None:
+        X = check_array(X, "X of the source", ndim=2)
+        y = check_array(y, "y of the source", ndim=1, dtype=np.int64)
+        if y.size != X.shape[0] or y.min() < 0:
+            raise DataError("y of the source must hold one label 0..K-1 per row")
+        self.teachers = check_int(teachers, "teachers", low=1, high=max(1, X.shape[0] // 10))
+        self.max_queries = check_int(max_queries, "max_queries", low=1)
+        self.noise_multiplier = None if noise_multiplier is None else \
+            check_positive(noise_multiplier, "noise_multiplier")
+        if self.noise_multiplier is not None:
+            if ledger is None:
+                raise ConfigError("noise_multiplier needs ledger= (the source's Ledger)")
+            if not ledger.fits(self._event(self.max_queries)):
+                raise BudgetExceededError(f"max_queries={max_queries} noisy answers with "
+                                          f"noise_multiplier={noise_multiplier} do not fit the "
+                                          "source's ledger; nothing was charged")
+        self._ledger = ledger
+        self._rng = check_rng(rng)              # teachers' parts and batch order
+        self._noise_rng = check_rng(noise_rng)  # the vote noise: the CSPRNG unless tests
+        self.classes = int(y.max()) + 1
+        self.n_features = X.shape[1]
+        parts = np.array_split(self._rng.permutation(y.size), self.teachers)
+        self.models = [train_module(make_module(X.shape[1], self.classes), X[p], y[p],
+                                    epochs=epochs, batch_size=batch_size,
+                                    learning_rate=learning_rate, rng=r)
+                       for p, r in zip(parts, self._rng.spawn(self.teachers))]
+        self._answered = 0
+
+    def _event(self, rows: int) -> de.DpEvent:
+        return de.SelfComposedDpEvent(de.GaussianDpEvent(self.noise_multiplier / math.sqrt(2)),
+                                      rows)
+
+    def answer(self, query: bytes) -> bytes:
+        """A transfer query (unlabeled rows) -> their soft labels."""
+        torch = _torch()
+        try:
+            msg = decode(query)
+        except ProtocolError as exc:
+            raise ProtocolError(f"message from 'target': {exc}") from None
+        X = msg.get("X") if isinstance(msg, dict) and msg.get("stage") == "query" else None
+        if not (isinstance(X, np.ndarray) and X.dtype == np.float32 and X.ndim == 2
+                and X.shape[1] == self.n_features and X.shape[0] > 0
+                and np.all(np.isfinite(X))):
+            raise ProtocolError(f"message from 'target': not a query of finite float32 rows "
+                                f"with {self.n_features} features")
+        if self._answered + X.shape[0] > self.max_queries:
+            raise ProtocolError(f"message from 'target': {X.shape[0]} more rows would exceed "
+                                f"the source's max_queries={self.max_queries}")
+        inputs = torch.as_tensor(X)
+        with torch.no_grad():
+            outs = [m.eval()(inputs) for m in self.models]
+        if self.noise_multiplier is None:
+            soft = np.mean([torch.softmax(o, 1).numpy() for o in outs], axis=0)
+        else:
+            self._ledger.charge(self._event(X.shape[0]),
+                                label=f"transfer soft labels, {X.shape[0]} rows")
+            votes = np.zeros((X.shape[0], self.classes))
+            for o in outs:
+                votes[np.arange(X.shape[0]), o.argmax(1).numpy()] += 1
+            noisy = np.clip(grid_gaussian(votes, self.noise_multiplier, self._noise_rng), 0.0, None)
+            total = noisy.sum(axis=1, keepdims=True)
+            soft = np.where(total > 0, noisy / np.where(total > 0, total, 1.0),
+                            1.0 / self.classes)
+        self._answered += X.shape[0]
+        return encode({"stage": "soft_labels", "q": soft.astype(np.float32)})
+
+
+def distill(module: Any, X: Any, answer: bytes, *, epochs: int = 20, batch_size: int = 128,
+            learning_rate: float = 1e-3, rng: Any = None) -> Any:
+    """Train a copy of ``module`` on the source's soft labels for the transfer rows ``X``."""
+    try:
+        msg = decode(answer)
+    except ProtocolError as exc:
+        raise ProtocolError(f"message from 'source': {exc}") from None
+    q = msg.get("q") if isinstance(msg, dict) and msg.get("stage") == "soft_labels" else None
+    X = check_array(X, "X (transfer rows)", ndim=2)
+    if not (isinstance(q, np.ndarray) and q.dtype == np.float32 and q.ndim == 2
+            and q.shape[0] == X.shape[0] and np.all(np.isfinite(q)) and np.all(q >= 0)
+            and np.allclose(q.sum(axis=1), 1.0, atol=1e-3)):
+        raise ProtocolError("message from 'source': the soft labels are not one probability "
+                            "row per transfer row")
+    return train_module(copy.deepcopy(module), X, q, epochs=epochs, batch_size=batch_size,
+                        learning_rate=learning_rate, rng=rng)
+
+
+def transfer_learn(source: SourceParty | None, transfer_X: Any, clients: Sequence[tuple[Any, Any]],
+                   student: Any, strategy: Any, rounds: int, *, distill_epochs: int = 20,
+                   learning_rate: float = 1e-3, test: tuple[Any, Any] | None = None,
+                   ledger: Ledger | None = None, rng: Any = None) -> tuple[Any, Any]:
+    """The whole recipe in this process: query, distill, then federated fine-tuning.
+
+    ``student``: the target's torch module. ``source=None``: no transfer (the baseline: the
+    targets fine-tune ``student`` from its initial weights). Returns the Federation's
+    history and the starting module. ``ledger``: for a DP federated strategy.
+    """
+    from veil.fl import Federation
+    from veil.learn import TorchModel
+
+    rng = check_rng(rng)
+    if source is not None:
+        transfer_X = check_array(transfer_X, "transfer_X", ndim=2)
+        answer = source.answer(encode({"stage": "query",
+                                       "X": transfer_X.astype(np.float32)}))
+        student = distill(student, transfer_X, answer, epochs=distill_epochs,
+                          learning_rate=learning_rate, rng=rng.spawn(1)[0])
+    fed = Federation(clients, TorchModel(student), strategy, rounds, test=test,
+                     ledger=ledger, rng=rng.spawn(1)[0])
+    return fed.run(), student
