@@ -221,7 +221,8 @@ class _Party:
         """The arbiter's public key."""
         msg = _message(message, "key", "arbiter")
         try:
-            pk = serialization.loads(_get(msg, "key", bytes, "arbiter"))
+            pk = serialization.loads(_get(msg, "key", bytes, "arbiter"),
+                                     insecure_ok=self._min_key_bits < paillier.MIN_SECURE_BITS)
         except CryptoError as exc:
             raise ProtocolError(f"message from 'arbiter': bad public key: {exc}") from None
         if not isinstance(pk, paillier.PublicKey):
@@ -518,7 +519,7 @@ class ShareHolder:
         owner, step = _gradient_step(msg, self.parties, self._last, repr(self.name))
         cts = _ciphertexts(msg.get("cts"), self._share.public_key, self.parties[owner], owner)
         self._last[owner] = step
-        part = self._share.partial_decrypt(cts, rng=self._rng)
+        part = self._share.partial_decrypt(cts)
         return encode({"stage": "partial", "party": owner, "by": self.name, "epoch": step[0],
                        "batch": step[1], "partial": serialization.dumps(part)})
 
