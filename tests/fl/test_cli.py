@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from veil.cli.main import main
+from veil.dp import Ledger
 from veil.errors import ConfigError
 from veil.experiments.fl_config import load_config
 from veil.fl.checkpoint import Checkpoint
@@ -85,9 +86,18 @@ def test_run_writes_results_and_plot_and_refuses_to_overwrite(tmp_path, capsys):
     assert "--resume" in capsys.readouterr().err
 
 
-def test_kill_9_and_resume_gives_the_uninterrupted_model(tmp_path):
+# the budget is split exactly over the rounds: a round charged twice would make the last
+# one fail with BudgetExceededError
+PRIVATE = SMALL + """
+[privacy]
+epsilon = 4.0
+delta = 1e-5
+"""
+
+
+def test_kill_9_and_resume_gives_the_uninterrupted_spend_and_model(tmp_path):
     # 80 rounds: long enough that the watcher below catches round 3 even on a loaded machine
-    config = _config(tmp_path, SMALL.format(rounds=80))
+    config = _config(tmp_path, PRIVATE.format(rounds=80))
     full, killed = tmp_path / "full", tmp_path / "killed"
     assert main(["fl", "run", str(config), "--out", str(full)]) == 0
     proc = subprocess.Popen([sys.executable, "-m", "veil.cli.main", "fl", "run", str(config),
@@ -102,6 +112,7 @@ def test_kill_9_and_resume_gives_the_uninterrupted_model(tmp_path):
             except Exception:  # caught mid-replace on a slow disk: look again
                 state = None
             if state and state["next_round"] >= 3:
+                time.sleep(0.005)  # into the next round
                 os.kill(proc.pid, signal.SIGKILL)
                 break
             time.sleep(0.02)
@@ -110,11 +121,53 @@ def test_kill_9_and_resume_gives_the_uninterrupted_model(tmp_path):
     assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed"
     stopped_at = checkpoint.load()["next_round"]
     assert 3 <= stopped_at < 80
+    # the completed rounds' results were left behind (written just after each checkpoint)
+    left = json.loads((killed / "results.json").read_text())
+    assert len(left["rounds"]) >= stopped_at - 1 >= 2
     assert main(["fl", "run", str(config), "--out", str(killed), "--resume"]) == 0
     a = json.loads((full / "results.json").read_text())
     b = json.loads((killed / "results.json").read_text())
     np.testing.assert_array_equal(np.array(b["params"]), np.array(a["params"]))
     assert [r["accuracy"] for r in b["rounds"]] == [r["accuracy"] for r in a["rounds"]]
+    spent = [Ledger.open(d / "ledger.sqlite") for d in (full, killed)]
+    assert spent[1].spent() == spent[0].spent()
+    assert [c.label for c in spent[1].history()] == [c.label for c in spent[0].history()]
+    assert (killed / "run.json").exists()
+
+
+def test_ctrl_c_leaves_results_and_says_how_to_resume(tmp_path):
+    config = _config(tmp_path, PRIVATE.format(rounds=400))
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "veil.cli.main", "fl", "run", str(config),
+                             "--out", str(out)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    checkpoint = Checkpoint(out / "checkpoint.veil")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            state = checkpoint.load()
+        except Exception:
+            state = None
+        if state and state["next_round"] >= 2:
+            proc.send_signal(signal.SIGINT)
+            break
+        time.sleep(0.02)
+    err = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 130, err
+    assert f"--out {out} --resume" in " ".join(err.split())
+    assert len(json.loads((out / "results.json").read_text())["rounds"]) >= 2
+
+
+def test_resume_refuses_a_changed_config(tmp_path, capsys):
+    config = _config(tmp_path, PRIVATE.format(rounds=2))
+    out = tmp_path / "out"
+    assert main(["fl", "run", str(config), "--out", str(out)]) == 0
+    config.write_text(PRIVATE.format(rounds=2).replace("epsilon = 4.0", "epsilon = 8.0"))
+    with pytest.raises(ConfigError, match=r"\[privacy\] epsilon: 4.0 -> 8.0"):
+        from veil.cli.fl import run
+        run(config, resume=True, out=out)
+    assert main(["fl", "run", str(config), "--out", str(out), "--resume"]) == 2
+    assert "config changed" in capsys.readouterr().err
 
 
 def test_the_adult_example_trains_with_dp_and_secagg(adult_available, tmp_path, capsys):

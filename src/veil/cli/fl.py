@@ -38,6 +38,40 @@ def _seeds(state_file: Path, seed: int | None, resume: bool) -> tuple[int, bytes
     return int(draw.randbits(62)), draw.bytes(32)
 
 
+def _settings_changed(state_file: Path, settings: dict[str, Any]) -> None:
+    """ConfigError naming what differs between ``settings`` and the run's stored config
+    (a resumed run must be the run that started: other noise or data would be another run)."""
+    if not state_file.exists():
+        return
+    stored = json.loads(state_file.read_text())
+    if stored.get("digest") in (None, _digest(settings)):
+        return
+    old, new = stored.get("settings", {}), settings
+    changed = [f"[{section}] {key}: {old.get(section, {}).get(key)!r} -> "
+               f"{new.get(section, {}).get(key)!r}"
+               for section in sorted(set(old) | set(new))
+               for key in sorted(set(old.get(section, {})) | set(new.get(section, {})))
+               if old.get(section, {}).get(key) != new.get(section, {}).get(key)]
+    raise ConfigError("cannot resume: the config changed since the run started ("
+                      + "; ".join(changed or ["its digest differs"]) + "); restore it, or "
+                      "start a new run with another --out")
+
+
+def _settings(cfg: Any) -> dict[str, Any]:
+    """The run's config as JSON values; ``[run] workers`` (speed only) left out."""
+    from veil._json import to_jsonable
+
+    settings = to_jsonable(cfg.sections)
+    settings.get("run", {}).pop("workers", None)
+    return json.loads(json.dumps(settings, sort_keys=True))
+
+
+def _digest(settings: dict[str, Any]) -> str:
+    import hashlib
+
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
+
+
 def _write_run(out_dir: Path, name: str, cfg: Any, history: Any, canaries: Any) -> Path:
     """run.json in the format ``veil audit`` reads (:mod:`veil.audit.rundir`)."""
     from veil.audit import Run, RunRecord, write_run
@@ -84,6 +118,9 @@ def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = F
         raise ConfigError(f"{out_dir} already holds a run: pass --resume to continue it, or "
                           "choose another --out (its ledger keeps the privacy budget spent)")
     seed = cfg["run"]["seed"]
+    settings = _settings(cfg)
+    if resume:
+        _settings_changed(state_file, settings)
     partition_seed, canary_seed = _seeds(state_file, seed, resume)
 
     clients, test = cfg.data(partition_seed)
@@ -101,6 +138,8 @@ def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = F
         task = progress.add_task("", total=rounds)
 
         def on_round(record: dict) -> None:
+            # results for the completed rounds, whatever ends the run
+            federation.history.save_json(out_dir / "results.json")
             eps = record.get("epsilon")
             progress.update(task, completed=record["round"] + 1, description=(
                 f"acc {record.get('accuracy', float('nan')):.4f}"
@@ -115,13 +154,23 @@ def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = F
         # run: a refused config leaves no trace that would block the next attempt
         os.makedirs(out_dir, exist_ok=True)
         state_file.write_text(json.dumps({"config": str(config), "partition_seed":
-                                          partition_seed, "canary_seed": canary_seed.hex()}))
+                                          partition_seed, "canary_seed": canary_seed.hex(),
+                                          "settings": settings, "digest": _digest(settings)}))
         ledger = None
         if cfg.has("privacy"):
             p = cfg["privacy"]
             ledger = federation.ledger = Ledger(p["epsilon"], p["delta"],
                                                 accountant=p["accountant"], path=ledger_file)
-        history = federation.run(resume=resume)
+        try:
+            history = federation.run(resume=resume)
+        except KeyboardInterrupt:
+            done = len(federation.history.rounds)
+            federation.history.save_json(out_dir / "results.json")
+            progress.stop()
+            err_console.print(f"interrupted: {done} round(s) done and saved in "
+                              f"{out_dir / 'results.json'}; continue with\n  veil fl run "
+                              f"{config} --out {out_dir} --resume")
+            raise typer.Exit(130) from None
     history.save_json(out_dir / "results.json")
     history.plot(out_dir / "plot.png", title=f"{config.stem}: {cfg['data']['dataset']}, "
                                              f"{len(clients)} clients")

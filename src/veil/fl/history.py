@@ -47,8 +47,11 @@ class History:
                        "params": None if self.params is None else self.params})
 
     def save_json(self, path: str | os.PathLike) -> None:
-        with open(path, "w", encoding="utf-8") as fh:
+        """Write the JSON atomically (a temporary file renamed over ``path``)."""
+        tmp = f"{os.fspath(path)}.tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
             json.dump(self.to_dict(), fh, indent=2)
+        os.replace(tmp, path)
 
     def plot(self, path: str | os.PathLike, *, title: str | None = None) -> None:
         """A PNG of test accuracy (left axis) and epsilon spent (right axis) per round."""
