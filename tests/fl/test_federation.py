@@ -11,7 +11,7 @@ from veil.fl import Faults, Federation, LocalRuntime
 from veil.fl.checkpoint import Checkpoint
 from veil.fl.protocol import RoundResult
 from veil.fl.strategies import DPFedAvg, FedAvg, SecAgg
-from veil.learn import LogisticRegression
+from veil.learn import LogisticRegression, SoftmaxRegression
 
 
 class Crash(Exception):
@@ -150,3 +150,17 @@ def test_bad_client_data_is_a_data_error(clients):
         X = data[1][0].copy()
         X[0, 0] = np.nan
         Federation([data[0], (X, data[1][1])], LogisticRegression(), FedAvg(), 1)
+
+
+def test_the_label_set_is_declared_or_read_from_the_data_with_a_warning(clients):
+    from veil.learn.public import PublicFactWarning
+
+    data = [(X, np.zeros_like(y)) if i == 0 else (X, (y > 0).astype(int))
+            for i, (X, y) in enumerate(clients(3))]
+    # one client holds a single label; the model still has the declared classes
+    declared = Federation(data, SoftmaxRegression(), FedAvg(), 1, rng=0, classes=[0, 1, 2])
+    assert list(declared.model.classes_) == [0, 1, 2]
+    with pytest.warns(PublicFactWarning, match="read from the data"):
+        Federation(data, LogisticRegression(), FedAvg(), 1, rng=0)
+    with pytest.raises(DataError, match="outside the declared classes"):
+        Federation(data, LogisticRegression(), FedAvg(), 1, rng=0, classes=[5, 6])

@@ -123,7 +123,7 @@ def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = F
         _settings_changed(state_file, settings)
     partition_seed, canary_seed = _seeds(state_file, seed, resume)
 
-    clients, test = cfg.data(partition_seed)
+    clients, test, classes = cfg.data(partition_seed)
     if cfg.kind == "hybrid" and cfg["hybrid"]["key_bits"] < MIN_SECURE_BITS:
         err_console.print(f"[yellow]warning:[/] an insecure {cfg['hybrid']['key_bits']}-bit "
                           "threshold key (insecure_ok = true): for tests and demos only")
@@ -148,7 +148,7 @@ def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = F
 
         federation = Federation(clients, cfg.model(), strategy, rounds, test=test,
                                 runtime=runtime, checkpoint=checkpoint, rng=seed,
-                                on_round=on_round)
+                                classes=classes, on_round=on_round)
         canaries = cfg.canaries(federation, rng=canary_seed)
         # the ledger file is created only once everything that can refuse the config has
         # run: a refused config leaves no trace that would block the next attempt

@@ -49,6 +49,7 @@ from veil.fl.runtime import LocalRuntime, RoundReport
 from veil.fl.strategies.base import Strategy
 from veil.fl.trainer import LocalTrainer
 from veil.learn.base import GradientClassifier
+from veil.learn.public import declared_classes
 from veil.random import Generator, check_rng
 
 __all__ = ["Federation"]
@@ -82,7 +83,9 @@ class Federation:
         None (secure randomness), an int seed (reproducible; tests and simulations) or a
         veil.random.Generator.
     classes:
-        The label set (default: every label seen in the clients' and test data).
+        The label set, declared (public schema knowledge, :mod:`veil.learn.public`);
+        ``"from_data"`` or None read every label seen in the clients' and test data, with
+        a warning (a client's one relabelled record could add a row to the model).
     on_round:
         Called with each round's metrics (a dict) after the round is recorded.
 
@@ -116,9 +119,10 @@ class Federation:
         if len(widths) != 1:
             raise DataError(f"the clients' X have different feature counts {sorted(widths)}")
         self.test = None if test is None else _pair(test, "test")
-        if classes is None:
-            labels = [y for _, y in data] + ([self.test[1]] if self.test else [])
-            classes = np.unique(np.concatenate(labels))
+        labels = np.concatenate([y for _, y in data] + ([self.test[1]] if self.test else []))
+        # None keeps the old behaviour (read from the data), warned like "from_data"
+        classes = declared_classes("from_data" if classes is None else classes, labels,
+                                   "Federation")
         self.model = copy.deepcopy(model).initialize(widths.pop(), classes)
         self.initial_params = self.model.get_params_vector()
         self.strategy = strategy

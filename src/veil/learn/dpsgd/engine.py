@@ -370,10 +370,11 @@ class PerExampleGradients:
             finite = np.isfinite(norms)
             n_skipped = int(size - np.count_nonzero(finite))
             if nonfinite == "raise":
-                raise DataError(f"{n_skipped} of {size} examples have a NaN or infinite "
-                                "gradient (nonfinite='raise')")
-            log.warning("DP-SGD: dropped %d of %d examples with a non-finite gradient",
-                        n_skipped, size)
+                raise DataError("an example of the batch has a NaN or infinite gradient "
+                                "(nonfinite='raise')")
+            # no count here: the batch's size and content are private (the count is in
+            # optimizer.skipped, for the curator)
+            log.warning("DP-SGD: dropped examples with a non-finite gradient")
             keep = torch.from_numpy(finite).to(sq.device)
             for _, recs in used:
                 for r in recs:
