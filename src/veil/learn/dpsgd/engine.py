@@ -101,6 +101,15 @@ class _Tap(torch.autograd.Function):
         return (None,) * 4 + (grads if ctx.passthrough else (None,) * ctx.inputs)
 
 
+def _detached(arg: Any) -> Any:
+    """A layer argument without autograd history (tensors in a tuple too: an LSTM state)."""
+    if isinstance(arg, Tensor):
+        return arg.detach()
+    if isinstance(arg, (tuple, list)):
+        return type(arg)(_detached(a) for a in arg)
+    return arg
+
+
 def _copies(*tensors: Tensor) -> tuple[Tensor, ...]:
     return tuple(t.clone() for t in tensors)
 
@@ -231,7 +240,7 @@ class PerExampleGradients:
             raise ConfigError(f"layer {type(layer.module).__name__} was called without a "
                               "tensor as first positional argument (the batch)")
         rule, module = layer.rule, layer.module
-        stored = tuple(a.detach() if isinstance(a, Tensor) else a for a in args)
+        stored = tuple(_detached(a) for a in args)
         rec = Record(module, rule, stored, kwargs)
         layer.records.append(rec)
         if isinstance(rule, FunctionalRule):

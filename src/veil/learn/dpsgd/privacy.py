@@ -24,6 +24,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from dp_accounting import dp_event as de
 
 from veil._validation import (
@@ -41,6 +42,7 @@ from veil.learn.dpsgd._torch import nn, torch
 from veil.learn.dpsgd.engine import PerExampleGradients
 from veil.learn.dpsgd.loader import PrivateLoader, StepCounter, as_source
 from veil.learn.dpsgd.optimizer import PrivateOptimizer
+from veil.learn.dpsgd.probe import check_independent
 from veil.learn.public import declared_size
 from veil.random import check_rng
 
@@ -284,6 +286,7 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data: Any, 
                           f"{sorted(map(str, kinds))}: DP-SGD needs one (cast the model)")
     engine = PerExampleGradients(model, params, loss_reduction=loss_reduction)
     try:
+        check_independent(model, source.take(np.arange(min(2, source.size))))
         if ledger is None:
             ledger = Ledger(epsilon if epsilon is not None else spent, delta, accountant)
         elif not ledger.fits(plan.event):
