@@ -359,12 +359,13 @@ class PerExampleGradients:
         used, size = self._backed()
         if size is None:
             if expected:
-                raise ConfigError(f"step() on a batch of {expected} examples without gradients: "
-                                  "call loss.backward() before optimizer.step()")
+                raise ConfigError("step() on a batch without gradients: call loss.backward() "
+                                  "before optimizer.step()")
             return ClippedSums(out, 0, 0, 0)
         if expected is not None and size != expected:
-            raise DataError(f"the model saw a batch of {size} examples but the private loader "
-                            f"sampled {expected}: train on the loader's batches unchanged")
+            # no sizes in the message: a Poisson batch's size is private
+            raise DataError("the model saw a batch of another size than the private loader "
+                            "sampled: train on the loader's batches unchanged")
         if size == 0:
             return ClippedSums(out, 0, 0, 0)
         sq, shared = self._squared_norms(used, size, self.params[0])
