@@ -52,11 +52,12 @@ def contenders(epsilon: float, d: int):
     box = (np.zeros(d), np.ones(d))
     return [
         ("LogisticRegression", "classifier",
-         lambda s: private.LogisticRegression(epsilon=epsilon, data_norm=norm),
+         lambda s: private.LogisticRegression(epsilon=epsilon, data_norm=norm,
+                                              classes=[0, 1]),
          lambda s: dpl.LogisticRegression(epsilon=epsilon, data_norm=norm, random_state=s),
          linear_model.LogisticRegression()),
         ("GaussianNB", "classifier",
-         lambda s: private.GaussianNB(epsilon=epsilon, bounds=(0, 1)),
+         lambda s: private.GaussianNB(epsilon=epsilon, bounds=(0, 1), classes=[0, 1]),
          lambda s: dpl.GaussianNB(epsilon=epsilon, bounds=box, random_state=s),
          naive_bayes.GaussianNB()),
         ("LinearRegression", "regression",
@@ -70,7 +71,7 @@ def contenders(epsilon: float, d: int):
          lambda s: dpl.KMeans(n_clusters=2, epsilon=epsilon, bounds=box, random_state=s),
          cluster.KMeans(2, n_init=10, random_state=0)),
         ("LinearSVC", "classifier",
-         lambda s: private.LinearSVC(epsilon=epsilon, data_norm=norm),
+         lambda s: private.LinearSVC(epsilon=epsilon, data_norm=norm, classes=[0, 1]),
          None, svm.LinearSVC()),
     ]
 

@@ -36,11 +36,13 @@ def main() -> None:
     budget = Ledger(epsilon=6 * eps, delta=1e-5)
     models = {
         "LogisticRegression (objective perturbation)":
-            LogisticRegression(epsilon=eps, data_norm=math.sqrt(d)),
+            LogisticRegression(epsilon=eps, data_norm=math.sqrt(d), classes=[0, 1]),
         "LogisticRegression (DP-SGD)":
-            LogisticRegression(epsilon=eps, delta=1e-6, method="dpsgd", epochs=10),
-        "LinearSVC (Huber hinge)": LinearSVC(epsilon=eps, data_norm=math.sqrt(d)),
-        "GaussianNB": GaussianNB(epsilon=eps, bounds=(0, 1)),
+            LogisticRegression(epsilon=eps, delta=1e-6, method="dpsgd", epochs=10,
+                               classes=[0, 1], n="public"),
+        "LinearSVC (Huber hinge)": LinearSVC(epsilon=eps, data_norm=math.sqrt(d),
+                                             classes=[0, 1]),
+        "GaussianNB": GaussianNB(epsilon=eps, bounds=(0, 1), classes=[0, 1]),
         "LinearRegression (0-1 target)":
             LinearRegression(epsilon=eps, bounds_X=(0, 1), bounds_y=(0, 1)),
     }

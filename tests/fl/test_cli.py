@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from veil.cli.main import main
+from veil.dp import Ledger
 from veil.errors import ConfigError
 from veil.experiments.fl_config import load_config
 from veil.fl.checkpoint import Checkpoint
@@ -101,8 +102,20 @@ sys.exit(main(sys.argv[2:]))
 """
 
 
-def test_kill_9_and_resume_gives_the_uninterrupted_model(tmp_path):
-    config = _config(tmp_path, SMALL.format(rounds=8))
+# the budget is split exactly over the rounds: a round charged twice would make the last
+# one fail with BudgetExceededError
+PRIVATE = SMALL + """
+[privacy]
+epsilon = 4.0
+delta = 1e-5
+"""
+
+
+def test_kill_9_and_resume_gives_the_uninterrupted_spend_and_model(tmp_path):
+    # the same model needs the same noise: a labelled simulation (the spend would be equal
+    # with secure noise too)
+    config = _config(tmp_path, PRIVATE.format(rounds=8).replace(
+        "[run]", "[run]\nsimulate_noise = true"))
     full, killed = tmp_path / "full", tmp_path / "killed"
     assert main(["fl", "run", str(config), "--out", str(full)]) == 0
     read_end, write_end = os.pipe()
@@ -123,11 +136,54 @@ def test_kill_9_and_resume_gives_the_uninterrupted_model(tmp_path):
     assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed"
     stopped_at = Checkpoint(killed / "checkpoint.veil").load()["next_round"]
     assert stopped_at == 3
+    # the completed rounds' results were left behind (written just after each checkpoint)
+    left = json.loads((killed / "results.json").read_text())
+    assert len(left["rounds"]) >= stopped_at - 1 >= 2
     assert main(["fl", "run", str(config), "--out", str(killed), "--resume"]) == 0
     a = json.loads((full / "results.json").read_text())
     b = json.loads((killed / "results.json").read_text())
     np.testing.assert_array_equal(np.array(b["params"]), np.array(a["params"]))
     assert [r["accuracy"] for r in b["rounds"]] == [r["accuracy"] for r in a["rounds"]]
+    spent = [Ledger.open(d / "ledger.sqlite") for d in (full, killed)]
+    assert spent[1].spent() == spent[0].spent()
+    assert [c.label for c in spent[1].history()] == [c.label for c in spent[0].history()]
+    assert (killed / "run.json").exists()
+
+
+def test_ctrl_c_leaves_results_and_says_how_to_resume(tmp_path):
+    config = _config(tmp_path, PRIVATE.format(rounds=8))
+    out = tmp_path / "out"
+    read_end, write_end = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-c", _ANNOUNCING_CHILD, str(write_end), "fl",
+                             "run", str(config), "--out", str(out)], pass_fds=(write_end,),
+                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    os.close(write_end)
+    try:
+        with os.fdopen(read_end) as announcements:
+            for line in announcements:   # the child waits after round 3's checkpoint
+                if int(line) >= 3:
+                    proc.send_signal(signal.SIGINT)
+                    break
+        err = proc.communicate(timeout=60)[1]
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 130, err
+    assert f"--out {out} --resume" in " ".join(err.split())
+    assert len(json.loads((out / "results.json").read_text())["rounds"]) >= 2
+
+
+def test_resume_refuses_a_changed_config(tmp_path, capsys):
+    config = _config(tmp_path, PRIVATE.format(rounds=2))
+    out = tmp_path / "out"
+    assert main(["fl", "run", str(config), "--out", str(out)]) == 0
+    config.write_text(PRIVATE.format(rounds=2).replace("epsilon = 4.0", "epsilon = 8.0"))
+    with pytest.raises(ConfigError, match=r"\[privacy\] epsilon: 4.0 -> 8.0"):
+        from veil.cli.fl import run
+        run(config, resume=True, out=out)
+    assert main(["fl", "run", str(config), "--out", str(out), "--resume"]) == 2
+    assert "config changed" in capsys.readouterr().err
 
 
 def test_the_adult_example_trains_with_dp_and_secagg(adult_available, tmp_path, capsys):

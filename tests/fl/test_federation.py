@@ -11,7 +11,7 @@ from veil.fl import Faults, Federation, LocalRuntime
 from veil.fl.checkpoint import Checkpoint
 from veil.fl.protocol import RoundResult
 from veil.fl.strategies import DPFedAvg, FedAvg, SecAgg
-from veil.learn import LogisticRegression
+from veil.learn import LogisticRegression, SoftmaxRegression
 
 
 class Crash(Exception):
@@ -59,10 +59,20 @@ def test_kill_and_resume_gives_the_uninterrupted_model(clients, tmp_path):
     assert resumed_fed.strategy.inner.clip_norm_ != 0.5
 
 
-def test_a_round_interrupted_after_its_charge_is_charged_again(clients, tmp_path):
+def _dp_run(data, path, rounds=3, **kwargs):
+    return Federation(data, LogisticRegression(), DPFedAvg(FedAvg(), noise_multiplier=1.0),
+                      rounds, rng=0, checkpoint=path / "ck.veil",
+                      ledger=Ledger(50.0, 1e-5, accountant="rdp", path=path / "l.sqlite"),
+                      **kwargs)
+
+
+@pytest.mark.parametrize("dies", ["mid-round", "between the checkpoint and the charge"])
+def test_a_crash_never_charges_or_releases_a_round_twice(clients, tmp_path, dies):
     data = clients(4)
-    ledger = Ledger(50.0, 1e-5, accountant="rdp", path=tmp_path / "l.sqlite")
-    strategy = DPFedAvg(FedAvg(), noise_multiplier=1.0)
+    (tmp_path / "full").mkdir()
+    (tmp_path / "killed").mkdir()
+    full = _dp_run(data, tmp_path / "full")
+    expected = full.run()
 
     class Dies(LocalRuntime):
         def run_round(self, server, clients, rng=None):
@@ -70,18 +80,30 @@ def test_a_round_interrupted_after_its_charge_is_charged_again(clients, tmp_path
                 raise Crash
             return super().run_round(server, clients, rng)
 
-    fed = Federation(data, LogisticRegression(), strategy, 3, rng=0, ledger=ledger,
-                     checkpoint=tmp_path / "ck.veil", runtime=Dies())
+    killed = _dp_run(data, tmp_path / "killed",
+                     runtime=Dies() if dies == "mid-round" else None)
+    if dies != "mid-round":
+        charge = killed.ledger.charge
+
+        def dying_charge(event, *, label=None, delta=None):
+            if label == "fl round 1":
+                raise Crash
+            return charge(event, label=label, delta=delta)
+
+        killed.ledger.charge = dying_charge
     with pytest.raises(Crash):
-        fed.run()
-    assert len(ledger.history()) == 2  # round 1 was charged, then the process died
-    again = Federation(data, LogisticRegression(), strategy, 3, rng=0,
-                       ledger=Ledger(50.0, 1e-5, accountant="rdp", path=tmp_path / "l.sqlite"),
-                       checkpoint=tmp_path / "ck.veil")
-    again.run(resume=True)
-    # rounds 1 and 2 run once more each; the lost round 1 stays charged (never under-count)
-    assert [c.label for c in again.ledger.history()] == [
-        "fl round 0", "fl round 1", "fl round 1", "fl round 2"]
+        killed.run()
+    killed.ledger.close()
+    # a fresh process: new objects, same files
+    again = _dp_run(data, tmp_path / "killed")
+    resumed = again.run(resume=True)
+    assert [c.label for c in again.ledger.history()] == [f"fl round {t}" for t in range(3)]
+    assert again.ledger.spent() == full.ledger.spent()
+    np.testing.assert_array_equal(resumed.params, expected.params)
+    assert resumed.metric("epsilon") == expected.metric("epsilon")
+    # resuming a finished run pays nothing more
+    _dp_run(data, tmp_path / "killed").run(resume=True)
+    assert len(Ledger.open(tmp_path / "killed" / "l.sqlite").history()) == 3
 
 
 def test_resume_checks_the_checkpoint_belongs_to_this_run(clients, tmp_path):
@@ -154,3 +176,15 @@ def test_a_seed_reproduces_everything_but_privacy_noise_and_keys(clients):
     assert c.to_dict()["summary"]["epsilon_certified"] is False   # ...labelled as such
     assert "not certified" in fed_c.ledger.history()[0].label
     assert "epsilon_certified" not in a.to_dict()["summary"]
+def test_the_label_set_is_declared_or_read_from_the_data_with_a_warning(clients):
+    from veil.learn.public import PublicFactWarning
+
+    data = [(X, np.zeros_like(y)) if i == 0 else (X, (y > 0).astype(int))
+            for i, (X, y) in enumerate(clients(3))]
+    # one client holds a single label; the model still has the declared classes
+    declared = Federation(data, SoftmaxRegression(), FedAvg(), 1, rng=0, classes=[0, 1, 2])
+    assert list(declared.model.classes_) == [0, 1, 2]
+    with pytest.warns(PublicFactWarning, match="read from the data"):
+        Federation(data, LogisticRegression(), FedAvg(), 1, rng=0)
+    with pytest.raises(DataError, match="outside the declared classes"):
+        Federation(data, LogisticRegression(), FedAvg(), 1, rng=0, classes=[5, 6])

@@ -345,3 +345,21 @@ def test_each_step_adds_the_next_fresh_noise_row():
     scale = -0.1 * 1.3 * 0.5 / opt.plan.batch_size  # -lr sigma C / b
     torch.testing.assert_close(torch.stack(moves), scale * torch.from_numpy(rows),
                                rtol=1e-4, atol=1e-7)
+
+
+def test_a_declared_dataset_size_sets_the_plan_not_len_data():
+    from veil.learn.public import PublicFactWarning
+
+    def plan(n, **kw):
+        return private(data=toy_data(n), epsilon=2.0, noise_multiplier=None, batch_size=10,
+                       **kw)[1].plan
+
+    # add/remove one record: with a declared size the plan (q, steps, sigma) cannot move
+    a, b = plan(40, dataset_size=100), plan(41, dataset_size=100)
+    assert (a.sample_rate, a.steps, a.noise_multiplier) == (
+        b.sample_rate, b.steps, b.noise_multiplier) and a.sample_rate == 0.1
+    with pytest.warns(PublicFactWarning, match="dataset size is treated as public"):
+        plan(40)
+    assert plan(40, dataset_size="public").sample_rate == 0.25
+    with pytest.raises(ConfigError, match="dataset_size=100 is not allowed with sampling"):
+        plan(40, dataset_size=100, sampling="fixed")

@@ -17,6 +17,7 @@ from veil.errors import BudgetExceededError, ConfigError, DataError
 from veil.learn.private import GaussianNB, KMeans, LinearSVC, LogisticRegression
 from veil.learn.private._common import estimate_bounds, group_sums
 from veil.learn.private.objective import LOGISTIC, huber_hinge, perturbation
+from veil.learn.public import PublicFactWarning
 
 
 @pytest.fixture(scope="module")
@@ -62,12 +63,13 @@ def test_logistic_regression_objective_is_accurate_and_charges_pure_epsilon(canc
     X, y = cancer
     ledger = Ledger(10.0)
     model = LogisticRegression(epsilon=10.0, data_norm=math.sqrt(30), ledger=ledger,
-                               rng=0).fit(X, y)
+                               rng=0, classes=[0, 1]).fit(X, y)
     assert model.score(X, y) > 0.85
     assert ledger.spent()[0] == pytest.approx(10.0, rel=1e-6)
     assert model.predict_proba(X[:3]).shape == (3, 2)
     # as epsilon grows the model approaches scikit-learn's with the same C
-    sharp = LogisticRegression(epsilon=500.0, data_norm=math.sqrt(30), rng=0).fit(X, y)
+    sharp = LogisticRegression(epsilon=500.0, data_norm=math.sqrt(30), rng=0,
+                               classes=[0, 1]).fit(X, y)
     reference = SkLogistic(C=1.0).fit(X, y)
     agree = (sharp.predict(X) == reference.predict(X)).mean()
     assert agree > 0.97
@@ -78,7 +80,7 @@ def test_multiclass_is_one_vs_rest_with_the_budget_split():
     centers = np.array([[0, 0], [3, 0], [0, 3]])
     y = np.repeat([0, 1, 2], 200)
     X = centers[y] + 0.5 * g.normal(size=(600, 2))
-    model = LinearSVC(epsilon=30.0, data_norm=5.0, rng=1).fit(X, y)
+    model = LinearSVC(epsilon=30.0, data_norm=5.0, rng=1, classes=[0, 1, 2]).fit(X, y)
     assert model.coef_.shape == (3, 2)
     assert model.score(X, y) > 0.9
 
@@ -87,21 +89,23 @@ def test_dpsgd_method_uses_the_ledgers_calibration(cancer):
     X, y = cancer
     ledger = Ledger(2.0, 1e-5)
     model = LogisticRegression(epsilon=2.0, delta=1e-5, method="dpsgd", epochs=5,
-                               batch_size=64, ledger=ledger, rng=0).fit(X, y)
+                               batch_size=64, ledger=ledger, rng=0, classes=[0, 1],
+                               n="public").fit(X, y)
     q = 64 / len(X)
     assert model.noise_multiplier_ == calibrate_noise(2.0, 1e-5, q, 5 * int(1 / q), "pld")
     assert ledger.spent()[0] <= 2.0
     assert model.score(X, y) > 0.85
     with pytest.raises(ConfigError, match="delta=0"):
-        LogisticRegression(epsilon=1.0, method="dpsgd").fit(X, y)
+        LogisticRegression(epsilon=1.0, method="dpsgd", classes=[0, 1]).fit(X, y)
 
 
 def test_linear_models_need_a_declared_or_estimated_norm(cancer):
     X, y = cancer
     with pytest.raises(ConfigError, match="data_norm=None.*estimate"):
-        LogisticRegression(epsilon=1.0).fit(X, y)
+        LogisticRegression(epsilon=1.0, classes=[0, 1]).fit(X, y)
     ledger = Ledger(20.0)
-    model = LinearSVC(epsilon=20.0, data_norm="estimate", ledger=ledger, rng=0).fit(X, y)
+    model = LinearSVC(epsilon=20.0, data_norm="estimate", ledger=ledger, rng=0,
+                      classes=[0, 1]).fit(X, y)
     assert len(ledger.history()) == 2  # the norm histogram, then the model
     assert model.score(X, y) > 0.85
 
@@ -124,14 +128,14 @@ def test_group_statistics_sensitivity_by_neighbouring_datasets():
 
 def test_gaussian_nb_matches_scikit_learn_at_large_epsilon(cancer):
     X, y = cancer
-    model = GaussianNB(epsilon=100.0, bounds=(0, 1), rng=0).fit(X, y)
+    model = GaussianNB(epsilon=100.0, bounds=(0, 1), rng=0, classes=[0, 1]).fit(X, y)
     reference = SkGaussianNB().fit(X, y)
     assert np.allclose(model.theta_, reference.theta_, atol=0.01)
     assert (model.predict(X) == reference.predict(X)).mean() > 0.97
     assert model.predict_proba(X[:2]).sum(1) == pytest.approx([1, 1])
-    assert GaussianNB(epsilon=1.0, bounds=(0, 1), rng=1).fit(X, y).score(X, y) > 0.6
+    assert GaussianNB(epsilon=1.0, bounds=(0, 1), rng=1, classes=[0, 1]).fit(X, y).score(X, y) > 0.6
     with pytest.raises(ConfigError, match="bounds=None"):
-        GaussianNB(epsilon=1.0).fit(X, y)
+        GaussianNB(epsilon=1.0, classes=[0, 1]).fit(X, y)
 
 
 def test_kmeans_finds_separated_clusters_and_releases_only_centres():
@@ -158,3 +162,41 @@ def test_estimate_bounds_covers_the_data_within_a_factor_two():
     assert lo[1] <= -0.02 and 0.5 <= hi[1] <= 1.0
     with pytest.raises(DataError, match="declare the bounds"):
         estimate_bounds(X[:10], 0.01, rng=0)
+
+
+@pytest.mark.parametrize("make", [
+    lambda **kw: LogisticRegression(epsilon=50.0, data_norm=3.0, rng=0, **kw),
+    lambda **kw: LinearSVC(epsilon=50.0, data_norm=3.0, rng=0, **kw),
+    lambda **kw: GaussianNB(epsilon=50.0, bounds=(-3, 3), rng=0, **kw),
+])
+def test_the_label_set_is_declared_not_read_from_the_data(make):
+    g = np.random.default_rng(5)
+    X = g.normal(size=(300, 2))
+    y = (X[:, 0] > 0).astype(int)
+    relabelled = y.copy()
+    relabelled[0] = 2  # one record with a new label
+    with pytest.raises(ConfigError, match="classes=None.*from_data"):
+        make().fit(X, y)
+    # declared: one relabelled record cannot change the shape of the release
+    a, b = make(classes=[0, 1, 2]).fit(X, y), make(classes=[0, 1, 2]).fit(X, relabelled)
+    assert list(a.classes_) == list(b.classes_) == [0, 1, 2]
+    with pytest.raises(DataError, match="outside the declared classes$"):
+        make(classes=[0, 1]).fit(X, relabelled)
+    with pytest.warns(PublicFactWarning, match="read from the data"):
+        assert list(make(classes="from_data").fit(X, relabelled).classes_) == [0, 1, 2]
+
+
+def test_dpsgd_takes_the_declared_size_not_len_x(cancer):
+    X, y = cancer
+
+    def sigma(rows, **kw):
+        return LogisticRegression(epsilon=2.0, delta=1e-5, method="dpsgd", epochs=2,
+                                  batch_size=64, rng=0, classes=[0, 1], **kw).fit(
+            X[:rows], y[:rows]).noise_multiplier_
+
+    # a declared public size: one record more or less changes nothing released
+    assert sigma(len(X), n=500) == sigma(len(X) - 1, n=500)
+    with pytest.warns(PublicFactWarning, match="dataset size is treated as public"):
+        sigma(len(X))
+    with pytest.raises(ConfigError, match=r"batch_size=64 .*declared dataset size n"):
+        sigma(len(X), n=10)

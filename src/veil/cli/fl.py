@@ -13,6 +13,7 @@ from veil._io import atomic_write
 from veil.cli._output import (
     check_input_file,
     check_out_dir,
+    err_console,
     print_json,
     print_table,
     progress,
@@ -52,6 +53,40 @@ def _seeds(state_file: Path, seed: int | None, resume: bool) -> tuple[int, bytes
 
     draw = secure_rng()
     return int(draw.randbits(62)), draw.bytes(32)
+
+
+def _settings_changed(state_file: Path, settings: dict[str, Any]) -> None:
+    """ConfigError naming what differs between ``settings`` and the run's stored config
+    (a resumed run must be the run that started: other noise or data would be another run)."""
+    if not state_file.exists():
+        return
+    stored = json.loads(state_file.read_text())
+    if stored.get("digest") in (None, _digest(settings)):
+        return
+    old, new = stored.get("settings", {}), settings
+    changed = [f"[{section}] {key}: {old.get(section, {}).get(key)!r} -> "
+               f"{new.get(section, {}).get(key)!r}"
+               for section in sorted(set(old) | set(new))
+               for key in sorted(set(old.get(section, {})) | set(new.get(section, {})))
+               if old.get(section, {}).get(key) != new.get(section, {}).get(key)]
+    raise ConfigError("cannot resume: the config changed since the run started ("
+                      + "; ".join(changed or ["its digest differs"]) + "); restore it, or "
+                      "start a new run with another --out")
+
+
+def _settings(cfg: Any) -> dict[str, Any]:
+    """The run's config as JSON values; ``[run] workers`` (speed only) left out."""
+    from veil._json import to_jsonable
+
+    settings = to_jsonable(cfg.sections)
+    settings.get("run", {}).pop("workers", None)
+    return json.loads(json.dumps(settings, sort_keys=True))
+
+
+def _digest(settings: dict[str, Any]) -> str:
+    import hashlib
+
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
 
 
 def _write_run(out_dir: Path, name: str, cfg: Any, history: Any, canaries: Any) -> Path:
@@ -127,9 +162,12 @@ def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = F
     if not resume:
         check_out_dir(out_dir, force=force)
     seed = cfg["run"]["seed"]
+    settings = _settings(cfg)
+    if resume:
+        _settings_changed(state_file, settings)
     partition_seed, canary_seed = _seeds(state_file, seed, resume)
 
-    clients, test = cfg.data(partition_seed)
+    clients, test, classes = cfg.data(partition_seed)
     if cfg.kind == "hybrid" and cfg["hybrid"]["key_bits"] < MIN_SECURE_BITS:
         warn(f"an insecure {cfg['hybrid']['key_bits']}-bit threshold key (insecure_ok = true): "
              "for tests and demos only")
@@ -141,6 +179,8 @@ def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = F
             "federated rounds", total=rounds, transient=json_) as update:
 
         def on_progress(record: dict) -> None:
+            # results for the completed rounds, whatever ends the run
+            federation.history.save_json(out_dir / "results.json")
             eps = record.get("epsilon")
             update(record["round"] + 1, what=(
                 f"acc {record.get('accuracy', float('nan')):.4f}"
@@ -149,20 +189,30 @@ def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = F
 
         federation = Federation(clients, cfg.model(), strategy, rounds, test=test,
                                 runtime=runtime, checkpoint=checkpoint, rng=seed,
-                                on_progress=on_progress,
+                                classes=classes, on_progress=on_progress,
                                 simulate_noise=cfg["run"]["simulate_noise"])
         canaries = cfg.canaries(federation, rng=canary_seed)
         # the ledger file is created only once everything that can refuse the config has
         # run: a refused config leaves no trace that would block the next attempt
         os.makedirs(out_dir, exist_ok=True)
         atomic_write(state_file, json.dumps({"config": str(config), "partition_seed":
-                                             partition_seed, "canary_seed": canary_seed.hex()}))
+                                             partition_seed, "canary_seed": canary_seed.hex(),
+                                             "settings": settings,
+                                             "digest": _digest(settings)}))
         ledger = None
         if cfg.has("privacy"):
             p = cfg["privacy"]
             ledger = federation.ledger = Ledger(p["epsilon"], p["delta"],
                                                 accountant=p["accountant"], path=ledger_file)
-        history = federation.run(resume=resume)
+        try:
+            history = federation.run(resume=resume)
+        except KeyboardInterrupt:
+            done = len(federation.history.rounds)
+            federation.history.save_json(out_dir / "results.json")
+            err_console.print(f"interrupted: {done} round(s) done and saved in "
+                              f"{out_dir / 'results.json'}; continue with\n  veil fl run "
+                              f"{config} --out {out_dir} --resume")
+            raise typer.Exit(130) from None
     history.save_json(out_dir / "results.json")
     history.plot(out_dir / "plot.png", title=f"{config.stem}: {cfg['data']['dataset']}, "
                                              f"{len(clients)} clients",

@@ -240,23 +240,25 @@ def sample_and_aggregate(data: Any, estimator: Callable[[Any], Any], *, blocks: 
     for b in range(k):
         idx = np.flatnonzero(assign == b)
         est = estimator(_take(data, idx)) if idx.size else (lo + hi) / 2.0
+        # the messages name no estimate, block or shape: they are computed from the data
         try:
             est = np.asarray(est, dtype=np.float64)
         except (TypeError, ValueError):
-            raise DataError(f"the estimator returned {est!r} on block {b}: expected "
-                            "numbers") from None
+            raise DataError("the estimator returned something other than numbers on a "
+                            "block") from None
         if est.ndim > 1 or not np.all(np.isfinite(est)):
-            raise DataError(f"the estimator returned {est!r} on block {b}: expected a finite "
-                            "number or 1-D vector")
+            raise DataError("the estimator returned a non-finite value or an array of more "
+                            "than one dimension on a block: expected a finite number or a "
+                            "vector")
         estimates.append(est)
-    shapes = {e.shape for e in estimates}
-    if len(shapes) != 1:
-        raise DataError(f"the estimator returned estimates of different shapes {sorted(shapes)}")
+    if len({e.shape for e in estimates}) != 1:
+        raise DataError("the estimator returned estimates of different shapes on different "
+                        "blocks: it must return the same shape on every block")
     stacked = np.stack(estimates)
     clipped, n_clipped = clip_values(stacked, (lo, hi), name="estimates")
-    if n_clipped:
-        logger.warning("sample-and-aggregate: %d of %d block estimates outside [%g, %g] were "
-                       "clipped", n_clipped, stacked.size, lo, hi)
+    if n_clipped:  # the exact count is in the result, for the curator; not in the log
+        logger.warning("sample-and-aggregate: block estimates outside [%g, %g] were clipped",
+                       lo, hi)
     dims = int(np.prod(stacked.shape[1:], dtype=np.int64))
     sums = [grid_sum(clipped[:, j] if clipped.ndim > 1 else clipped, (lo, hi))
             for j in range(dims)]
@@ -275,4 +277,4 @@ def sample_and_aggregate(data: Any, estimator: Callable[[Any], Any], *, blocks: 
     return Result(value=float(value) if value.ndim == 0 else value, epsilon=epsilon,
                   delta=delta, clipped=n_clipped, query="sample_and_aggregate",
                   mechanism=repr(mechanism),
-                  details={"blocks": k, "empty_blocks": int(k - np.unique(assign).size)})
+                  details={"blocks": k})  # not the empty blocks: they would reveal n

@@ -6,8 +6,8 @@ Every function:
 * takes the data as a numpy array, a pandas Series or a list (one value per record);
   neighbouring datasets differ by one record added or removed;
 * uses *declared* bounds, never bounds read from the data. Values outside them are clipped
-  into them and counted: the count is in ``Result.clipped`` and logged as a warning (it is
-  an exact diagnostic for the curator, not a private value);
+  into them and counted: the count is in ``Result.clipped`` (an exact diagnostic for the
+  curator, not a private value) and a warning, without counts, is logged;
 * releases through ``ledger`` (a :class:`~veil.dp.Ledger`); with ``ledger=None`` a one-off
   ledger holding exactly this call's budget is used, so the cost is still recorded. A
   statistic made of several releases checks that all of them fit before the first;
@@ -75,8 +75,9 @@ def _numeric(data: Any) -> np.ndarray:
 def _clip(values: np.ndarray, bounds: tuple[float, float], query: str) -> tuple[np.ndarray, int]:
     clipped, outside = clip_values(values, bounds, name="data")
     if outside:
-        logger.warning("%s: %d of %d values outside the declared bounds [%g, %g] were "
-                       "clipped into them", query, outside, values.size, *bounds)
+        # no counts in the log: n and the count are private (the count is in the result)
+        logger.warning("%s: values outside the declared bounds [%g, %g] were clipped into "
+                       "them (count in Result.clipped, for the curator)", query, *bounds)
     return clipped, outside
 
 
@@ -230,8 +231,8 @@ def histogram(data: Any, bins: Any = None, *, categories: Sequence[Any] | None =
         codes = pd.Index(cats).get_indexer(labels)
         clipped = int(np.count_nonzero(codes < 0))
         if clipped:
-            logger.warning("histogram: %d of %d values outside the declared categories were "
-                           "left out", clipped, labels.size)
+            logger.warning("histogram: values outside the declared categories were left out "
+                           "(count in Result.clipped, for the curator)")
         counts = np.bincount(codes[codes >= 0], minlength=len(cats)).astype(np.float64)
         details: dict[str, Any] = {"categories": cats}
     else:

@@ -128,8 +128,10 @@ class FLConfig:
 
     # -- building the run -------------------------------------------------------------------
     def data(self, seed: int) -> tuple[list[tuple[np.ndarray, np.ndarray]],
-                                       tuple[np.ndarray, np.ndarray]]:
-        """The clients' (X, y) and the test set, partitioned with ``seed``."""
+                                       tuple[np.ndarray, np.ndarray], np.ndarray]:
+        """The clients' (X, y), the test set, partitioned with ``seed``, and the label set
+        declared by the dataset's schema (``Dataset.classes``: codes ``0..k-1``), never
+        read from the clients' labels."""
         from veil.datasets import load_xy, partition
 
         d = self["data"]
@@ -139,9 +141,11 @@ class FLConfig:
             train = load_xy("adult", split="train", path=d["path"])
             test = load_xy("adult", split="test", path=d["path"])
             X, y, X_test, y_test = train.X, train.y, test.X, test.y
+            schema = train.classes
         else:
             full = load_xy(name, path=d["path"])
             X, y = full.X, full.y
+            schema = full.classes
             if name == "digits":
                 X = X / 16.0  # pixel intensities are public-range 0..16
             order = Generator(seed).permutation(len(y))
@@ -158,7 +162,7 @@ class FLConfig:
         else:
             parts = partition.quantity_skew(len(y), d["clients"], alpha=d["alpha"],
                                             min_size=d["min_size"], rng=rng)
-        return [(X[p], y[p]) for p in parts], (X_test, y_test)
+        return [(X[p], y[p]) for p in parts], (X_test, y_test), np.arange(len(schema))
 
     def model(self) -> Any:
         from veil.learn import LinearSVC, LogisticRegression, SoftmaxRegression

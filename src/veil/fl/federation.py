@@ -3,22 +3,37 @@
 Each round ``t``:
 
 1. the strategy samples clients (the server does not know which are alive);
-2. the round's privacy cost (``strategy.round_event``) is charged to the ledger *before*
+2. the round's privacy cost (``strategy.round_event``) is checked against the ledger *before*
    any client trains or any noise is drawn (BudgetExceededError stops the run there);
 3. the runtime runs the strategy's protocol for the round, with its faults;
 4. if the round completed, the new global parameters replace the old ones (only if they are
    finite and of the right shape: the global model is never corrupted); if it aborted they
    stay as they were, and the charge stands (the protocol may have released something);
 5. observers (e.g. an audit's canary clients, :mod:`veil.experiments.canary_audit`) see the global
-   parameters; the global model is evaluated on the test data, the metrics are recorded,
-   and a checkpoint (parameters, next round, strategy, runtime and observer state,
-   history) is written.
+   parameters; the global model is evaluated on the test data and the metrics are recorded;
+6. **releases are logged, not re-made** (write-ahead): the checkpoint (parameters, next
+   round, strategy, runtime and observer state, history) is written *together with the
+   charge the round owes* (its event and label), in one atomic write; only then is the
+   event charged to the ledger. The round's output exists outside the process only from
+   that write on, and only with its charge attached.
 
-``run(resume=True)`` continues from the checkpoint: no round is applied twice, and the
-ledger (persisted by ``Ledger(path=...)``) keeps every charge, so the budget is never reset;
-a round interrupted after its charge is charged again when it is re-run (a re-run is a new
-release). With an integer ``rng`` the randomness of round t is derived from (seed, t), so a
-resumed run ends with exactly the model of an uninterrupted one.
+``run(resume=True)`` continues from the checkpoint. A round recorded there is never re-run
+(its released parameters are replayed from the checkpoint); if the process died between the
+checkpoint write and the charge, the owed charge is paid first (a charge with the round's
+label after the ledger position recorded with it counts as paid, so it is never paid twice).
+A round interrupted before its checkpoint released nothing and was charged nothing: it runs
+again and is charged once. Hence a resumed run ends with exactly the spend of an
+uninterrupted one, and, with an integer ``rng`` (the randomness of round t is derived from
+(seed, t)), exactly its model. The ledger (``Ledger(path=...)``) persists itself, so the
+budget is never reset.
+
+This holds when the server adds the noise (central DP: a trusted server, whose in-memory
+round dies with it). When the clients add it (``strategy.noise_at_clients``: local,
+distributed or hybrid noise, meant to hold against the server), the server receives
+noisy values *during* the round and may keep them across a crash; such a round is charged
+before it runs, as a release to the server, and a round re-run after a crash mid-round is
+a second release and is charged again (never under-counted; the budget then runs out one
+round early).
 """
 
 from __future__ import annotations
@@ -33,14 +48,16 @@ from typing import Any
 import numpy as np
 
 from veil._validation import check_array, check_int
+from veil.dp.accounting.serialize import event_from_json, event_to_json
 from veil.dp.ledger import Ledger
-from veil.errors import ConfigError, DataError
+from veil.errors import BudgetExceededError, ConfigError, DataError
 from veil.fl.checkpoint import Checkpoint
 from veil.fl.history import History
 from veil.fl.runtime import LocalRuntime, RoundReport
 from veil.fl.strategies.base import Strategy
 from veil.fl.trainer import LocalTrainer
 from veil.learn.base import GradientClassifier
+from veil.learn.public import declared_classes
 from veil.random import Generator, RngLike, check_rng
 
 __all__ = ["Federation"]
@@ -83,7 +100,9 @@ class Federation:
         labelled simulation whose epsilon is not certified -- every charge, the history and
         the run's files say so. Needs an int seed.
     classes:
-        The label set (default: every label seen in the clients' and test data).
+        The label set, declared (public schema knowledge, :mod:`veil.learn.public`);
+        ``"from_data"`` or None read every label seen in the clients' and test data, with
+        a warning (a client's one relabelled record could add a row to the model).
     on_progress:
         Called with each round's metrics (a dict) after the round is recorded.
 
@@ -118,9 +137,10 @@ class Federation:
         if len(widths) != 1:
             raise DataError(f"the clients' X have different feature counts {sorted(widths)}")
         self.test = None if test is None else _pair(test, "test")
-        if classes is None:
-            labels = [y for _, y in data] + ([self.test[1]] if self.test else [])
-            classes = np.unique(np.concatenate(labels))
+        labels = np.concatenate([y for _, y in data] + ([self.test[1]] if self.test else []))
+        # None keeps the old behaviour (read from the data), warned like "from_data"
+        classes = declared_classes("from_data" if classes is None else classes, labels,
+                                   "Federation")
         self.model = copy.deepcopy(model).initialize(widths.pop(), classes)
         self.initial_params = self.model.get_params_vector()
         self.strategy = strategy
@@ -152,28 +172,45 @@ class Federation:
             rng = self._round_rng(t)
             sampled = self.strategy.sample(t, ids, rng)
             event = self.strategy.round_event(t, self.params, sampled, len(ids))
+            label = f"fl round {t}" + (SIMULATION if self.simulate_noise else "")
             if event is not None:
-                if self.ledger is None:
-                    raise ConfigError("this strategy is differentially private: pass "
-                                      "ledger=veil.dp.Ledger(epsilon, delta, ...) to charge "
-                                      "its rounds to")
-                label = f"fl round {t}" + (SIMULATION if self.simulate_noise else "")
-                self.ledger.charge(event, label=label)
+                self._check_budget(event, t)
+                if self.strategy.noise_at_clients:   # released to the server during the round
+                    self.ledger.charge(event, label=label)
             server = self.strategy.server(t, self.params, sampled, rng)
             report = self.runtime.run_round(server, self.clients, rng)
             self._apply(report)
             for observer in self.observers:
                 observer.observe(t, self.params)
-            record = self._record(t, sampled, report)
+            record = self._record(t, sampled, report, event)
             self.history.rounds.append(record)
             self._next_round = t + 1
             self.history.params = self.params.copy()
+            owed = None
+            if event is not None and not self.strategy.noise_at_clients:
+                paid = [c.index for c in self.ledger.history()]
+                owed = {"label": label, "event": event_to_json(event),
+                        "after": max(paid, default=0)}
             if self.checkpoint is not None:
-                self.checkpoint.save(self._state())
+                self.checkpoint.save(self._state(owed))  # the release and the charge it owes
+            if owed is not None:
+                self.ledger.charge(event, label=owed["label"])
             if self.on_progress is not None:
                 self.on_progress(record)
         self.history.params = self.params.copy()
         return self.history
+
+    def _check_budget(self, event: Any, t: int) -> None:
+        """BudgetExceededError (or ConfigError without a ledger) before round ``t`` runs."""
+        if self.ledger is None:
+            raise ConfigError("this strategy is differentially private: pass "
+                              "ledger=veil.dp.Ledger(epsilon, delta, ...) to charge "
+                              "its rounds to")
+        if not self.ledger.fits(event):
+            raise BudgetExceededError(
+                f"fl round {t} would bring the ledger to epsilon="
+                f"{self.ledger.would_spend(event):.6g}, over its budget epsilon="
+                f"{self.ledger.epsilon:g}; the round was not run and nothing was charged")
 
     def _round_rng(self, t: int) -> Generator:
         if self._seed is not None:
@@ -193,7 +230,8 @@ class Federation:
             return
         self.params = new
 
-    def _record(self, t: int, sampled: list[int], report: RoundReport) -> dict[str, Any]:
+    def _record(self, t: int, sampled: list[int], report: RoundReport,
+                event: Any) -> dict[str, Any]:
         aggregated = len(report.result.clients) if report.result else 0
         cpu = [report.client_cpu[c] for c in sampled if c in report.client_cpu]
         record: dict[str, Any] = {
@@ -217,13 +255,15 @@ class Federation:
             self.model.set_params_vector(self.params)
             record["accuracy"] = float(self.model.score(*self.test))
             record["loss"] = float(self.model.objective(*self.test))
-        if self.ledger is not None:
+        if self.ledger is not None:  # the spend once this round's charge is paid
             record["epsilon"], record["delta"] = (float(v) for v in self.ledger.spent())
+            if event is not None:
+                record["epsilon"] = float(self.ledger.would_spend(event))
         return record
 
     # -- checkpoints ----------------------------------------------------------------------
-    def _state(self) -> dict[str, Any]:
-        return {"fingerprint": self.fingerprint, "next_round": self._next_round,
+    def _state(self, owed: dict[str, Any] | None) -> dict[str, Any]:
+        return {"fingerprint": self.fingerprint, "next_round": self._next_round, "owed": owed,
                 "params": self.params, "strategy": self.strategy.state_dict(),
                 "runtime": self.runtime.state_dict(), "history": self.history.rounds,
                 "observers": [o.state_dict() for o in self.observers]}
@@ -254,7 +294,26 @@ class Federation:
         for observer, observed in zip(self.observers, saved):
             observer.load_state_dict(observed)
         self.history = History(rounds=list(state["history"]), params=self.params.copy())
+        self._pay(state.get("owed"))
         log.info("resuming after round %d from %s", self._next_round - 1, self.checkpoint.path)
+
+    def _pay(self, owed: Any) -> None:
+        """Charge the last recorded round's event unless the ledger already holds it."""
+        if owed is None:
+            return
+        if not (isinstance(owed, dict) and isinstance(owed.get("label"), str)
+                and isinstance(owed.get("event"), str) and isinstance(owed.get("after"), int)):
+            raise DataError(f"{self.checkpoint.path}: the charge owed by the last round is "
+                            "not readable")
+        if self.ledger is None:
+            raise ConfigError(f"the checkpoint {self.checkpoint.path} holds a differentially "
+                              "private round: pass the run's ledger= to resume it")
+        if any(c.label == owed["label"] and c.index > owed["after"]
+               for c in self.ledger.history()):
+            return
+        log.info("paying the charge of %s, recorded with its release before the crash",
+                 owed["label"])
+        self.ledger.charge(event_from_json(owed["event"]), label=owed["label"])
 
 
 def _pair(pair: Any, name: str) -> tuple[np.ndarray, np.ndarray]:

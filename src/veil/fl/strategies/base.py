@@ -112,6 +112,12 @@ class Strategy(ABC):
         return False
 
     @property
+    def noise_at_clients(self) -> bool:
+        """True when the clients add the DP noise (local, distributed or hybrid noise): the
+        server sees noisy values during the round, so the round is charged before it runs."""
+        return False
+
+    @property
     def secure(self) -> bool:
         """True when the transport hides single updates from the server."""
         return False
@@ -216,6 +222,10 @@ class StrategyWrapper(UpdateStrategy):
     @property
     def requires_secure_aggregation(self) -> bool:
         return self.inner.requires_secure_aggregation
+
+    @property
+    def noise_at_clients(self) -> bool:
+        return self.inner.noise_at_clients
 
     @property
     def secure(self) -> bool:

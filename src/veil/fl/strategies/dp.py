@@ -201,6 +201,10 @@ class DPFedAvg(StrategyWrapper):
         return True
 
     @property
+    def noise_at_clients(self) -> bool:
+        return self.noise != "central"
+
+    @property
     def requires_secure_aggregation(self) -> bool:
         return self.noise == "distributed"
 

@@ -179,6 +179,10 @@ class Hybrid(Strategy):
         return True
 
     @property
+    def noise_at_clients(self) -> bool:
+        return True
+
+    @property
     def secure(self) -> bool:
         return True
 

@@ -101,6 +101,15 @@ class _Tap(torch.autograd.Function):
         return (None,) * 4 + (grads if ctx.passthrough else (None,) * ctx.inputs)
 
 
+def _detached(arg: Any) -> Any:
+    """A layer argument without autograd history (tensors in a tuple too: an LSTM state)."""
+    if isinstance(arg, Tensor):
+        return arg.detach()
+    if isinstance(arg, (tuple, list)):
+        return type(arg)(_detached(a) for a in arg)
+    return arg
+
+
 def _copies(*tensors: Tensor) -> tuple[Tensor, ...]:
     return tuple(t.clone() for t in tensors)
 
@@ -231,7 +240,7 @@ class PerExampleGradients:
             raise ConfigError(f"layer {type(layer.module).__name__} was called without a "
                               "tensor as first positional argument (the batch)")
         rule, module = layer.rule, layer.module
-        stored = tuple(a.detach() if isinstance(a, Tensor) else a for a in args)
+        stored = tuple(_detached(a) for a in args)
         rec = Record(module, rule, stored, kwargs)
         layer.records.append(rec)
         if isinstance(rule, FunctionalRule):
@@ -350,12 +359,13 @@ class PerExampleGradients:
         used, size = self._backed()
         if size is None:
             if expected:
-                raise ConfigError(f"step() on a batch of {expected} examples without gradients: "
-                                  "call loss.backward() before optimizer.step()")
+                raise ConfigError("step() on a batch without gradients: call loss.backward() "
+                                  "before optimizer.step()")
             return ClippedSums(out, 0, 0, 0)
         if expected is not None and size != expected:
-            raise DataError(f"the model saw a batch of {size} examples but the private loader "
-                            f"sampled {expected}: train on the loader's batches unchanged")
+            # no sizes in the message: a Poisson batch's size is private
+            raise DataError("the model saw a batch of another size than the private loader "
+                            "sampled: train on the loader's batches unchanged")
         if size == 0:
             return ClippedSums(out, 0, 0, 0)
         sq, shared = self._squared_norms(used, size, self.params[0])
@@ -370,10 +380,11 @@ class PerExampleGradients:
             finite = np.isfinite(norms)
             n_skipped = int(size - np.count_nonzero(finite))
             if nonfinite == "raise":
-                raise DataError(f"{n_skipped} of {size} examples have a NaN or infinite "
-                                "gradient (nonfinite='raise')")
-            log.warning("DP-SGD: dropped %d of %d examples with a non-finite gradient",
-                        n_skipped, size)
+                raise DataError("an example of the batch has a NaN or infinite gradient "
+                                "(nonfinite='raise')")
+            # no count here: the batch's size and content are private (the count is in
+            # optimizer.skipped, for the curator)
+            log.warning("DP-SGD: dropped examples with a non-finite gradient")
             keep = torch.from_numpy(finite).to(sq.device)
             for _, recs in used:
                 for r in recs:

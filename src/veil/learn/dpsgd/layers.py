@@ -391,13 +391,22 @@ class FunctionalRule(Rule):
 
     def _compute(self, rec: Record) -> dict[str, Tensor]:
         module, kwargs = rec.module, rec.kwargs
-        batched = [i for i, a in enumerate(rec.inputs) if isinstance(a, Tensor)]
+        # the batched tensors: positional tensors, and the tensors of positional tuples
+        # (an LSTMCell's state (h, c)), each with the examples in dimension 0
+        batched = [(i, None) for i, a in enumerate(rec.inputs) if isinstance(a, Tensor)]
+        batched += [(i, j) for i, a in enumerate(rec.inputs) if isinstance(a, (tuple, list))
+                    for j, t in enumerate(a) if isinstance(t, Tensor)]
         params = {n: module.get_parameter(n).detach() for n in self.names}
 
         def one(params: dict, xs: tuple, gs: tuple) -> dict:
-            args = list(rec.inputs)
-            for i, x in zip(batched, xs):
-                args[i] = x.unsqueeze(0)
+            args = [list(a) if isinstance(a, (tuple, list)) else a for a in rec.inputs]
+            for (i, j), x in zip(batched, xs):
+                if j is None:
+                    args[i] = x.unsqueeze(0)
+                else:
+                    args[i][j] = x.unsqueeze(0)
+            args = [type(rec.inputs[i])(a) if isinstance(a, list) else a
+                    for i, a in enumerate(args)]
 
             def run(p: dict) -> tuple:
                 out = torch.func.functional_call(module, p, tuple(args), kwargs)
@@ -406,7 +415,7 @@ class FunctionalRule(Rule):
             _, vjp = torch.func.vjp(run, params)
             return vjp(tuple(g.unsqueeze(0) for g in gs))[0]
 
-        xs = tuple(rec.inputs[i] for i in batched)
+        xs = tuple(rec.inputs[i] if j is None else rec.inputs[i][j] for i, j in batched)
         try:
             return torch.func.vmap(one, in_dims=(None, 0, 0), randomness="error")(
                 params, xs, rec.grads)
@@ -454,6 +463,13 @@ def check_layer(path: str, module: nn.Module) -> None:
             f"{name} with track_running_stats=True is not supported: its running statistics "
             "are computed from the data without noise; use track_running_stats=False or "
             "nn.GroupNorm")
+    if isinstance(module, nn.RNNBase):
+        raise ConfigError(
+            f"{name} is not supported: its fused kernel runs the whole sequence for the whole "
+            "batch at once (its hidden state carries the batch in dimension 1), which the "
+            "per-example gradient rules cannot split; write the recurrence as a loop over "
+            "time steps of nn.GRUCell / nn.LSTMCell / nn.RNNCell (per-example gradients "
+            "through the functional fallback)")
     if isinstance(module, nn.Embedding) and module.scale_grad_by_freq:
         raise ConfigError(
             f"{name} with scale_grad_by_freq=True is not supported: it scales gradients by "

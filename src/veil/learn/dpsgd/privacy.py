@@ -24,6 +24,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from dp_accounting import dp_event as de
 
 from veil._validation import (
@@ -41,6 +42,8 @@ from veil.learn.dpsgd._torch import nn, torch
 from veil.learn.dpsgd.engine import PerExampleGradients
 from veil.learn.dpsgd.loader import PrivateLoader, StepCounter, as_source
 from veil.learn.dpsgd.optimizer import PrivateOptimizer
+from veil.learn.dpsgd.probe import check_independent
+from veil.learn.public import declared_size
 from veil.random import RngLike, check_rng
 
 log = logging.getLogger(__name__)
@@ -152,7 +155,8 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data: Any, 
                  sampling: str = "poisson", max_physical_batch_size: int | None = None,
                  loss_reduction: str = "mean", accountant: str | None = None,
                  ledger: Ledger | None = None, nonfinite: str = "skip",
-                 rng: RngLike = None) -> tuple[PrivateModel, PrivateOptimizer, PrivateLoader]:
+                 rng: RngLike = None, dataset_size: int | str | None = None,
+                 ) -> tuple[PrivateModel, PrivateOptimizer, PrivateLoader]:
     """Prepare ``model``, ``optimizer`` and ``data`` for DP-SGD; charge the whole schedule.
 
     Parameters
@@ -192,6 +196,12 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data: Any, 
     rng:
         Randomness for sampling and noise (default: the secure generator; an int seeds a
         reproducible one, for tests only).
+    dataset_size:
+        The public size N that sets ``q = batch_size / N``, the step count and sigma
+        (:mod:`veil.learn.public`: under add/remove neighbours the true size is private).
+        Poisson sampling then draws each record with probability q whatever the true size.
+        ``"public"``: the true size is public (``len(data)``); None (default): the same,
+        with a warning. ``sampling="fixed"`` needs the true size, so an int is refused.
 
     Returns
     -------
@@ -238,9 +248,14 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data: Any, 
             and sample_rate is None:
         batch_size = data.batch_size  # the loader's batch size becomes the expected one
     source = as_source(data)
-    n = source.size
-    if n < 1:
+    if source.size < 1:
         raise ConfigError("data holds no example")
+    if sampling == "fixed" and dataset_size not in (None, "public"):
+        raise ConfigError(f"dataset_size={dataset_size!r} is not allowed with sampling='fixed' "
+                          "(exactly batch_size of the true records, accounted with the true "
+                          "size): use sampling='poisson' with a declared size, or "
+                          "dataset_size='public'")
+    n = declared_size(dataset_size, source.size, "make_private", "dataset_size")
     q, batch = _schedule(n, batch_size, sample_rate, sampling)
     steps_per_epoch = max(1, int(1.0 / q))
     steps = epochs * steps_per_epoch
@@ -269,6 +284,7 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data: Any, 
                           f"{sorted(map(str, kinds))}: DP-SGD needs one (cast the model)")
     engine = PerExampleGradients(model, params, loss_reduction=loss_reduction)
     try:
+        check_independent(model, source.take(np.arange(min(2, source.size))))
         if ledger is None:
             ledger = Ledger(epsilon if epsilon is not None else spent, delta, accountant)
         elif not ledger.fits(plan.event):

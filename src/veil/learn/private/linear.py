@@ -12,8 +12,8 @@ Two training methods, each charged to the ledger before any noise is drawn:
 * ``method="dpsgd"`` ((epsilon, delta)-DP, delta > 0): DP-SGD (:mod:`veil.learn.private.sgd`)
   on veil's numpy models; gradients are clipped, so no data bound is needed.
 
-The set of labels (``classes_``) is taken from ``y``: like the feature names, it is
-treated as public schema knowledge.
+The label set (``classes=``) and, for DP-SGD, the dataset size (``n=``) are declared public
+facts (:mod:`veil.learn.public`: add/remove neighbours, where both are private).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from veil._validation import (
 from veil.dp.ledger import Ledger
 from veil.dp.selection import pure_dp_event
 from veil.dp.sensitivity import clip_l2
-from veil.errors import DataError
+from veil.errors import ConfigError
 from veil.learn import linear as plain
 from veil.learn.private._common import (
     check_privacy,
@@ -49,6 +49,7 @@ from veil.learn.private._common import (
 )
 from veil.learn.private.objective import LOGISTIC, MarginLoss, fit_perturbed, huber_hinge
 from veil.learn.private.sgd import dp_sgd
+from veil.learn.public import declared_classes, declared_size
 from veil.random import RngLike, check_rng
 
 __all__ = ["LogisticRegression", "LinearSVC"]
@@ -61,7 +62,7 @@ class _PrivateLinear(ClassifierMixin, BaseEstimator):
                  C: float = 1.0, fit_intercept: bool = True, method: str = "objective",
                  max_grad_norm: float = 1.0, epochs: int = 20, batch_size: int = 64,
                  learning_rate: float = 0.5, ledger: Ledger | None = None,
-                 rng: RngLike = None) -> None:
+                 rng: RngLike = None, classes: Any = None, n: Any = None) -> None:
         self.epsilon = epsilon
         self.delta = delta
         self.data_norm = data_norm
@@ -74,6 +75,8 @@ class _PrivateLinear(ClassifierMixin, BaseEstimator):
         self.learning_rate = learning_rate
         self.ledger = ledger
         self.rng = rng
+        self.classes = classes
+        self.n = n
 
     def _loss(self) -> MarginLoss:
         raise NotImplementedError
@@ -86,9 +89,9 @@ class _PrivateLinear(ClassifierMixin, BaseEstimator):
         epsilon, delta = check_privacy(self.epsilon, self.delta)
         method = check_choice(self.method, "method", ("objective", "dpsgd"))
         X, y = check_xy(X, y)
-        classes = np.unique(y)
+        classes = declared_classes(self.classes, y, type(self).__name__)
         if classes.size < 2:
-            raise DataError(f"y holds {classes.size} class; need at least two")
+            raise ConfigError(f"classes={classes.tolist()!r} is not allowed: need at least two")
         generator = check_rng(self.rng)
         ledger = open_ledger(self.ledger, epsilon, delta)
         if method == "objective":
@@ -135,7 +138,7 @@ class _PrivateLinear(ClassifierMixin, BaseEstimator):
             epochs=check_int(self.epochs, "epochs", low=1),
             batch_size=check_int(self.batch_size, "batch_size", low=1),
             learning_rate=check_positive(self.learning_rate, "learning_rate"),
-            ledger=ledger, rng=rng)
+            ledger=ledger, rng=rng, n=declared_size(self.n, X.shape[0], type(self).__name__))
         self.coef_ = model.coef_.T.copy()
         self.intercept_ = model.intercept_.copy()
 
@@ -159,7 +162,9 @@ class LogisticRegression(_PrivateLinear):
     Parameters: ``epsilon``, ``delta`` (0 for objective perturbation), ``data_norm`` (a
     bound on the rows' L2 norm, or ``"estimate"``; objective perturbation only), ``C``
     (inverse regularization, objective perturbation), ``method``, the DP-SGD schedule
-    (``max_grad_norm``, ``epochs``, ``batch_size``, ``learning_rate``), ``ledger``, ``rng``.
+    (``max_grad_norm``, ``epochs``, ``batch_size``, ``learning_rate``), ``ledger``, ``rng``,
+    ``classes`` (the declared label set, or ``"from_data"``, warned) and ``n`` (DP-SGD: the
+    declared public dataset size; see :mod:`veil.learn.public`).
     """
 
     def _loss(self) -> MarginLoss:
@@ -194,11 +199,12 @@ class LinearSVC(_PrivateLinear):
                  C: float = 1.0, huber: float = 0.5, fit_intercept: bool = True,
                  method: str = "objective", max_grad_norm: float = 1.0, epochs: int = 20,
                  batch_size: int = 64, learning_rate: float = 0.5, ledger: Ledger | None = None,
-                 rng: RngLike = None) -> None:
+                 rng: RngLike = None, classes: Any = None, n: Any = None) -> None:
         super().__init__(epsilon=epsilon, delta=delta, data_norm=data_norm, C=C,
                          fit_intercept=fit_intercept, method=method,
                          max_grad_norm=max_grad_norm, epochs=epochs, batch_size=batch_size,
-                         learning_rate=learning_rate, ledger=ledger, rng=rng)
+                         learning_rate=learning_rate, ledger=ledger, rng=rng, classes=classes,
+                         n=n)
         self.huber = huber
 
     def _loss(self) -> MarginLoss:

@@ -42,6 +42,7 @@ from veil.learn.private._common import (
     reserve,
     split,
 )
+from veil.learn.public import declared_classes
 from veil.random import RngLike, check_rng
 
 __all__ = ["GaussianNB"]
@@ -52,13 +53,14 @@ class GaussianNB(ClassifierMixin, BaseEstimator):
 
     Parameters: ``epsilon``, ``delta`` (0: Laplace; > 0: Gaussian noise), ``bounds`` (per
     feature or scalar ``(lo, hi)``, or ``"estimate"``), ``priors``, ``var_smoothing``,
-    ``ledger``, ``rng``. Learned: ``classes_``, ``class_count_`` (noisy), ``class_prior_``,
+    ``ledger``, ``rng``, ``classes`` (the declared label set, or ``"from_data"``, warned:
+    :mod:`veil.learn.public`). Learned: ``classes_``, ``class_count_`` (noisy), ``class_prior_``,
     ``theta_`` (means), ``var_``.
     """
 
     def __init__(self, *, epsilon: float = 1.0, delta: float = 0.0, bounds: Any = None,
                  priors: Any = None, var_smoothing: float = 1e-9, ledger: Ledger | None = None,
-                 rng: RngLike = None) -> None:
+                 rng: RngLike = None, classes: Any = None) -> None:
         self.epsilon = epsilon
         self.delta = delta
         self.bounds = bounds
@@ -66,12 +68,14 @@ class GaussianNB(ClassifierMixin, BaseEstimator):
         self.var_smoothing = var_smoothing
         self.ledger = ledger
         self.rng = rng
+        self.classes = classes
 
     def fit(self, X: Any, y: Any) -> GaussianNB:
         epsilon, delta = check_privacy(self.epsilon, self.delta)
         smoothing = check_positive(self.var_smoothing, "var_smoothing", allow_zero=True)
         X, y = check_xy(X, y)
-        classes, codes = np.unique(y, return_inverse=True)
+        classes = np.unique(declared_classes(self.classes, y, "GaussianNB"))
+        codes = np.searchsorted(classes, y)
         n_classes, d = classes.size, X.shape[1]
         priors = None
         if self.priors is not None:
