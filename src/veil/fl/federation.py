@@ -257,7 +257,7 @@ class Federation:
             record["loss"] = float(self.model.objective(*self.test))
         if self.ledger is not None:  # the spend once this round's charge is paid
             record["epsilon"], record["delta"] = (float(v) for v in self.ledger.spent())
-            if event is not None:
+            if event is not None and not self.strategy.noise_at_clients:  # charged after
                 record["epsilon"] = float(self.ledger.would_spend(event))
         return record
 
