@@ -64,11 +64,16 @@ Out = Annotated[Path | None, typer.Option("--out", help="Output directory (defau
 Json = Annotated[bool, typer.Option("--json", help="Print the results as JSON.")]
 Report = Annotated[bool, typer.Option("--report", help="Also write the privacy report "
                                       "(report.json, report.html) into <out>/audit.")]
+Runtime = Annotated[str, typer.Option("--runtime", help="How messages move: 'local' (this "
+                                      "process, or [run] workers) or 'flower-sim' (Flower's "
+                                      "simulation engine, one virtual node and 1 CPU per client;"
+                                      " needs veil[flower]).")]
+RUNTIMES = ("local", "flower-sim")
 
 
 @app.command("run")
 def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = False,
-        report: Report = False) -> None:
+        report: Report = False, runtime_name: Runtime = "local") -> None:
     """Train a model across simulated clients; write results.json, plot.png and run.json
     (the run directory `veil audit` reads), plus the privacy report with --report."""
     from veil.crypto.paillier import MIN_SECURE_BITS
@@ -76,6 +81,9 @@ def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = F
     from veil.experiments.fl_config import load_config
     from veil.fl import Federation, LocalRuntime
 
+    if runtime_name not in RUNTIMES:
+        raise ConfigError(f"--runtime {runtime_name!r} is not allowed: expected one of "
+                          f"{', '.join(RUNTIMES)}")
     cfg = load_config(config)
     out_dir = out or Path(cfg["run"]["out"] or Path("fl_results") / config.stem)
     checkpoint, ledger_file = out_dir / "checkpoint.veil", out_dir / "ledger.sqlite"
@@ -93,7 +101,8 @@ def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = F
     strategy = cfg.strategy(clients)
     rounds = cfg["training"]["rounds"]
     run_options = cfg["run"]
-    with LocalRuntime(cfg.faults(), workers=run_options["workers"],
+    flower = runtime_name == "flower-sim"
+    with LocalRuntime(cfg.faults(), workers=1 if flower else run_options["workers"],
                       timeout=run_options["timeout"]) as runtime, Progress(
             TextColumn("[bold]federated rounds"), BarColumn(), MofNCompleteColumn(),
             TextColumn("{task.description}"), TimeElapsedColumn(),
@@ -121,7 +130,13 @@ def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = F
             p = cfg["privacy"]
             ledger = federation.ledger = Ledger(p["epsilon"], p["delta"],
                                                 accountant=p["accountant"], path=ledger_file)
-        history = federation.run(resume=resume)
+        if flower:
+            from veil.fl.runtime.flower import simulate
+
+            history = simulate(federation, faults=cfg.faults(), timeout=run_options["timeout"],
+                               resume=resume)
+        else:
+            history = federation.run(resume=resume)
     history.save_json(out_dir / "results.json")
     history.plot(out_dir / "plot.png", title=f"{config.stem}: {cfg['data']['dataset']}, "
                                              f"{len(clients)} clients")

@@ -1,0 +1,190 @@
+"""The Flower runtime: the same rounds as the local runtime; bad nodes are dropouts.
+
+Most tests drive :class:`FlowerRuntime` through a loopback grid that runs each node's
+ClientApp in this process (Flower's own Message, Context and ClientApp objects; no Ray), so
+they are fast; two run Flower's simulation engine (Ray, ~20 s each).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import numpy as np
+import pytest
+
+pytest.importorskip("flwr", reason="the Flower runtime needs the 'flower' extra (flwr)")
+
+from flwr.app import Context, Error, RecordDict  # noqa: E402
+from flwr.app import Message as FlowerMessage  # noqa: E402
+
+from veil.errors import ProtocolError  # noqa: E402
+from veil.fl import Federation, LocalRuntime  # noqa: E402
+from veil.fl.messages import Message  # noqa: E402
+from veil.fl.runtime.flower import FlowerRuntime, client_app, simulate  # noqa: E402
+from veil.fl.strategies import FedAvg, SecAgg  # noqa: E402
+from veil.learn import LogisticRegression  # noqa: E402
+
+from .conftest import make_clients  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _task_identity():
+    """Flower messages are made inside a run: what its runners set, the loopback grid sets."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    saved = TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 1
+    yield
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = saved
+
+
+class _LoopbackGrid:
+    """A stand-in for Flower's Grid: node ``n`` runs ``apps[n]`` here, with its own Context
+    kept across messages (as a SuperNode does); a node in ``silent`` never answers; an app
+    that raises gives Flower's error reply (code 2, as a deployment does)."""
+
+    def __init__(self, apps, configs, silent=()):
+        self.apps = apps
+        self.silent = set(silent)
+        self.contexts = {n: Context(run_id=1, node_id=n, node_config=configs[n],
+                                    state=RecordDict(), run_config={}) for n in apps}
+
+    def get_node_ids(self):
+        return list(self.apps)
+
+    def send_and_receive(self, messages, *, timeout=None):
+        replies = []
+        for m in messages:
+            m.metadata.__dict__["_message_id"] = uuid.uuid4().hex
+            node = m.metadata.dst_node_id
+            if node in self.silent:
+                continue
+            try:
+                replies.append(self.apps[node](m, self.contexts[node]))
+            except Exception as exc:
+                replies.append(FlowerMessage(Error(code=2, reason=str(exc)), reply_to=m))
+        return replies
+
+
+def _grid(parties, silent=(), claims=None):
+    """One loopback node per party (node id 1000 + index, config party-id = index)."""
+    stages = {s for p in parties.values() for s in type(getattr(p, "party", p)).stages}
+    apps, configs = {}, {}
+    for cid, party in parties.items():
+        node = 1000 + cid
+        apps[node] = client_app(lambda context, p=party: p, stages, seeded=True)
+        configs[node] = {"party-id": (claims or {}).get(cid, cid)}
+    return _LoopbackGrid(apps, configs, {1000 + c for c in silent})
+
+
+class _Tampered:
+    """Hosts ``party`` but, in ``stage``, answers bad bytes (``"junk"``), answers as
+    party 0 (``"impostor"``), crashes (``"crash"``) or refuses (``"refuse"``: a veil error,
+    no answer -- a dropout under the local runtime at exactly the point where a bad node
+    drops out under Flower). Picklable, as every party kept in a node's context must be."""
+
+    def __init__(self, party, stage, how):
+        self.party, self.stage, self.how = party, stage, how
+        self.client_id = party.client_id
+
+    def handle(self, msg, rng):
+        if msg.stage == self.stage and self.how == "refuse":
+            raise ProtocolError("refused")
+        if msg.stage == self.stage and self.how == "crash":
+            raise RuntimeError("the node's app crashed")
+        answers = self.party.handle(msg, rng)
+        if msg.stage != self.stage:
+            return answers
+        if self.how == "junk":
+            return [_Bytes(b"VMSG\x02 not a veil message")]
+        return [Message(a.protocol, a.round, a.stage, 0, a.recipient, a.body) for a in answers]
+
+
+class _Bytes:
+    def __init__(self, data):
+        self.data = data
+
+    def to_bytes(self):
+        return self.data
+
+
+def _round(strategy, data, runtime, clients, seed=3):
+    fed = Federation(data, LogisticRegression(), strategy, 1, rng=seed)
+    rng = fed._round_rng(0)
+    sampled = strategy.sample(0, sorted(fed.clients), rng)
+    server = strategy.server_round(0, fed.params, sampled, rng)
+    return runtime.run_round(server, clients(fed), rng)
+
+
+def _secagg():
+    return SecAgg(FedAvg(weighted=False), neighbours=4, threshold=0.5, min_survivors=0.5)
+
+
+@pytest.mark.parametrize("how, reason", [
+    ("junk", "bad answer from its Flower node"),
+    ("impostor", "answered for another party"),
+])
+def test_a_node_sending_bad_bytes_is_a_dropout_like_under_the_local_runtime(how, reason):
+    data = make_clients(5)
+    local = _round(_secagg(), data, LocalRuntime(), lambda fed: {
+        **fed.clients, 3: _Tampered(fed.clients[3], "masked_input", "refuse")})
+    fed = Federation(data, LogisticRegression(), _secagg(), 1, rng=3)
+    grid = _grid({**fed.clients, 3: _Tampered(fed.clients[3], "masked_input", how)})
+    flower = _round(_secagg(), data, FlowerRuntime(grid, timeout=5.0), lambda _: None)
+    assert any(c == 3 and reason in why for c, why in flower.rejected), flower.rejected
+    assert flower.completed and 3 not in flower.result.clients
+    assert flower.result.clients == local.result.clients
+    np.testing.assert_array_equal(flower.result.params, local.result.params)
+
+
+def test_silent_and_failing_nodes_are_dropouts_and_the_round_completes():
+    data = make_clients(4)
+    fed = Federation(data, LogisticRegression(), FedAvg(), 1, rng=0)
+    # party 2's app crashes on its node (a Flower error reply), party 3 refuses (a veil
+    # error), party 1's node never answers
+    grid = _grid({**fed.clients, 2: _Tampered(fed.clients[2], "fit", "crash"),
+                  3: _Tampered(fed.clients[3], "fit", "refuse")}, silent=[1])
+    report = _round(FedAvg(), data, FlowerRuntime(grid, timeout=0.5), lambda _: None, seed=0)
+    reasons = dict(report.rejected)
+    assert "no Flower node hosts this party" in reasons[1]
+    assert report.result.clients == (0,), report.rejected
+    assert "Flower error 2" in reasons[2] and "crashed" in reasons[2]
+    assert "refused" in reasons[3]
+
+
+def test_two_nodes_claiming_one_party_are_refused_before_any_round():
+    data = make_clients(3)
+    fed = Federation(data, LogisticRegression(), FedAvg(), 1, rng=0)
+    runtime = FlowerRuntime(_grid(fed.clients, claims={2: 1}), timeout=0.5)
+    with pytest.raises(ProtocolError, match="both claim party 1"):
+        runtime.connect([0, 1, 2])
+    runtime = FlowerRuntime(_grid(fed.clients, claims={2: 7}), timeout=0.5)
+    with pytest.raises(ProtocolError, match="claims party 7"):
+        runtime.connect([0, 1, 2])
+
+
+def test_party_state_lives_in_the_node_context_between_messages():
+    data = make_clients(4)
+    fed = Federation(data, LogisticRegression(), _secagg(), 2, rng=1)
+    grid = _grid(fed.clients)
+    fed.runtime = FlowerRuntime(grid, timeout=5.0)
+    flower = fed.run()
+    local = Federation(data, LogisticRegression(), _secagg(), 2, rng=1).run()
+    np.testing.assert_array_equal(flower.params, local.params)
+    for context in grid.contexts.values():       # each node holds its own party's state
+        assert "veil" in context.state.config_records
+    assert [r["bytes_up"] for r in flower.rounds] == [r["bytes_up"] for r in local.rounds]
+
+
+@pytest.mark.parametrize("strategy", [
+    lambda: FedAvg(local_epochs=2),
+    lambda: SecAgg(FedAvg(weighted=False), neighbours=4, threshold=0.5),
+], ids=["fedavg", "secagg+"])
+def test_flower_simulation_gives_the_local_runtime_model(strategy):
+    data = make_clients(6)
+    local = Federation(data, LogisticRegression(), strategy(), 2, rng=11).run()
+    flower = simulate(Federation(data, LogisticRegression(), strategy(), 2, rng=11),
+                      timeout=120.0)
+    assert [r["status"] for r in flower.rounds] == ["ok", "ok"]
+    np.testing.assert_array_equal(flower.params, local.params)
+    assert [r["bytes_down"] for r in flower.rounds] == [r["bytes_down"] for r in local.rounds]
