@@ -234,3 +234,33 @@ def test_cli_secagg_plus_on_flower_simulation_gives_the_local_run(tmp_path, caps
         assert [r[key] for r in flower] == [r[key] for r in local], key
     assert main(["fl", "run", str(config), "--runtime", "flower"]) == 2
     assert "not allowed" in capsys.readouterr().err
+
+
+def test_veil_fl_app_and_certs_write_a_flower_app_and_a_tls_chain(tmp_path, capsys):
+    import tomllib
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    from veil.cli.main import main
+
+    config = tmp_path / "plus.toml"
+    config.write_text(SECAGG_PLUS)
+    assert main(["fl", "app", str(config), "--out", str(tmp_path / "app")]) == 0
+    project = tomllib.loads((tmp_path / "app" / "pyproject.toml").read_text())
+    assert project["tool"]["flwr"]["app"]["components"] == {
+        "serverapp": "veil_app:server", "clientapp": "veil_app:client"}
+    assert (tmp_path / "app" / "run.toml").read_text() == SECAGG_PLUS
+    unseeded = tmp_path / "unseeded.toml"
+    unseeded.write_text(SECAGG_PLUS.replace("seed = 3", ""))
+    assert main(["fl", "app", str(unseeded), "--out", str(tmp_path / "no")]) == 2
+    assert "seed is required" in capsys.readouterr().err
+
+    assert main(["fl", "certs", str(tmp_path / "tls"), "--host", "127.0.0.1"]) == 0
+    ca = x509.load_pem_x509_certificate((tmp_path / "tls" / "ca.crt").read_bytes())
+    cert = x509.load_pem_x509_certificate((tmp_path / "tls" / "server.crt").read_bytes())
+    ca.public_key().verify(cert.signature, cert.tbs_certificate_bytes,
+                           ec.ECDSA(cert.signature_hash_algorithm))
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
+    assert (tmp_path / "tls" / "server.key").stat().st_mode & 0o077 == 0

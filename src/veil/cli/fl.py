@@ -177,3 +177,36 @@ def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = F
                          f"{certified[0]:.3g}"))
     if html is not None:
         console.print(f"privacy report: {html}")
+
+
+AppOut = Annotated[Path, typer.Option("--out", help="Directory to write the Flower app into.")]
+Results = Annotated[Path | None, typer.Option(
+    "--results", help="Where the ServerApp writes results.json (default <out>/results); a "
+    "path on the SuperLink's machine.")]
+
+
+@app.command("app")
+def flower_app(config: Config, out: AppOut, results: Results = None) -> None:
+    """Write a Flower app for CONFIG: submit it with `flwr run DIR CONNECTION` to a
+    SuperLink whose SuperNodes run with --node-config "party-id=I" (needs veil[flower]
+    on every machine)."""
+    from veil.experiments.flower_app import write_app
+
+    where = write_app(config, out, results)
+    console.print(f"Flower app written to {where}: flwr run {where} <connection>")
+
+
+Hosts = Annotated[list[str] | None, typer.Option(
+    "--host", help="A DNS name or IP address of the SuperLink (repeat; default localhost "
+    "and 127.0.0.1).")]
+
+
+@app.command("certs")
+def certs(directory: Annotated[Path, typer.Argument(help="Directory for ca.crt, server.crt "
+                                                         "and server.key.")],
+          host: Hosts = None) -> None:
+    """Make a self-signed CA and a SuperLink certificate (TLS for a private deployment)."""
+    from veil.fl.runtime.tls import self_signed
+
+    paths = self_signed(directory, tuple(host) if host else ("localhost", "127.0.0.1"))
+    print_table([[k, str(v)] for k, v in paths.items()], ["file", "path"], title="TLS files")
