@@ -1,41 +1,51 @@
 """Bytes and seconds per round: veil's local runtime against veil on Flower's simulation
-engine (issue 15), for FedAvg and SecAgg+ on the same parties, seeds and model.
+engine and on a Flower deployment on loopback (issue 15), for FedAvg and SecAgg+ on the same
+parties, seeds and model (one TOML file per run, as `veil fl run` reads).
 
-Both runtimes move the same veil messages (the same model comes out: checked here); Flower
-adds its envelope around each (a ConfigRecord holding the bytes), counted below from
-Flower's own serializer, and its delivery latency. Seconds per round are the mean wall
-time of rounds 2..R (round 1 under Flower also warms the Ray actors); "start" is the time
-Flower's engine takes to start before the first round (Ray).
+All runtimes move the same veil messages (local and simulation give the same model: checked
+here); Flower adds its envelope around each (a ConfigRecord holding the bytes), counted from
+Flower's own serializer, and its delivery latency. "s/round" is the mean wall time of the
+rounds after the first (round 1 under simulation also warms the Ray actors); "start" is
+the time before the first round (Ray, or SuperLink + SuperNodes + `flwr run`).
 
-    .venv/bin/python benchmarks/bench_flower.py [--parties 10] [--rounds 4]
+    .venv/bin/python benchmarks/bench_flower.py [--parties 10] [--rounds 3] [--deploy]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 from flwr.common.serde import recorddict_to_proto
-from sklearn.datasets import load_digits
 
-from veil.fl import Federation, LocalRuntime
+from veil.experiments.flower_app import Loopback, _federation, write_app
+from veil.fl import LocalRuntime
 from veil.fl.runtime.flower import _record, simulate
-from veil.fl.strategies import FedAvg, SecAgg
-from veil.learn import SoftmaxRegression
 
+CONFIG = """
+[data]
+dataset = "digits"
+partition = "iid"
+clients = {parties}
 
-def _parties(n: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    X, y = load_digits(return_X_y=True)
-    X = X / 16.0
-    return [(X[i::n], y[i::n]) for i in range(n)]
+[model]
+type = "softmax_regression"
 
-
-def _envelope(nbytes: int) -> int:
-    """Bytes Flower's RecordDict adds around a veil message of ``nbytes`` (with a seed)."""
-    content = _record(message=b"\0" * nbytes, seed=b"\0" * 32)
-    return recorddict_to_proto(content).ByteSize() - nbytes
+[training]
+rounds = {rounds}
+learning_rate = 0.3
+batch_size = 32
+{secagg}
+[run]
+seed = 1
+timeout = 300
+"""
+SECAGG = "\n[secagg]\nbits = 32\nclip_range = 2.0\nneighbours = 4\n"
 
 
 class _Counting(LocalRuntime):
@@ -51,42 +61,60 @@ class _Counting(LocalRuntime):
         return report
 
 
+def _envelope(nbytes: int) -> int:
+    """Bytes Flower's RecordDict adds around a veil message of ``nbytes`` (with a seed)."""
+    content = _record(message=b"\0" * nbytes, seed=b"\0" * 32)
+    return recorddict_to_proto(content).ByteSize() - nbytes
+
+
+def _deployed(config: Path, parties: int, work: Path) -> tuple[list[dict], float]:
+    app = write_app(config, work / "app", results=work / "results")
+    began = time.perf_counter()
+    with Loopback(work / "deployment", parties) as deployment:
+        deployment.run(app, timeout=900)
+    total = time.perf_counter() - began
+    return json.loads((work / "results" / "results.json").read_text())["rounds"], total
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--parties", type=int, default=10)
-    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--deploy", action="store_true",
+                        help="also run each strategy on a loopback deployment (slow)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    data = _parties(args.parties)
-    strategies = {
-        "FedAvg": lambda: FedAvg(),
-        "SecAgg+ (FedAvg, k=4)": lambda: SecAgg(FedAvg(weighted=False), neighbours=4),
-    }
     envelope = _envelope(1000)
     print(f"{args.parties} parties, digits (64 features, 10 classes, 650 parameters), "
           f"{args.rounds} rounds; Flower envelope per message: {envelope} bytes")
-    print(f"{'strategy':24} {'runtime':11} {'bytes/round':>12} {'+flower env':>12} "
-          f"{'s/round':>9} {'start s':>8} {'total s':>8} {'x local s/round':>16}")
-    for name, make in strategies.items():
-        began = time.perf_counter()
+    print(f"{'strategy':8} {'runtime':11} {'bytes/round':>12} {'+flower env':>12} "
+          f"{'s/round':>9} {'start s':>8} {'total s':>8} {'s/round / local':>16}")
+    work = Path(tempfile.mkdtemp(prefix="veil-bench-flower-"))
+    for name, secagg in (("FedAvg", ""), ("SecAgg+", SECAGG)):
+        config = work / f"{name.lower().rstrip('+')}.toml"
+        config.write_text(CONFIG.format(parties=args.parties, rounds=args.rounds,
+                                        secagg=secagg))
         counting = _Counting()
-        local = Federation(data, SoftmaxRegression(), make(), args.rounds, rng=1,
-                           runtime=counting).run()
-        local_total = time.perf_counter() - began
-        fed = Federation(data, SoftmaxRegression(), make(), args.rounds, rng=1)
+        _, fed = _federation(config)
+        fed.runtime = counting
+        began = time.perf_counter()
+        local = fed.run()
+        runs = {"local": (local.rounds, time.perf_counter() - began)}
+        _, fed = _federation(config)
         began = time.perf_counter()
         flower = simulate(fed, timeout=300.0)
-        flower_total = time.perf_counter() - began
+        runs["flower-sim"] = (flower.rounds, time.perf_counter() - began)
         assert np.array_equal(local.params, flower.params), "the runtimes disagree"
+        if args.deploy:
+            runs["deployed"] = _deployed(config, args.parties, work / name)
         messages = float(np.mean(counting.messages))  # the same messages under Flower
-        for runtime, history, total in (("local", local, local_total),
-                                        ("flower-sim", flower, flower_total)):
-            veil_bytes = np.mean([r["bytes_up"] + r["bytes_down"] for r in history.rounds])
-            extra = messages * envelope if runtime == "flower-sim" else 0
-            seconds = np.mean([r["time"] for r in history.rounds[1:] or history.rounds])
-            base = np.mean([r["time"] for r in local.rounds[1:] or local.rounds])
-            start = total - sum(r["time"] for r in history.rounds)
-            print(f"{name:24} {runtime:11} {veil_bytes:12.0f} {veil_bytes + extra:12.0f} "
+        base = np.mean([r["time"] for r in local.rounds[1:] or local.rounds])
+        for runtime, (rounds, total) in runs.items():
+            veil_bytes = np.mean([r["bytes_up"] + r["bytes_down"] for r in rounds])
+            extra = 0 if runtime == "local" else messages * envelope
+            seconds = np.mean([r["time"] for r in rounds[1:] or rounds])
+            start = total - sum(r["time"] for r in rounds)
+            print(f"{name:8} {runtime:11} {veil_bytes:12.0f} {veil_bytes + extra:12.0f} "
                   f"{seconds:9.3f} {start:8.1f} {total:8.1f} {seconds / base:16.1f}")
 
 
