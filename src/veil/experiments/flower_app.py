@@ -127,11 +127,17 @@ def server(config: str | os.PathLike) -> ServerApp:
 
 
 def client(config: str | os.PathLike) -> Any:
-    """The ClientApp of ``config``: the node hosts party ``party-id``."""
-    _, federation = _federation(Path(config))
-    stages = {s for c in federation.clients.values() for s in type(c).stages}
+    """The ClientApp of ``config``: the node hosts party ``party-id``. Flower starts a
+    process per message: the party is built from the config on the node's first message
+    of a run only (then it lives in ``context.state``), so the others stay cheap."""
+    from veil.fl.hybrid.protocol import HybridClient
+    from veil.fl.secagg.protocol import SecAggClient
+    from veil.fl.strategies.base import PlainClient
+
+    stages = {s for kind in (PlainClient, SecAggClient, HybridClient) for s in kind.stages}
 
     def party(context: Context) -> Any:
+        _, federation = _federation(Path(config))
         index = context.node_config.get("party-id")
         if index not in federation.clients:
             raise ConfigError(f"node config party-id={index!r} is not allowed: this run "

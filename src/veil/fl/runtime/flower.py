@@ -190,7 +190,8 @@ class FlowerRuntime(LocalRuntime):
         """Ask every node for its party index; returns (and keeps) party -> node id.
 
         ``parties``: the indices the federation expects (others are refused). A node that
-        does not answer within ``timeout`` is left out (it is a dropout in every round);
+        does not answer within ``timeout``, or answers something else than an index, is
+        left out (its party is a dropout in every round);
         two nodes claiming one index are a ProtocolError. Waits up to ``timeout`` seconds
         for as many nodes as ``parties`` to connect.
         """
@@ -204,7 +205,11 @@ class FlowerRuntime(LocalRuntime):
                 log.warning("node %d did not say which party it hosts: %s", node,
                             "no answer" if reply is None else reply.error.reason)
                 continue
-            party = _field(reply.content, "party", int)
+            try:
+                party = _field(reply.content, "party", int)
+            except ProtocolError as exc:
+                log.warning("node %d is left out: %s", node, exc)
+                continue
             if expected is not None and party not in expected:
                 raise ProtocolError(f"node {node} claims party {party}, which is not one of "
                                     f"the federation's {len(expected)} parties")
