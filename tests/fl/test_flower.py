@@ -264,3 +264,30 @@ def test_veil_fl_app_and_certs_write_a_flower_app_and_a_tls_chain(tmp_path, caps
     sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
     assert (tmp_path / "tls" / "server.key").stat().st_mode & 0o077 == 0
+
+
+def test_a_hybrid_round_with_a_party_lost_mid_round_matches_the_local_runtime():
+    """Threshold Paillier + distributed noise through Flower messages (key shares live on
+    the nodes); party 1 fails in the decryption stage on both runtimes."""
+    from veil.dp import Ledger
+    from veil.fl.strategies import Hybrid
+
+    data = make_clients(3, d=3)
+
+    def federation(broken):
+        strategy = Hybrid(3, 2, rounds=2, noise_multiplier=1.0, key_bits=256,
+                          insecure_ok=True, rng=1)
+        fed = Federation(data, LogisticRegression(), strategy, 2, rng=4,
+                         ledger=Ledger(50.0, 1e-5))
+        fed.clients[1] = _Tampered(fed.clients[1], "decrypt", broken)
+        return fed
+
+    local = federation("refuse").run()
+    fed = federation("crash")
+    grid = _grid(fed.clients)
+    fed.runtime = FlowerRuntime(grid, timeout=5.0)
+    flower = fed.run()
+    assert [r["status"] for r in flower.rounds] == ["ok", "ok"]
+    np.testing.assert_array_equal(flower.params, local.params)
+    assert [r["rejected"] for r in flower.rounds] == [r["rejected"] for r in local.rounds]
+    assert sum(r["rejected"] for r in flower.rounds) > 0   # party 1 was asked and failed
