@@ -36,7 +36,9 @@ Party state across messages. Flower starts a fresh ClientApp process for every m
 node receives (in simulation, a Ray actor serves many nodes). The party object -- its keys,
 key shares, model, data, round counters -- is pickled into the node's ``context.state``
 after every message and restored from it before the next. ``context.state`` is held by the
-node itself (the SuperNode's node state, or the simulation engine for a virtual node) and
+node itself -- in a deployment the SuperNode's own node state, handed to its ClientApp
+processes over the node's local runtime API (``--host 127.0.0.1 --port``, token per task;
+flwr 1.42 ``supernode/servicer/runtime``); in simulation the engine's per-node state -- and
 is never sent to the SuperLink or the server, so the pickle only ever round-trips inside the
 party's own machine; it is never read from a message. (Pickle is why this must stay so: a
 node never unpickles anything that came over the network.)
