@@ -236,6 +236,33 @@ def test_cli_secagg_plus_on_flower_simulation_gives_the_local_run(tmp_path, caps
     assert "not allowed" in capsys.readouterr().err
 
 
+HYBRID = """
+[data]
+dataset = "digits"
+partition = "iid"
+clients = 4
+
+[model]
+type = "softmax_regression"
+
+[training]
+strategy = "hybrid"
+rounds = 2
+
+[privacy]
+epsilon = 1.0
+delta = 1e-5
+
+[hybrid]
+trust = 3
+key_bits = 256
+insecure_ok = true
+
+[run]
+seed = 3
+"""
+
+
 def test_veil_fl_app_and_certs_write_a_flower_app_and_a_tls_chain(tmp_path, capsys):
     import tomllib
 
@@ -255,6 +282,11 @@ def test_veil_fl_app_and_certs_write_a_flower_app_and_a_tls_chain(tmp_path, caps
     unseeded.write_text(SECAGG_PLUS.replace("seed = 3", ""))
     assert main(["fl", "app", str(unseeded), "--out", str(tmp_path / "no")]) == 2
     assert "seed is required" in capsys.readouterr().err
+
+    hybrid = tmp_path / "hybrid.toml"
+    hybrid.write_text(HYBRID)
+    assert main(["fl", "app", str(hybrid), "--out", str(tmp_path / "no")]) == 2
+    assert "dealer" in capsys.readouterr().err
 
     assert main(["fl", "certs", str(tmp_path / "tls"), "--host", "127.0.0.1"]) == 0
     ca = x509.load_pem_x509_certificate((tmp_path / "tls" / "ca.crt").read_bytes())

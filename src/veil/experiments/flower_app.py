@@ -8,8 +8,11 @@ SuperNode's ``--node-config "party-id=I"``) with that party's share of the data.
 
 The same TOML file describes the run under every runtime. In this version each party's
 data is its share of the configured data set under the run's seed (``[run] seed`` is
-required, so that every node computes the same split); the server process reads the data
-set too, to size the model and evaluate it on the test split. It never receives a party's
+required, so that every node computes the same split; on a deployment it seeds nothing
+else: the server's sampling and noise and the parties' randomness are secure); the server
+process reads the data set too, to size the model and evaluate it on the test split. The
+hybrid approach is refused: it needs a dealer step that delivers each key share to its
+party only (not built yet). It never receives a party's
 update outside the protocol (SecAgg+ hides them) and never holds a party's protocol state,
 keys or randomness: those live on the party's node (see :mod:`veil.fl.runtime.flower`).
 
@@ -80,7 +83,12 @@ def write_app(config: str | os.PathLike, out_dir: str | os.PathLike,
     """Write the Flower app for ``config`` into ``out_dir``; returns it. ``results``: where
     the ServerApp writes results.json (default ``<out_dir>/results``)."""
     config, out_dir = Path(config), Path(out_dir)
-    _federation(config)   # refuse a bad config now, not on the SuperLink
+    cfg, _ = _federation(config)   # refuse a bad config now, not on the SuperLink
+    if cfg.kind == "hybrid":
+        raise ConfigError(f"{config}: the hybrid approach is not yet deployable on Flower: "
+                          "each party's threshold key share must come from a dealer over "
+                          "TLS, a step not built yet (every node would make its own key); "
+                          "run it with --runtime flower-sim or the local runtime")
     out_dir.mkdir(parents=True, exist_ok=True)
     name = "veil-" + "".join(c if c.isalnum() else "-" for c in config.stem.lower())
     where = Path(results) if results else out_dir / "results"
@@ -91,7 +99,9 @@ def write_app(config: str | os.PathLike, out_dir: str | os.PathLike,
     return out_dir
 
 
-def _federation(config: Path) -> tuple[Any, Federation]:
+def _federation(config: Path, *, seeded: bool = True) -> tuple[Any, Federation]:
+    """The run's config and federation; ``seeded=False``: the server's own randomness
+    (sampling, central noise) is secure, the seed only splits the data."""
     cfg = load_config(config)
     seed = cfg["run"]["seed"]
     if seed is None:
@@ -99,7 +109,7 @@ def _federation(config: Path) -> tuple[Any, Federation]:
                           "computes the same split of the data set")
     clients, test = cfg.data(seed)
     federation = Federation(clients, cfg.model(), cfg.strategy(clients),
-                            cfg["training"]["rounds"], test=test, rng=seed)
+                            cfg["training"]["rounds"], test=test, rng=seed if seeded else None)
     return cfg, federation
 
 
@@ -112,7 +122,7 @@ def server(config: str | os.PathLike) -> ServerApp:
     def main(grid: Grid, context: Context) -> None:
         from veil.dp import Ledger
 
-        cfg, federation = _federation(Path(config))
+        cfg, federation = _federation(Path(config), seeded=False)
         out = Path(str(context.run_config["out"]))
         out.mkdir(parents=True, exist_ok=True)
         if cfg.has("privacy"):
@@ -137,7 +147,7 @@ def client(config: str | os.PathLike) -> Any:
     stages = {s for kind in (PlainClient, SecAggClient, HybridClient) for s in kind.stages}
 
     def party(context: Context) -> Any:
-        _, federation = _federation(Path(config))
+        _, federation = _federation(Path(config), seeded=False)
         index = context.node_config.get("party-id")
         if index not in federation.clients:
             raise ConfigError(f"node config party-id={index!r} is not allowed: this run "
