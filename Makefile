@@ -16,14 +16,14 @@ $(VENV)/.core: $(BIN)/python $(DEPS)
 	@touch $@
 
 $(VENV)/.dev: $(BIN)/python $(DEPS)
-	$(PIP) -e ".[torch,dev,spark,fhe]"
+	$(PIP) -e ".[torch,dev,spark,fhe,flower]"
 	@command -v java >/dev/null || (apt-get install -y default-jre-headless >/dev/null 2>&1 \
 		|| (apt-get update -q >/dev/null 2>&1 && apt-get install -y default-jre-headless \
 		>/dev/null 2>&1)) || echo "no Java: the Spark tests will be skipped"
 	@touch $@ $(VENV)/.core
 
 $(VENV)/.bench: $(VENV)/.dev
-	$(PIP) -e ".[torch,dev,spark,fhe,bench]"
+	$(PIP) -e ".[torch,dev,spark,fhe,flower,bench]"
 	$(PIP) --no-deps pycanon
 	@touch $@
 

@@ -138,11 +138,16 @@ Force = Annotated[bool, typer.Option("--force", help="Write into a non-empty out
 Json = Annotated[bool, typer.Option("--json", help="Print the results as JSON.")]
 Report = Annotated[bool, typer.Option("--report", help="Also write the privacy report "
                                       "(report.json, report.html) into <out>/audit.")]
+Runtime = Annotated[str, typer.Option("--runtime", help="How messages move: 'local' (this "
+                                      "process, or [run] workers) or 'flower-sim' (Flower's "
+                                      "simulation engine, one virtual node and 1 CPU per client;"
+                                      " needs veil[flower]).")]
+RUNTIMES = ("local", "flower-sim")
 
 
 @app.command("run")
 def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = False,
-        report: Report = False, force: Force = False) -> None:
+        report: Report = False, force: Force = False, runtime_name: Runtime = "local") -> None:
     """Train a model across simulated clients; write results.json, plot.png and run.json
     (the run directory `veil audit` reads), plus the privacy report with --report."""
     from veil.crypto.paillier import MIN_SECURE_BITS
@@ -150,6 +155,9 @@ def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = F
     from veil.experiments.fl_config import load_config
     from veil.fl import Federation, LocalRuntime
 
+    if runtime_name not in RUNTIMES:
+        raise ConfigError(f"--runtime {runtime_name!r} is not allowed: expected one of "
+                          f"{', '.join(RUNTIMES)}")
     cfg = load_config(check_input_file(config, "CONFIG", text=True))
     out_dir = out or Path(cfg["run"]["out"] or Path("fl_results") / config.stem)
     checkpoint, ledger_file = out_dir / "checkpoint.veil", out_dir / "ledger.sqlite"
@@ -174,7 +182,8 @@ def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = F
     strategy = cfg.strategy(clients)
     rounds = cfg["training"]["rounds"]
     run_options = cfg["run"]
-    with LocalRuntime(cfg.faults(), workers=run_options["workers"],
+    flower = runtime_name == "flower-sim"
+    with LocalRuntime(cfg.faults(), workers=1 if flower else run_options["workers"],
                       timeout=run_options["timeout"]) as runtime, progress(
             "federated rounds", total=rounds, transient=json_) as update:
 
@@ -205,7 +214,13 @@ def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = F
             ledger = federation.ledger = Ledger(p["epsilon"], p["delta"],
                                                 accountant=p["accountant"], path=ledger_file)
         try:
-            history = federation.run(resume=resume)
+            if flower:
+                from veil.fl.runtime.flower import simulate
+
+                history = simulate(federation, faults=cfg.faults(),
+                                   timeout=run_options["timeout"], resume=resume)
+            else:
+                history = federation.run(resume=resume)
         except KeyboardInterrupt:
             done = len(federation.history.rounds)
             federation.history.save_json(out_dir / "results.json")
@@ -257,3 +272,36 @@ def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = F
     say(f"model: {model_file} (veil predict {model_file} DATA.csv)")
     if html is not None:
         say(f"privacy report: {html}")
+
+
+AppOut = Annotated[Path, typer.Option("--out", help="Directory to write the Flower app into.")]
+Results = Annotated[Path | None, typer.Option(
+    "--results", help="Where the ServerApp writes results.json (default <out>/results); a "
+    "path on the SuperLink's machine.")]
+
+
+@app.command("app")
+def flower_app(config: Config, out: AppOut, results: Results = None) -> None:
+    """Write a Flower app for CONFIG: submit it with `flwr run DIR CONNECTION` to a
+    SuperLink whose SuperNodes run with --node-config "party-id=I" (needs veil[flower]
+    on every machine)."""
+    from veil.experiments.flower_app import write_app
+
+    where = write_app(config, out, results)
+    say(f"Flower app written to {where}: flwr run {where} <connection>")
+
+
+Hosts = Annotated[list[str] | None, typer.Option(
+    "--host", help="A DNS name or IP address of the SuperLink (repeat; default localhost "
+    "and 127.0.0.1).")]
+
+
+@app.command("certs")
+def certs(directory: Annotated[Path, typer.Argument(help="Directory for ca.crt, server.crt "
+                                                         "and server.key.")],
+          host: Hosts = None) -> None:
+    """Make a self-signed CA and a SuperLink certificate (TLS for a private deployment)."""
+    from veil.fl.runtime.tls import self_signed
+
+    paths = self_signed(directory, tuple(host) if host else ("localhost", "127.0.0.1"))
+    print_table([[k, str(v)] for k, v in paths.items()], ["file", "path"], title="TLS files")

@@ -1,0 +1,329 @@
+"""veil's federated protocols on Flower: every party on its own (virtual or real) node.
+
+The protocols are sans-I/O (:mod:`veil.fl.protocol`), so Flower only has to move their
+bytes. Two pieces, one per side of a Flower 1.42 app:
+
+* **Server** -- :class:`FlowerRuntime`, a :class:`~veil.fl.runtime.LocalRuntime` whose
+  deliveries go through a Flower ``Grid`` (inside a ``ServerApp``) instead of to objects in
+  this process. It drives *any* :class:`~veil.fl.protocol.ServerRound` (plain FedAvg /
+  FedProx, DP-FedAvg, SecAgg / SecAgg+, the hybrid approach) stage by stage: each request of
+  a stage becomes one Flower ``Message`` of type ``query.<stage>`` to the node hosting the
+  recipient, whose ``ConfigRecord`` ``"veil"`` carries the veil message as *bytes*
+  (:meth:`veil.fl.messages.Message.to_bytes`; big integers are never Flower record ints,
+  which are 64-bit). The answers come back the same way and are parsed and checked by the
+  protocol as under the local runtime. Everything else -- the order of random draws,
+  byte counts, simulated :class:`~veil.fl.runtime.Faults`, the round report -- is the local
+  runtime's, so a seeded run gives the same model under both runtimes.
+* **Nodes** -- :func:`client_app`, a ``ClientApp`` hosting one veil
+  :class:`~veil.fl.protocol.ClientProtocol` per node.
+
+Node ids and party indices. Flower's node ids are random and change when a node restarts.
+Before the first round, :meth:`FlowerRuntime.connect` sends ``query.party`` to every node;
+each answers with the party index from its own node configuration (``party-id`` in a
+deployment: ``flower-supernode --node-config "party-id=3"``; ``partition-id`` in
+simulation). Two nodes claiming one index, or an index outside the federation, are refused
+(:class:`~veil.errors.ProtocolError`) before anything is sent.
+
+Failures are dropouts, exactly as under the local runtime: a node that does not answer
+within ``timeout`` seconds, whose ClientApp failed (Flower error replies: code 2 the app
+raised, 3 the node stopped, 5 the node was lost), whose party refused the request (a veil
+error on the node), or that answered with bytes that do not parse as a veil message from
+that very party, gives no answer for that stage; its reason is in ``report.rejected``. The
+protocol then carries on with the others (SecAgg+ recovers a dropped party's mask), or
+aborts the round if too few remain.
+
+Party state across messages. Flower starts a fresh ClientApp process for every message a
+node receives (in simulation, a Ray actor serves many nodes). The party object -- its keys,
+key shares, model, data, round counters -- is pickled into the node's ``context.state``
+after every message and restored from it before the next. ``context.state`` is held by the
+node itself -- in a deployment the SuperNode's own node state, handed to its ClientApp
+processes over the node's local runtime API (``--host 127.0.0.1 --port``, token per task;
+flwr 1.42 ``supernode/servicer/runtime``); in simulation the engine's per-node state -- and
+is never sent to the SuperLink or the server, so the pickle only ever round-trips inside the
+party's own machine; it is never read from a message. (Pickle is why this must stay so: a
+node never unpickles anything that came over the network.)
+
+Randomness. A node uses secure randomness (:class:`veil.random.Generator`) unless its
+ClientApp was built with ``seeded=True`` *and* the server sends a seed -- simulations and
+tests only, so that runs are reproducible (the same rule as the local runtime's seeded
+mode: such a run's privacy is not certified).
+
+Threat model: as the protocols' own (honest-but-curious server; parties check every
+message). Flower adds transport only; TLS between nodes and SuperLink in a deployment is
+Flower's. A node only answers for its own party: answers claiming another sender are
+dropped here, and the protocols reject them too.
+
+Offline by default: importing this module sets ``FLWR_TELEMETRY_ENABLED=0`` and
+``FLWR_DISABLE_UPDATE_CHECK=1`` unless they are set already.
+
+:func:`simulate` runs a whole :class:`~veil.fl.Federation` on Flower's simulation engine
+(one virtual node per party, 1 CPU each), as ``veil fl run CONFIG --runtime flower-sim``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
+os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
+
+try:
+    from flwr.app import ConfigRecord, Context, RecordDict
+    from flwr.app import Message as FlowerMessage
+    from flwr.clientapp import ClientApp
+    from flwr.serverapp import Grid, ServerApp
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError("the Flower runtime needs flwr: pip install 'veil[flower]'") from exc
+
+from veil._validation import check_int, check_positive
+from veil.errors import ConfigError, ProtocolError
+from veil.fl.messages import Message
+from veil.fl.protocol import ClientProtocol, ServerRound
+from veil.fl.runtime.local import Faults, LocalRuntime, RoundReport
+from veil.fl.runtime.workers import Served, serve
+
+__all__ = ["PARTY_STAGE", "FlowerRuntime", "client_app", "simulate"]
+
+log = logging.getLogger(__name__)
+
+#: the stage that maps node ids to party indices (``query.party``)
+PARTY_STAGE = "party"
+_RECORD = "veil"      # the ConfigRecord every message carries
+_STATE = "veil"       # the ConfigRecord of context.state holding the pickled party
+
+
+def _record(**fields: Any) -> RecordDict:
+    return RecordDict({_RECORD: ConfigRecord({k: v for k, v in fields.items()
+                                              if v is not None})})
+
+
+def _field(content: RecordDict, name: str, kind: type) -> Any:
+    """One field of a veil record (ProtocolError when missing or of another type)."""
+    try:
+        value = content.config_records[_RECORD][name]
+    except (KeyError, TypeError, AttributeError):
+        raise ProtocolError(f"the Flower message lacks the veil field {name!r}") from None
+    if kind is list:
+        ok = isinstance(value, list) and all(isinstance(v, bytes) for v in value)
+    else:
+        ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+    if not ok:
+        raise ProtocolError(f"the veil field {name!r} of a Flower message has type "
+                            f"{type(value).__name__}; expected {kind.__name__}")
+    return value
+
+
+# -- the node side ---------------------------------------------------------------------
+def client_app(party: Callable[[Context], ClientProtocol], stages: Iterable[str], *,
+               seeded: bool = False) -> ClientApp:
+    """A ClientApp hosting one veil party per node.
+
+    ``party(context)`` builds the node's party the first time the node gets a message of a
+    run (e.g. from ``context.node_config``: its index and its data file); from then on the
+    party lives in ``context.state`` (see the module docstring). ``stages``: the stage
+    names of the hosted protocol (``type(party).stages``), each served as ``query.<stage>``.
+    ``seeded=True`` lets the server's seeds drive the party's randomness (simulations and
+    tests only).
+    """
+    app = ClientApp()
+
+    def index(context: Context) -> int:
+        config = context.node_config
+        value = config.get("party-id", config.get("partition-id"))
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(f"node config party-id={value!r} is not allowed: expected the "
+                              "party index, an integer >= 0 (--node-config 'party-id=I')")
+        return value
+
+    def load(context: Context) -> ClientProtocol:
+        if _STATE in context.state.config_records:
+            return pickle.loads(context.state.config_records[_STATE]["party"])
+        hosted = party(context)
+        if hosted.client_id != index(context):
+            raise ConfigError(f"the party built for node party-id={index(context)} has "
+                              f"client_id={hosted.client_id}")
+        return hosted
+
+    def hello(message: FlowerMessage, context: Context) -> FlowerMessage:
+        return FlowerMessage(_record(party=index(context)), reply_to=message)
+
+    def handle(message: FlowerMessage, context: Context) -> FlowerMessage:
+        hosted = load(context)
+        data = _field(message.content, "message", bytes)
+        record = message.content.config_records[_RECORD]
+        seed, kind = record.get("seed"), record.get("kind")
+        use_seed = (seeded and isinstance(seed, bytes) and len(seed) == 32
+                    and kind in ("seeded", "simulation"))
+        answers, cpu, error = serve(hosted, data, seed if use_seed else os.urandom(32),
+                                    kind if use_seed else "secure")
+        context.state.config_records[_STATE] = ConfigRecord(
+            {"party": pickle.dumps(hosted, protocol=pickle.HIGHEST_PROTOCOL)})
+        return FlowerMessage(_record(answers=answers, cpu=float(cpu), error=error),
+                             reply_to=message)
+
+    app.query(PARTY_STAGE)(hello)
+    for stage in sorted(set(stages)):
+        if stage == PARTY_STAGE:
+            raise ConfigError(f"a protocol stage may not be named {PARTY_STAGE!r} on Flower")
+        app.query(stage)(handle)
+    return app
+
+
+# -- the server side -------------------------------------------------------------------
+class FlowerRuntime(LocalRuntime):
+    """Runs rounds through a Flower ``grid`` (see the module docstring).
+
+    ``faults``: simulated faults on top of the real ones (default none); ``timeout``:
+    seconds a stage waits for the nodes' answers. :meth:`run_round` has the local runtime's
+    signature; the ``clients`` it is given are ignored (the parties live on the nodes), and
+    the nodes are mapped to parties on the first call (:meth:`connect`).
+    """
+
+    def __init__(self, grid: Grid, faults: Faults | None = None, *, timeout: float = 600.0,
+                 record: bool = False) -> None:
+        super().__init__(faults, record=record, timeout=timeout)
+        self.grid = grid
+        self.nodes: dict[int, int] | None = None   # party index -> Flower node id
+
+    def connect(self, parties: Iterable[int] | None = None) -> dict[int, int]:
+        """Ask every node for its party index; returns (and keeps) party -> node id.
+
+        ``parties``: the indices the federation expects (others are refused). A node that
+        does not answer within ``timeout``, or answers something else than an index, is
+        left out (its party is a dropout in every round);
+        two nodes claiming one index are a ProtocolError. Waits up to ``timeout`` seconds
+        for as many nodes as ``parties`` to connect.
+        """
+        expected = None if parties is None else set(parties)
+        node_ids = self._wait_for_nodes(len(expected) if expected else 1)
+        replies = self._send_and_receive(
+            [(node, PARTY_STAGE, _record()) for node in node_ids])
+        nodes: dict[int, int] = {}
+        for node, reply in zip(node_ids, replies):
+            if reply is None or reply.has_error():
+                log.warning("node %d did not say which party it hosts: %s", node,
+                            "no answer" if reply is None else reply.error.reason)
+                continue
+            try:
+                party = _field(reply.content, "party", int)
+            except ProtocolError as exc:
+                log.warning("node %d is left out: %s", node, exc)
+                continue
+            if expected is not None and party not in expected:
+                raise ProtocolError(f"node {node} claims party {party}, which is not one of "
+                                    f"the federation's {len(expected)} parties")
+            if party in nodes:
+                raise ProtocolError(f"nodes {nodes[party]} and {node} both claim party "
+                                    f"{party}: give each node its own party-id")
+            nodes[party] = node
+        log.info("%d Flower node(s) host parties %s", len(nodes), sorted(nodes))
+        self.nodes = nodes
+        return nodes
+
+    def _wait_for_nodes(self, count: int) -> list[int]:
+        deadline = time.monotonic() + self.timeout
+        while True:
+            node_ids = sorted(int(n) for n in self.grid.get_node_ids())
+            if len(node_ids) >= count or time.monotonic() > deadline:
+                return node_ids
+            time.sleep(0.2)
+
+    def run_round(self, server: ServerRound, clients: Any = None,
+                  rng: Any = None) -> RoundReport:
+        if self.nodes is None:
+            self.connect(clients)
+        report = super().run_round(server, self.nodes, rng)
+        for party in server.clients:
+            if party not in self.nodes:
+                report.rejected.append((party, "no Flower node hosts this party"))
+        return report
+
+    def _execute(self, deliveries: list[tuple[int, bytes, bytes]], clients: Mapping[int, int],
+                 kind: str) -> list[Served]:
+        """Each delivery as one Flower message to the party's node; the answers (the seed
+        travels only for a seeded run: veil.random's kinds)."""
+        out: list[Served] = []
+        seeded = kind != "secure"
+        sent = [(clients[cid], Message.from_bytes(data).stage,
+                 _record(message=data, seed=seed if seeded else None,
+                         kind=kind if seeded else None))
+                for cid, data, seed in deliveries]
+        for (cid, _, _), reply in zip(deliveries, self._send_and_receive(sent)):
+            out.append(_answers(cid, reply))
+        return out
+
+    def _send_and_receive(self, sent: list[tuple[int, str, RecordDict]]
+                          ) -> list[FlowerMessage | None]:
+        """Send (node, stage, content) messages; the reply to each (None: none in time)."""
+        messages = [FlowerMessage(content, dst_node_id=node, message_type=f"query.{stage}")
+                    for node, stage, content in sent]
+        replies = self.grid.send_and_receive(messages, timeout=self.timeout)
+        by_id = {r.metadata.reply_to_message_id: r for r in replies}
+        return [by_id.get(m.metadata.message_id) for m in messages]
+
+
+def _answers(party: int, reply: FlowerMessage | None) -> Served:
+    """A node's reply as (answers, CPU seconds, why none): bad replies are dropouts."""
+    if reply is None:
+        return [], 0.0, "no answer from its Flower node in time"
+    if reply.has_error():
+        return [], 0.0, f"Flower error {reply.error.code}: {reply.error.reason}"
+    try:
+        answers = _field(reply.content, "answers", list)
+        cpu = _field(reply.content, "cpu", float)
+        error = reply.content.config_records[_RECORD].get("error")
+        for data in answers:
+            if Message.from_bytes(data).sender != party:
+                raise ProtocolError(f"the node of party {party} answered for another party")
+    except ProtocolError as exc:
+        return [], 0.0, f"bad answer from its Flower node: {exc}"
+    return list(answers), cpu, error if isinstance(error, str) else None
+
+
+# -- the simulation engine -------------------------------------------------------------
+def simulate(federation: Any, *, faults: Faults | None = None, timeout: float = 600.0,
+             cpus_per_client: float = 1.0, resume: bool = False) -> Any:
+    """Run ``federation`` (a :class:`veil.fl.Federation`) on Flower's simulation engine:
+    one virtual node per party (``partition-id`` = its index), ``cpus_per_client`` CPUs
+    each; returns its History. The federation's seeded ``rng`` also seeds the parties
+    (as under the local runtime); with secure randomness the nodes use their own.
+    """
+    from flwr.simulation import run_simulation
+
+    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")  # no GPUs asked for
+
+    timeout = check_positive(timeout, "timeout")
+    check_positive(cpus_per_client, "cpus_per_client")
+    parties = {cid: pickle.dumps(c) for cid, c in federation.clients.items()}
+    stages = {s for c in federation.clients.values() for s in type(c).stages}
+    seeded = federation._seed is not None or bool(getattr(federation._rng, "seeded", False))
+    outcome: dict[str, Any] = {}
+    server = ServerApp()
+
+    @server.main()
+    def main(grid: Grid, context: Context) -> None:
+        try:
+            federation.runtime = FlowerRuntime(grid, faults, timeout=timeout)
+            federation.runtime.connect(federation.clients)
+            outcome["history"] = federation.run(resume=resume)
+        except BaseException as exc:  # handed to the caller's thread below
+            outcome["error"] = exc
+
+    def build(context: Context) -> ClientProtocol:
+        index = check_int(context.node_config["partition-id"], "partition-id", low=0)
+        return pickle.loads(parties[index])
+
+    run_simulation(server_app=server, client_app=client_app(build, stages, seeded=seeded),
+                   num_supernodes=len(parties),
+                   backend_config={"client_resources": {"num_cpus": cpus_per_client,
+                                                        "num_gpus": 0.0}})
+    if "error" in outcome:
+        raise outcome["error"]
+    if "history" not in outcome:
+        raise ProtocolError("the Flower simulation ended without running the federation")
+    return outcome["history"]
