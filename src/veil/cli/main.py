@@ -12,7 +12,11 @@ import logging
 import sys
 
 import typer
-from typer._click import exceptions as click_exceptions
+
+try:  # typer >= 0.21 vendors click as typer._click; older typer (flwr pins it) uses click
+    from typer._click import exceptions as click_exceptions
+except ImportError:
+    from click import exceptions as click_exceptions
 from typer.core import TyperArgument
 
 import veil

@@ -107,9 +107,10 @@ def _federation(config: Path, *, seeded: bool = True) -> tuple[Any, Federation]:
     if seed is None:
         raise ConfigError(f"{config}: [run] seed is required on Flower, so that every node "
                           "computes the same split of the data set")
-    clients, test = cfg.data(seed)
+    clients, test, classes = cfg.data(seed)
     federation = Federation(clients, cfg.model(), cfg.strategy(clients),
-                            cfg["training"]["rounds"], test=test, rng=seed if seeded else None)
+                            cfg["training"]["rounds"], test=test, classes=classes,
+                            rng=seed if seeded else None)
     return cfg, federation
 
 
