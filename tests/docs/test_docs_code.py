@@ -54,7 +54,7 @@ PAGES = sorted(p for p in DOCS.rglob("*.md") if python_blocks(p))
 def test_every_area_has_a_tutorial():
     names = {p.stem for p in (DOCS / "tutorials").glob("*.md")}
     assert names >= {"dp-statistics", "dp-sgd", "federated-learning", "hybrid", "mpc",
-                     "anonymization", "audits", "models", "homomorphic-encryption"}
+                     "anonymization", "audits", "models", "homomorphic-encryption", "deployment"}
     nav = (ROOT / "mkdocs.yml").read_text()
     assert all(f"tutorials/{name}.md" in nav for name in names)
 
