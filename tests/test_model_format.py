@@ -49,8 +49,9 @@ def test_federated_numpy_models_round_trip(tmp_path, data):
 def test_private_models_record_their_ledger(tmp_path, data):
     X, y, X_test, _ = data
     ledger = Ledger(10.0, 1e-5, path=tmp_path / "budget.sqlite")
-    models = [private.LogisticRegression(epsilon=1.0, data_norm=np.sqrt(X.shape[1])),
-              private.GaussianNB(epsilon=1.0, bounds=(0, 1)),
+    models = [private.LogisticRegression(epsilon=1.0, data_norm=np.sqrt(X.shape[1]),
+                                         classes=[0, 1]),
+              private.GaussianNB(epsilon=1.0, bounds=(0, 1), classes=[0, 1]),
               private.LinearRegression(epsilon=1.0, bounds_X=(0, 1), bounds_y=(0, 1)),
               private.KMeans(2, epsilon=1.0, bounds=(0, 1))]
     for i, model in enumerate(models):
@@ -186,7 +187,7 @@ def test_veil_audit_reads_a_model_file_without_pickle(tmp_path, data, capsys):
     X, y, X_out, y_out = data
     ledger = Ledger(2.0, 0.0)
     model = private.LogisticRegression(epsilon=1.5, data_norm=np.sqrt(X.shape[1]),
-                                       ledger=ledger).fit(X, y)
+                                       ledger=ledger, classes=[0, 1]).fit(X, y)
     path = save_model(tmp_path / "model.npz", model)
     np.savez(tmp_path / "in.npz", X=X, y=y)
     np.savez(tmp_path / "out.npz", X=X_out, y=y_out)

@@ -413,20 +413,3 @@ def test_every_veil_mechanism_fits_a_ledger_of_exactly_its_budget(accountant):
         with pytest.raises(BudgetExceededError):
             ledger.release(mech, value, rng=2)
 
-
-def test_an_in_memory_ledger_travels_with_its_charges(tmp_path):
-    """A party shipped to a worker process takes its own budget along; a persisted ledger
-    refuses to be copied (open its file in the other process)."""
-    import pickle
-
-    from veil.dp import Laplace
-    from veil.errors import BudgetExceededError, ConfigError
-
-    ledger = Ledger(2.0)
-    ledger.release(Laplace(epsilon=1.5), 1.0)
-    copy = pickle.loads(pickle.dumps(ledger))
-    assert copy.spent() == ledger.spent() and len(copy.history()) == 1
-    with pytest.raises(BudgetExceededError):
-        copy.release(Laplace(epsilon=1.0), 1.0)
-    with pytest.raises(ConfigError, match="open the same path"):
-        pickle.dumps(Ledger(1.0, path=tmp_path / "b.sqlite"))

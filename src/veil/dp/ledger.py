@@ -223,16 +223,6 @@ class Ledger:
         """'' for a root ledger, 'parent/child' for a child."""
         return self._scope
 
-    def __reduce__(self) -> tuple:
-        """Pickling (a party shipped to a worker process takes its budget along): an
-        in-memory ledger travels with its charges, and the copy is then that party's
-        budget. A persisted or hierarchical ledger refuses: open its file where it runs."""
-        book = self._book
-        if book.store is not None or self._scope or len(book.nodes) > 1:
-            raise ConfigError("a persisted or hierarchical Ledger cannot be copied to another "
-                              "process: open the same path there instead")
-        return _rebuild, (self._epsilon, self._delta, book.accountant, tuple(book.charges))
-
     def __repr__(self) -> str:
         where = f", path={self.path!r}" if self.path else ""
         name = f"name={self._scope!r}, " if self._scope else ""
@@ -447,15 +437,6 @@ class Ledger:
         self.close()
 
 
-
-def _rebuild(epsilon: float, delta: float, accountant: str, charges: tuple) -> Ledger:
-    """An in-memory ledger that has paid for ``charges`` (:meth:`Ledger.__reduce__`)."""
-    ledger = Ledger(epsilon, delta, accountant)
-    for charge in charges:
-        ledger._accountant.compose(charge.event, delta=charge.delta)
-        ledger._book.charges.append(charge)
-        ledger._book.last_id = charge.index
-    return ledger
 def check_ledger(ledger: Any, *, optional: bool = False) -> Ledger | None:
     """``ledger`` if it is a :class:`Ledger` (or None when ``optional``), else ConfigError."""
     if (ledger is None and optional) or isinstance(ledger, Ledger):

@@ -501,6 +501,25 @@ class HybridClient(ClientProtocol):
         self.answered = 0
         self._current: tuple[int, Query, QueryEncoding] | None = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        # A party shipped to a worker process takes its budget along: a Ledger never pickles
+        # (a copy could be spent twice), so an unspent in-memory one travels as its budget
+        # and is rebuilt there, where it is then the party's only ledger.
+        state = self.__dict__.copy()
+        ledger = state["ledger"]
+        if ledger is not None:
+            if ledger.path is not None or ledger.history():
+                raise ConfigError(f"party {self.client_id}: a persisted or spent ledger cannot "
+                                  "move to another process (open its file there instead)")
+            state["ledger"] = (ledger.epsilon, ledger.delta, ledger.accountant)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        budget = state["ledger"]
+        self.__dict__.update(state)
+        self.ledger = None if budget is None else Ledger(budget[0], budget[1],
+                                                         accountant=budget[2])
+
     def precompute(self, count: int) -> None:
         """Fill the noise pool with ``count`` more encryption noises (offline work)."""
         if self.pool is not None:
