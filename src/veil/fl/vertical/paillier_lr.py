@@ -81,7 +81,8 @@ from veil.crypto import paillier, serialization, threshold
 from veil.crypto._fastexp import multi_pow
 from veil.dp.gaussian import DiscreteGaussian
 from veil.errors import BudgetExceededError, ConfigError, CryptoError, DataError, ProtocolError
-from veil.fl.messages import decode, encode
+from veil.fl.messages import encode
+from veil.fl.vertical._wire import read_message
 from veil.fl.vertical.optim import OPTIMIZERS, Optimizer
 from veil.random import check_rng
 
@@ -120,18 +121,6 @@ class Plan:
     def scale(self) -> int:
         """The residual's factor s: r = s * (gradient of the loss in z)."""
         return 4 if self.task == "logistic" else 1
-
-
-def _message(data: Any, stage: str, party: str) -> dict:
-    """A decoded message of ``stage`` from ``party`` (ProtocolError naming it if not)."""
-    try:
-        value = decode(data)
-    except ProtocolError as exc:
-        raise ProtocolError(f"message from {party!r}: {exc}") from None
-    if not isinstance(value, dict) or value.get("stage") != stage:
-        got = value.get("stage") if isinstance(value, dict) else type(value).__name__
-        raise ProtocolError(f"message from {party!r} is not a {stage!r} message (got {got!r})")
-    return value
 
 
 def _get(msg: dict, name: str, kind: type | tuple, party: str) -> Any:
@@ -219,7 +208,7 @@ class _Party:
 
     def receive_key(self, message: bytes) -> None:
         """The arbiter's public key."""
-        msg = _message(message, "key", "arbiter")
+        msg = read_message(message, "key", "arbiter")
         try:
             pk = serialization.loads(_get(msg, "key", bytes, "arbiter"),
                                      insecure_ok=self._min_key_bits < paillier.MIN_SECURE_BITS)
@@ -250,7 +239,7 @@ class _Party:
 
     def update(self, message: bytes) -> None:
         """Take the arbiter's decryption of this party's masked gradient and step."""
-        msg = _message(message, "decrypted", "arbiter")
+        msg = read_message(message, "decrypted", "arbiter")
         if self._mask is None:
             raise ProtocolError(f"{self.name!r} expects no decryption now")
         epoch, batch = self._step
@@ -292,7 +281,7 @@ class PaillierHost(_Party):
     def forward(self, message: bytes) -> bytes:
         """The guest's batch message -> ``[[X_k[B] w_k]]`` for the guest."""
         pk = self._need_key()
-        msg = _message(message, "batch", "guest")
+        msg = read_message(message, "batch", "guest")
         epoch = _get(msg, "epoch", int, "guest")
         batch = _get(msg, "batch", int, "guest")
         if (epoch, batch) <= self._step or epoch >= self.plan.epochs:
@@ -318,7 +307,7 @@ class PaillierHost(_Party):
 
     def backward(self, message: bytes) -> bytes:
         """The guest's encrypted residual -> this host's masked gradient for the arbiter."""
-        msg = _message(message, "residual", "guest")
+        msg = read_message(message, "residual", "guest")
         if (msg.get("epoch"), msg.get("batch")) != self._step or self._rows is None:
             raise ProtocolError(f"message from 'guest': residual for epoch "
                                 f"{msg.get('epoch')!r} batch {msg.get('batch')!r}; "
@@ -420,7 +409,7 @@ class PaillierGuest(_Party):
         size = self._rows.size
         total = None
         for host in self.hosts:
-            msg = _message(scores[host], "scores", host)
+            msg = read_message(scores[host], "scores", host)
             if (msg.get("party"), msg.get("epoch"), msg.get("batch")) != (host, *self._step):
                 raise ProtocolError(f"message from {host!r}: scores for "
                                     f"{msg.get('epoch')!r}/{msg.get('batch')!r}, expected "
@@ -476,7 +465,7 @@ class Arbiter:
 
     def decrypt(self, message: bytes) -> bytes:
         """A party's masked gradient -> its decryption, for that party only."""
-        msg = _message(message, "gradient", "a party")
+        msg = read_message(message, "gradient", "a party")
         party, step = _gradient_step(msg, self.parties, self._last, "the arbiter")
         cts = _ciphertexts(msg.get("cts"), self.public_key, self.parties[party], party)
         self._last[party] = step
@@ -515,7 +504,7 @@ class ShareHolder:
 
     def partial(self, message: bytes) -> bytes:
         """A masked gradient message -> this holder's partial decryption for its owner."""
-        msg = _message(message, "gradient", "a party")
+        msg = read_message(message, "gradient", "a party")
         owner, step = _gradient_step(msg, self.parties, self._last, repr(self.name))
         cts = _ciphertexts(msg.get("cts"), self._share.public_key, self.parties[owner], owner)
         self._last[owner] = step
@@ -529,12 +518,12 @@ def combine(public_key: threshold.ThresholdPublicKey, gradient: bytes,
     """At the owner: its own masked gradient message and every holder's partial
     decryption -> the "decrypted" message :meth:`update` takes (proofs are verified; a bad
     one is a ProtocolError naming its sender)."""
-    msg = _message(gradient, "gradient", "self")
+    msg = read_message(gradient, "gradient", "self")
     owner, step = msg.get("party"), (msg.get("epoch"), msg.get("batch"))
     cts = serialization.loads(msg.get("cts"), public_key=public_key)
     parts = []
     for by, blob in partials.items():
-        part = _message(blob, "partial", by)
+        part = read_message(blob, "partial", by)
         if (part.get("party"), part.get("epoch"), part.get("batch")) != (owner, *step):
             raise ProtocolError(f"message from {by!r}: a partial decryption for another "
                                 "gradient")

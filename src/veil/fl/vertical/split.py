@@ -57,8 +57,9 @@ from veil.errors import (
     MissingDependencyError,
     ProtocolError,
 )
-from veil.fl.messages import decode, encode
+from veil.fl.messages import encode
 from veil.fl.vertical._noise import grid_gaussian
+from veil.fl.vertical._wire import read_message
 from veil.fl.vertical.label_dp import label_event, randomize_labels, rr_with_prior
 from veil.random import check_rng
 
@@ -74,17 +75,6 @@ def _torch() -> Any:
         raise MissingDependencyError("split learning needs PyTorch: pip install "
                                      "'veil[torch]'") from None
     return torch
-
-
-def _message(data: Any, stage: str, party: str) -> dict:
-    try:
-        value = decode(data)
-    except ProtocolError as exc:
-        raise ProtocolError(f"message from {party!r}: {exc}") from None
-    if not isinstance(value, dict) or value.get("stage") != stage:
-        got = value.get("stage") if isinstance(value, dict) else type(value).__name__
-        raise ProtocolError(f"message from {party!r} is not a {stage!r} message (got {got!r})")
-    return value
 
 
 def _array(msg: dict, name: str, shape: tuple, party: str) -> np.ndarray:
@@ -163,7 +153,7 @@ class SplitBottom:
     def forward(self, message: bytes) -> bytes:
         """The top's batch message -> this party's embeddings of those rows."""
         torch = _torch()
-        msg = _message(message, "batch", "top")
+        msg = read_message(message, "batch", "top")
         step = (msg.get("pass"), msg.get("epoch"), msg.get("batch"))
         if not (isinstance(step[0], str) and all(isinstance(s, int) and
                                                   not isinstance(s, bool) for s in step[1:])):
@@ -195,7 +185,7 @@ class SplitBottom:
 
     def backward(self, message: bytes) -> None:
         """The top's gradient with respect to this party's embeddings -> one step."""
-        msg = _message(message, "gradient", "top")
+        msg = read_message(message, "gradient", "top")
         if not self.train:
             return  # a fixed bottom learns nothing
         if self._pending is None:
@@ -320,7 +310,7 @@ class SplitTop:
         kind, epoch, batch, rows = self._step
         parts = []
         for name in self.bottoms:
-            msg = _message(embeddings[name], "embeddings", name)
+            msg = read_message(embeddings[name], "embeddings", name)
             if msg.get("party") != name or msg.get("step") != [kind, epoch, batch]:
                 raise ProtocolError(f"message from {name!r}: embeddings for "
                                     f"{msg.get('step')!r}, expected {[kind, epoch, batch]}")
