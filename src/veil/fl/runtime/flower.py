@@ -142,7 +142,9 @@ def client_app(party: Callable[[Context], ClientProtocol], stages: Iterable[str]
 
     def load(context: Context) -> ClientProtocol:
         if _STATE in context.state.config_records:
-            return pickle.loads(context.state.config_records[_STATE]["party"])
+            # the party's own state, written by this node into its context.state: never
+            # read from a message (module docstring)
+            return pickle.loads(context.state.config_records[_STATE]["party"])  # noqa: S301
         hosted = party(context)
         if hosted.client_id != index(context):
             raise ConfigError(f"the party built for node party-id={index(context)} has "

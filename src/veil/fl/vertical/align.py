@@ -43,7 +43,8 @@ import pandas as pd
 from veil._validation import check_choice
 from veil.crypto.psi import PSIReceiver, PSISender
 from veil.errors import ConfigError, DataError, ProtocolError
-from veil.fl.messages import decode, encode
+from veil.fl.messages import encode
+from veil.fl.vertical._wire import read_message
 from veil.random import check_rng
 
 __all__ = ["read_ids", "AlignGuest", "AlignHost", "Alignment", "align"]
@@ -97,15 +98,7 @@ def read_ids(ids: Any, column: str | None = None, *, name: str = "ids"
 
 def _message(data: Any, stage: str, party: str) -> dict:
     """A decoded alignment message of ``stage`` (ProtocolError naming ``party`` if not)."""
-    try:
-        value = decode(data)
-    except ProtocolError as exc:
-        raise ProtocolError(f"alignment message from {party!r}: {exc}") from None
-    if not isinstance(value, dict) or value.get("stage") != stage:
-        got = value.get("stage") if isinstance(value, dict) else type(value).__name__
-        raise ProtocolError(f"alignment message from {party!r} is not a {stage!r} message "
-                            f"(got {got!r})")
-    return value
+    return read_message(data, stage, party, "alignment message")
 
 
 def _field(msg: dict, name: str, kind: type, party: str) -> Any:
