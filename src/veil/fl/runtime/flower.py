@@ -318,7 +318,8 @@ def simulate(federation: Any, *, faults: Faults | None = None, timeout: float = 
 
     def build(context: Context) -> ClientProtocol:
         index = check_int(context.node_config["partition-id"], "partition-id", low=0)
-        return pickle.loads(parties[index])
+        # the simulation's own parties, pickled by this function's caller in this process
+        return pickle.loads(parties[index])  # noqa: S301
 
     run_simulation(server_app=server, client_app=client_app(build, stages, seeded=seeded),
                    num_supernodes=len(parties),
