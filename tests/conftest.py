@@ -25,3 +25,17 @@ def adult_available():
 @pytest.fixture
 def nursery_available():
     _require("nursery/nursery.data")
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Tiny networks: torch's intra-op threads only contend on the shared 2-core machine."""
+    try:
+        import torch
+    except ImportError:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -11,17 +11,8 @@ from veil.errors import ConfigError, DataError, MissingDependencyError
 
 
 @pytest.fixture(autouse=True)
-def _one_torch_thread():
-    # tiny networks: intra-op threads only contend on the shared 2-core machine
-    try:
-        import torch
-    except ImportError:
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def _one_torch_thread(one_torch_thread):
+    """Every test here with one torch thread (tests/conftest.py)."""
 
 
 def test_missing_torch_is_a_clear_error(monkeypatch):

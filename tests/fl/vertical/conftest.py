@@ -6,13 +6,5 @@ import pytest
 
 
 @pytest.fixture(autouse=True)
-def _one_torch_thread():
-    try:
-        import torch
-    except ImportError:
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def _one_torch_thread(one_torch_thread):
+    """Every test here with one torch thread (tests/conftest.py)."""
