@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from veil.net import load_hosts
 from veil.net.certs import issue
-
-SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 def free_ports(n: int) -> list[int]:
@@ -51,22 +47,56 @@ def hosts_file(tmp_path):
     return make
 
 
-def veil_process(*args: str, cwd: Path | None = None) -> subprocess.Popen:
-    """``veil ARGS`` in its own process (output captured)."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), env.get("PYTHONPATH")) if p)
-    return subprocess.Popen([sys.executable, "-m", "veil.cli.main", *args], env=env, cwd=cwd,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+class Forks:
+    """``veil ARGS`` in forked children of this test process (no interpreter start-up);
+    each child's output goes to a log file. Children left running are killed at teardown."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.procs: list = []
+
+    def start(self, args: list[str], name: str, before=None):
+        """Start ``veil ARGS``; ``before()`` runs first in the child (e.g. to plant a crash)."""
+        import multiprocessing
+
+        log = self.folder / f"{name}.log"
+
+        def child() -> None:
+            from veil.cli.main import main
+            with open(log, "w") as fh:
+                os.dup2(fh.fileno(), 1)
+                os.dup2(fh.fileno(), 2)
+                if before is not None:
+                    before()
+                code = main(args)
+                sys.stdout.flush()
+                sys.stderr.flush()
+            os._exit(code)
+
+        proc = multiprocessing.get_context("fork").Process(target=child, daemon=True)
+        proc.start()
+        proc.log = log
+        self.procs.append(proc)
+        return proc
+
+    def join(self, proc, timeout: float = 120) -> tuple[int, str]:
+        """(exit code, output) of a child."""
+        proc.join(timeout)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+            raise AssertionError(f"process did not finish: {proc.log.read_text()}")
+        return proc.exitcode, proc.log.read_text()
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.is_alive():
+                proc.kill()
+            proc.join()
 
 
-def finish(proc: subprocess.Popen, timeout: float = 120) -> tuple[int, str]:
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, _ = proc.communicate()
-        raise AssertionError(f"process did not finish: {out}") from None
-    return proc.returncode, out
-
-
-__all__ = ["free_ports", "write_hosts", "veil_process", "finish", "load_hosts"]
+@pytest.fixture
+def forks(tmp_path):
+    f = Forks(tmp_path)
+    yield f
+    f.close()
