@@ -66,11 +66,11 @@ class Forks:
             with open(log, "w") as fh:
                 os.dup2(fh.fileno(), 1)
                 os.dup2(fh.fileno(), 2)
+                sys.stdout = sys.stderr = fh   # pytest's capture objects are the parent's
                 if before is not None:
                     before()
                 code = main(args)
-                sys.stdout.flush()
-                sys.stderr.flush()
+                fh.flush()
             os._exit(code)
 
         proc = multiprocessing.get_context("fork").Process(target=child, daemon=True)

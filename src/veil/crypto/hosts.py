@@ -27,10 +27,11 @@ from collections.abc import Iterable
 from typing import Any
 
 from veil.crypto import threshold
-from veil.crypto.dkg import KeygenParams, KeygenParty
+from veil.crypto.dkg import KeygenAbort, KeygenParams, KeygenParty
 from veil.crypto.psi import PSIReceiver, PSISender
-from veil.errors import ConfigError, ProtocolError
+from veil.errors import ConfigError
 from veil.net.hosts import Host, Hosts
+from veil.net.links import PartyError
 from veil.net.mesh import Identity, connect, pump
 from veil.random import check_rng
 
@@ -113,7 +114,7 @@ def keygen_on_hosts(hosts: Hosts, identity: Identity, *, bits: int = 2048, thres
         if key in nonces:               # a faster peer's first key-generation message
             early.append((key, message))
         elif len(message) != 2 * _NONCE:
-            raise ProtocolError(f"{hosts.party(key)} sent a malformed opening message")
+            raise PartyError(f"{hosts.party(key)} sent a malformed opening message", key)
         elif message[_NONCE:] != digest:
             raise ConfigError(f"{hosts.party(key)} runs key generation with other parameters "
                               f"(bits, threshold, stat_bits or batch; here bits={params.bits}"
@@ -135,10 +136,18 @@ def keygen_on_hosts(hosts: Hosts, identity: Identity, *, bits: int = 2048, thres
         def to_net(out: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
             return [(j - 1, m) for j, m in out]
 
+        def receive(key: int, message: bytes) -> list[tuple[int, bytes]]:
+            try:
+                return to_net(party.receive(key + 1, message))
+            except KeygenAbort as exc:  # key-share index j is hosts index j - 1
+                culprit = hosts.party(exc.party - 1) if 0 < exc.party <= len(hosts) else None
+                raise PartyError(f"{culprit or f'party {exc.party - 1}'}: {exc.reason}",
+                                 exc.party - 1) from exc
+
         first = to_net(party.start())
         for key, message in early:
-            first += to_net(party.receive(key + 1, message))
-        pump(net, first, lambda k, m: to_net(party.receive(k + 1, m)), lambda: party.done,
+            first += receive(key, message)
+        pump(net, first, receive, lambda: party.done,
              lambda: [j - 1 for j in party.waiting_for()], timeout)
     except BaseException as exc:
         if party is not None:

@@ -11,7 +11,8 @@ The protocols (MPC, PSI, key generation) stay sans-I/O; this package only moves 
 """
 
 from veil.net.hosts import Host, Hosts, load_hosts
-from veil.net.links import PartyTimeout
+from veil.net.links import PartyError, PartyTimeout
 from veil.net.mesh import Identity, connect, pump
 
-__all__ = ["Host", "Hosts", "Identity", "PartyTimeout", "connect", "load_hosts", "pump"]
+__all__ = ["Host", "Hosts", "Identity", "PartyError", "PartyTimeout", "connect", "load_hosts",
+           "pump"]

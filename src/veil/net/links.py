@@ -10,7 +10,7 @@ the peer before anything is allocated for it. :class:`Net` multiplexes several
 are the blocking versions used during start-up handshakes.
 
 A peer that disappears shows up as a frame of kind :data:`EOF`; :class:`PartyTimeout` names
-a party that stopped answering.
+a party that stopped answering, :class:`PartyError` one whose message broke the protocol.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from typing import Any
 
 from veil.errors import ProtocolError
 
-__all__ = ["EOF", "FRAME", "MAX_FRAME", "Link", "Net", "PartyTimeout", "recv_frame",
-           "send_frame"]
+__all__ = ["EOF", "FRAME", "MAX_FRAME", "Link", "Net", "PartyError", "PartyTimeout",
+           "recv_frame", "send_frame"]
 
 FRAME = struct.Struct("<IB")
 EOF = -1
@@ -34,12 +34,16 @@ MAX_FRAME = 1 << 30
 _AGAIN = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 
 
-class PartyTimeout(ProtocolError, TimeoutError):
-    """A party stopped answering (or never connected); ``party`` is its index."""
+class PartyError(ProtocolError):
+    """A protocol failed because of party ``party`` (its index; -1 for a driver)."""
 
     def __init__(self, message: str, party: int) -> None:
         super().__init__(message)
         self.party = party
+
+
+class PartyTimeout(PartyError, TimeoutError):
+    """A party stopped answering, left, or never connected; ``party`` is its index."""
 
 
 class Link:

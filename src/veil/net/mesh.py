@@ -39,7 +39,7 @@ from cryptography.x509.oid import NameOID
 
 from veil.errors import ConfigError, ProtocolError
 from veil.net.hosts import Host, Hosts
-from veil.net.links import EOF, MAX_FRAME, Net, PartyTimeout, recv_frame, send_frame
+from veil.net.links import EOF, MAX_FRAME, Net, PartyError, PartyTimeout, recv_frame, send_frame
 
 __all__ = ["DRIVER", "Identity", "connect", "pump", "MSG"]
 
@@ -50,6 +50,7 @@ DRIVER = "driver"
 _HELLO = 0
 #: frame kind of protocol messages sent by :func:`pump`
 MSG = 1
+_ABORT = 2
 _HANDSHAKE_S = 10.0
 _RETRY_S = 0.2
 
@@ -252,27 +253,37 @@ def pump(net: Net, outgoing: list[tuple[Any, bytes]], receive: Callable[[Any, by
     ``timeout`` seconds while it is due, or closes its link before the end, raises
     :class:`PartyTimeout` naming it.
     """
-    for key, msg in outgoing:
-        net.send(key, MSG, msg)
-    last = time.monotonic()
-    while not done():
-        frames = net.poll(max(0.0, last + timeout - time.monotonic()))
-        if frames:
-            last = time.monotonic()
-        elif time.monotonic() >= last + timeout:
-            silent = waiting() or sorted(k for k in net.links if k != DRIVER)
-            raise PartyTimeout(f"{_names(net, silent)} sent nothing for {timeout:g} s",
-                               silent[0] if silent else -1)
-        for key, kind, payload in frames:
-            if kind == EOF:
-                if not done():
-                    raise PartyTimeout(f"{_names(net, [key])} left: its connection closed "
-                                       "before the protocol ended", key)
-            elif kind == MSG:
-                for dest, msg in receive(key, payload):
-                    net.send(dest, MSG, msg)
-            else:
-                raise ProtocolError(f"{_names(net, [key])} sent a frame of unknown kind {kind}")
+    try:
+        for key, msg in outgoing:
+            net.send(key, MSG, msg)
+        last = time.monotonic()
+        while not done():
+            frames = net.poll(max(0.0, last + timeout - time.monotonic()))
+            if frames:
+                last = time.monotonic()
+            elif time.monotonic() >= last + timeout:
+                silent = waiting() or sorted(k for k in net.links if k != DRIVER)
+                raise PartyTimeout(f"{_names(net, silent)} sent nothing for {timeout:g} s",
+                                   silent[0] if silent else -1)
+            for key, kind, payload in frames:
+                if kind == EOF:
+                    if not done():
+                        raise PartyTimeout(f"{_names(net, [key])} left: its connection "
+                                           "closed before the protocol ended", key)
+                elif kind == MSG:
+                    for dest, msg in receive(key, payload):
+                        net.send(dest, MSG, msg)
+                elif kind == _ABORT:
+                    why = payload[:1000].decode("utf-8", "replace")
+                    raise PartyError(f"{_names(net, [key])} aborted: {why}", key)
+                else:
+                    raise PartyError(f"{_names(net, [key])} sent a frame of unknown kind "
+                                     f"{kind}", key)
+    except ProtocolError as exc:  # tell the others why, so every party names the culprit
+        for key in list(net.links):
+            net.send(key, _ABORT, str(exc).encode()[:1000])
+        net.drain(time.monotonic() + 1.0)
+        raise
     net.drain(time.monotonic() + 5.0)
 
 
