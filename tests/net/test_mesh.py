@@ -11,7 +11,7 @@ import time
 import pytest
 
 from veil.errors import ConfigError, ProtocolError
-from veil.net import Identity, PartyTimeout, connect, load_hosts, pump
+from veil.net import Identity, PartyError, PartyTimeout, connect, load_hosts, pump
 from veil.net.certs import issue
 from veil.net.links import Link
 from veil.net.mesh import DRIVER
@@ -171,3 +171,36 @@ def test_frames_are_bounded():
         link.queue(1, b"x" * 1001)
     a.close()
     b.close()
+
+
+def test_keygen_peers_with_bad_bytes_or_other_parameters_are_named(tmp_path, hosts_file):
+    from veil.crypto.hosts import keygen_on_hosts
+    from veil.net.mesh import MSG
+
+    hosts = load_hosts(hosts_file(3, driver=None))
+    kw = {"bits": 384, "threshold": 2, "insecure_ok": True, "timeout": 10,
+          "connect_timeout": 20}
+    # party 2 sends junk instead of its opening message
+    runs = [_run(keygen_on_hosts, hosts, Identity(hosts, f"p{i}"), **kw) for i in range(2)]
+    net = connect(hosts, Identity(hosts, "p2"), timeout=20)
+    for j in (0, 1):
+        net.send(j, MSG, b"junk")
+    _join(*runs)
+    net.close()
+    for r in runs:
+        assert isinstance(r["error"], PartyError) and r["error"].party == 2
+        assert "party 2 (p2 at 127.0.0.1" in str(r["error"]) and "malformed" in str(r["error"])
+    # the same three in threads succeed (a party done first leaves without harm) ...
+    runs = [_run(keygen_on_hosts, hosts, Identity(hosts, f"p{i}"), **kw) for i in range(3)]
+    _join(*runs)
+    assert all("result" in r for r in runs), [r.get("error") for r in runs]
+    # ... but party 2 configured with another threshold is refused by name, before any key
+    kw2 = dict(kw, threshold=3)
+    runs = [_run(keygen_on_hosts, hosts, Identity(hosts, f"p{i}"), **(kw2 if i == 2 else kw))
+            for i in range(3)]
+    _join(*runs)
+    for r in runs[:2]:
+        assert isinstance(r["error"], ConfigError)
+        assert "party 2 (p2 at 127.0.0.1" in str(r["error"]) and "other parameters" in str(
+            r["error"])
+    assert isinstance(runs[2]["error"], ConfigError)

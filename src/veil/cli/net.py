@@ -168,15 +168,15 @@ def keygen(
     if not target.parent.is_dir():
         raise ConfigError(f"--out={out!r} is not allowed: its folder does not exist")
     hosts, identity = _identity(hosts_path, party, cert, key)
-    start = time.perf_counter()
-    share = keygen_on_hosts(hosts, identity, bits=bits, threshold=threshold,
-                            stat_bits=stat_bits, insecure_ok=insecure_ok, timeout=timeout,
-                            connect_timeout=timeout)
+    share, stats = keygen_on_hosts(hosts, identity, bits=bits, threshold=threshold,
+                                   stat_bits=stat_bits, insecure_ok=insecure_ok,
+                                   timeout=timeout, connect_timeout=timeout)
     atomic_write(target, dump_key_share(share))
     target.chmod(0o600)
     pk = share.public_key
     print_mapping({"party": identity.name, "share": share.index, "bits": pk.bits,
                    "threshold": f"{pk.threshold} of {pk.parties}",
                    "key": pk.fingerprint.hex()[:16], "out": out,
-                   "seconds": round(time.perf_counter() - start, 2)},
+                   "seconds": round(stats["seconds"], 2),
+                   "MB sent": round(stats["sent"] / 1e6, 2), "rounds": stats["rounds"]},
                   title="distributed key generation")

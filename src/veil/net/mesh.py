@@ -24,6 +24,7 @@ certificate is refused or that leaves mid-protocol raises :class:`PartyTimeout` 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -257,6 +258,7 @@ def pump(net: Net, outgoing: list[tuple[Any, bytes]], receive: Callable[[Any, by
         for key, msg in outgoing:
             net.send(key, MSG, msg)
         last = time.monotonic()
+        closed: list = []
         while not done():
             frames = net.poll(max(0.0, last + timeout - time.monotonic()))
             if frames:
@@ -267,24 +269,39 @@ def pump(net: Net, outgoing: list[tuple[Any, bytes]], receive: Callable[[Any, by
                                    silent[0] if silent else -1)
             for key, kind, payload in frames:
                 if kind == EOF:
-                    if not done():
-                        raise PartyTimeout(f"{_names(net, [key])} left: its connection "
-                                           "closed before the protocol ended", key)
+                    closed.append(key)
                 elif kind == MSG:
                     for dest, msg in receive(key, payload):
                         net.send(dest, MSG, msg)
-                elif kind == _ABORT:
-                    why = payload[:1000].decode("utf-8", "replace")
-                    raise PartyError(f"{_names(net, [key])} aborted: {why}", key)
+                elif kind == _ABORT:   # a peer gave up: it says why, and whom it blames
+                    culprit, why = _read_abort(payload, key)
+                    raise PartyError(f"{_names(net, [key])} aborted: {why}", culprit)
                 else:
                     raise PartyError(f"{_names(net, [key])} sent a frame of unknown kind "
                                      f"{kind}", key)
+            gone = [k for k in closed if k in waiting()] if not done() else []
+            if gone:  # it closed its link and a message of it is still due
+                raise PartyTimeout(f"{_names(net, gone[:1])} left: its connection closed "
+                                   "before the protocol ended", gone[0])
     except ProtocolError as exc:  # tell the others why, so every party names the culprit
+        report = json.dumps({"party": getattr(exc, "party", -1),
+                             "message": str(exc)[:1000]}).encode()
         for key in list(net.links):
-            net.send(key, _ABORT, str(exc).encode()[:1000])
+            net.send(key, _ABORT, report)
         net.drain(time.monotonic() + 1.0)
         raise
     net.drain(time.monotonic() + 5.0)
+
+
+def _read_abort(payload: bytes, sender: Any) -> tuple[Any, str]:
+    """(culprit, reason) of a peer's abort frame; the sender itself if it names nobody."""
+    try:
+        report = json.loads(payload[:2048])
+        culprit, why = report["party"], str(report["message"])[:1000]
+    except (ValueError, TypeError, KeyError, RecursionError):
+        return sender, "(no readable reason)"
+    valid = isinstance(culprit, int) and not isinstance(culprit, bool) and culprit >= 0
+    return (culprit if valid else sender), why
 
 
 def _names(net: Net, keys: list) -> str:
