@@ -171,3 +171,26 @@ def test_keygen_bad_input_writes_nothing(tmp_path, hosts_file, capsys):
                  "--out", str(out)]) == 2
     assert "party[2].index=1" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_the_commands_end_to_end(tmp_path, hosts_file, forks, capsys):
+    """``veil net certs`` issues the certificates, ``veil mpc logreg`` drives the session."""
+    import json
+
+    parts = _split_data(tmp_path)
+    hosts = hosts_file(2, certs=False)
+    assert main(["net", "certs", "--hosts", str(hosts)]) == 0
+    assert (tmp_path / "certs" / "analyst.key").stat().st_mode & 0o777 == 0o600
+    assert main(["net", "certs", "--hosts", str(hosts)]) == 2     # never replaces a CA
+    capsys.readouterr()
+    procs = _parties(forks, hosts, tmp_path)
+    assert main(["mpc", "logreg", "--hosts", str(hosts), "--max-iter", "4", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    for proc in procs:
+        assert forks.join(proc)[0] == 0
+    data = {i: {"X": parts[i][0], "y": parts[i][1]} for i in range(2)}
+    with Session(parties=2, rng=5, data=data) as s:
+        coef, intercept, _ = _logreg(s)
+    assert got["rows"] == 160 and got["features"] == 6
+    np.testing.assert_allclose(got["coef"], coef, atol=1e-3)
+    assert abs(got["intercept"] - intercept) < 1e-3
