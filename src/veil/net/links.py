@@ -146,7 +146,10 @@ class Net:
             if mask & selectors.EVENT_WRITE and link.flush():
                 self.sel.modify(link.sock, selectors.EVENT_READ, key)
             if mask & selectors.EVENT_READ:
-                got = link.read()
+                try:
+                    got = link.read()
+                except ProtocolError as exc:   # an oversized frame: name the peer's key
+                    raise PartyError(str(exc), key) from None
                 self.received += sum(FRAME.size + len(p) for k, p in got if k != EOF)
                 frames.extend((key, kind, payload) for kind, payload in got)
                 if got and got[-1][0] == EOF:  # closed: stop watching it

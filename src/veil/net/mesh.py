@@ -78,7 +78,11 @@ class Identity:
             mine = x509.load_pem_x509_certificate(self.cert.read_bytes())
         except ValueError:
             raise ConfigError(f"--cert={str(self.cert)!r} is not a PEM certificate") from None
-        ca = x509.load_pem_x509_certificate(hosts.ca.read_bytes())
+        try:
+            ca = x509.load_pem_x509_certificate(hosts.ca.read_bytes())
+        except ValueError:
+            raise ConfigError(f"ca={str(hosts.ca)!r} of {hosts.path} is not a PEM "
+                              "certificate") from None
         try:
             mine.verify_directly_issued_by(ca)
         except (InvalidSignature, ValueError, TypeError) as exc:
