@@ -214,14 +214,18 @@ def _serve(party: Party, net: _Net, timeout: float) -> str | None:
                 if kind == _INSTR:
                     pending.append(payload)
                 elif kind in (_STOP, _EOF):
+                    if payload:   # the session ended on a failure: say which
+                        ended.append(payload[:1000].decode("utf-8", "replace"))
                     return False
             elif kind == _MSG:
                 dispatch(party.receive(key, payload))
             elif kind == _EOF and party.busy and key in party.waiting_for():
-                raise ProtocolError(f"party {key} closed its connection")
+                raise ProtocolError(f"{net.names.get(key, f'party {key}')} closed its "
+                                    "connection")
         return True
 
     report = None
+    ended: list[str] = []
     try:
         running = True
         while running:
@@ -254,6 +258,8 @@ def _serve(party: Party, net: _Net, timeout: float) -> str | None:
             net.send(_DRIVER_KEY, _ERROR, json.dumps(report).encode())
     net.drain(time.monotonic() + 5.0)
     net.close()
+    if ended and not report:
+        return f"party {party.index}: the session ended on a failure: {ended[0]}"
     return report["message"] if report else None
 
 
@@ -320,9 +326,10 @@ class _Remote:
         raise ProtocolError(message)
 
     def close(self) -> None:
+        reason = (self.broken or "").encode()[:1000]   # a broken session tells the parties why
         for key in list(self.net.links):
             try:
-                self.net.send(key, _STOP, b"")
+                self.net.send(key, _STOP, reason)
             except OSError:
                 pass
         self.net.drain(time.monotonic() + 1.0)
