@@ -20,7 +20,7 @@ except ImportError:
 from typer.core import TyperArgument
 
 import veil
-from veil.cli import anon, audit, budget, datasets, demo, dp, experiment, fl, he, predict
+from veil.cli import anon, audit, budget, datasets, demo, dp, experiment, fl, he, mpc, net, predict
 from veil.cli._output import print_error
 from veil.errors import VeilError
 
@@ -37,6 +37,10 @@ app.command("demo")(demo.demo)
 app.add_typer(experiment.app, name="experiment")
 app.add_typer(he.app, name="he")
 app.command("predict")(predict.predict)
+app.add_typer(net.app, name="net")
+app.add_typer(mpc.app, name="mpc")
+app.command("psi")(net.psi)
+app.command("keygen")(net.keygen)
 
 
 def _version(value: bool) -> None:

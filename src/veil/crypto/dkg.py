@@ -139,6 +139,7 @@ class KeygenAbort(ProtocolError):
     def __init__(self, party: int, message: str) -> None:
         super().__init__(f"party {party}: {message}")
         self.party = party
+        self.reason = message
 
 
 # ----------------------------------------------------------------------------- parameters

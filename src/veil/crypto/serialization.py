@@ -44,7 +44,8 @@ from veil.crypto import paillier, threshold
 from veil.crypto.paillier.keys import MIN_INSECURE_BITS, MIN_SECURE_BITS
 from veil.errors import CryptoError
 
-__all__ = ["FORMAT", "VERSION", "dumps", "loads"]
+__all__ = ["FORMAT", "KEY_FILE", "VERSION", "dump_key_share", "dumps", "load_key_share",
+           "loads"]
 
 #: the crypto blob format
 FORMAT = Format(b"VCRY", 2, error=CryptoError, checksum=True, name="crypto blob")
@@ -294,3 +295,33 @@ def loads(data: bytes, *, public_key: Any = None, insecure_ok: bool = False) -> 
         raise
     except (ValueError, TypeError) as exc:   # e.g. a ConfigError from a constructor
         raise CryptoError(f"malformed blob (type tag {tag}): {exc}") from None
+
+
+# ----------------------------------------------------------------------------- key files
+
+#: a party's key-share file: its threshold public key and its own share, in one checked frame
+KEY_FILE = Format(b"VKSF", 1, error=CryptoError, checksum=True, name="key-share file")
+
+
+def dump_key_share(share: threshold.KeyShare) -> bytes:
+    """A party's key-share file: ``dumps(public key)`` and ``dumps(share)`` as two blobs."""
+    if not isinstance(share, threshold.KeyShare):
+        raise CryptoError(f"dump_key_share takes a threshold.KeyShare, not "
+                          f"{type(share).__name__}")
+    return KEY_FILE.writer().blob(dumps(share.public_key)).blob(dumps(share)).finish()
+
+
+def load_key_share(data: bytes, *, insecure_ok: bool = False) -> threshold.KeyShare:
+    """The :class:`~veil.crypto.threshold.KeyShare` of a key-share file (its public key
+    attached), checked against its verification key; CryptoError for anything else."""
+    reader = KEY_FILE.reader(data)
+    pk_blob, share_blob = reader.blob(), reader.blob()
+    reader.done()
+    pk = loads(pk_blob, insecure_ok=insecure_ok)
+    if not isinstance(pk, threshold.ThresholdPublicKey):
+        raise CryptoError("malformed key-share file: the first blob is not a threshold key")
+    share = loads(share_blob, public_key=pk, insecure_ok=insecure_ok)
+    if not isinstance(share, threshold.KeyShare):
+        raise CryptoError("malformed key-share file: the second blob is not a key share")
+    share.check()
+    return share

@@ -13,7 +13,8 @@ Protocols (semi-honest, any number n >= 2 of parties; an adversary may corrupt u
 of them passively, the dealer excepted, see :mod:`veil.mpc.triples`; all arithmetic is
 modulo 2^64):
 
-* **input** — the owner draws a 256-bit seed per other party, sends it, and keeps
+* **input** — the owner (its value from the session, or its own ``data`` by name) draws a
+  256-bit seed per other party, sends it, and keeps
   ``x - sum_j PRG(seed_j)``; the others expand their seed (1 round, 32 bytes per party).
 * **mul / matmul** — Beaver (1991): with a triple ``[a], [b], [c = f(a, b)]`` for a bilinear
   f (elementwise product or matrix product), open ``d = x - a``, ``e = y - b`` and take
@@ -51,6 +52,7 @@ from typing import Any
 import numpy as np
 
 from veil.errors import ProtocolError
+from veil.mpc.fixedpoint import encode
 from veil.mpc.triples import Exchange
 from veil.mpc.wire import (
     decode_index,
@@ -83,12 +85,14 @@ class Party:
 
     ``correlation`` is the party's source of correlated randomness
     (:class:`~veil.mpc.triples.DealerShares` or :class:`~veil.mpc.triples.PaillierTriples`);
-    ``rng`` its own randomness (input masking seeds). ``cost`` counts rounds, bytes sent and
-    received to and from other parties, and bytes received from the dealer.
+    ``rng`` its own randomness (input masking seeds); ``data`` the arrays it holds on its own
+    (name -> array, e.g. loaded on its host), which only it can share (``input`` by name).
+    ``cost`` counts rounds, bytes sent and received to and from other parties, and bytes
+    received from the dealer.
     """
 
     def __init__(self, index: int, parties: int, session_id: bytes, correlation: Any, *,
-                 rng=None) -> None:
+                 rng=None, data: dict[str, Any] | None = None) -> None:
         self.index = index
         self.parties = parties
         self.session_id = session_id
@@ -96,6 +100,7 @@ class Party:
         self._rng = check_rng(rng)
         self._peers = [j for j in range(parties) if j != index]
         self.store: dict[int, np.ndarray] = {}
+        self.data = dict(data or {})
         self.seq = 0
         self.step = 0
         self._gen: Protocol | None = None
@@ -257,6 +262,14 @@ class Party:
         z = c ^ (d & b) ^ (e & a)
         return z ^ (d & e) if self.index == 0 else z
 
+    def _data(self, name: Any) -> np.ndarray:
+        """This party's own array ``name``."""
+        if not isinstance(name, str) or name not in self.data:
+            held = ", ".join(sorted(self.data)) or "none"
+            raise ProtocolError(f"party {self.index} holds no data named {name!r} (it holds: "
+                                f"{held})")
+        return np.asarray(self.data[name])
+
     def _public(self, v: np.ndarray) -> np.ndarray:
         """Party 0's share of a public value (the others hold zero)."""
         return v if self.index == 0 else np.zeros_like(v)
@@ -315,13 +328,24 @@ def _free(p: Party, op: dict, arrays: list) -> None:
         p.store.pop(key, None)
 
 
+def _describe(p: Party, op: dict, arrays: list) -> list[np.ndarray] | None:
+    """The shape and kind (0 integers or booleans, 1 real numbers) of the owner's named
+    array: public metadata the session needs to share it (the values stay with the owner)."""
+    if p.index != op["owner"]:
+        return None
+    arr = p._data(op["name"])
+    real = not (arr.dtype == np.bool_ or np.issubdtype(arr.dtype, np.integer))
+    return [np.array(arr.shape, dtype=np.uint64), np.array([real], dtype=np.uint64)]
+
+
 def _stats(p: Party, op: dict, arrays: list) -> list[np.ndarray]:
     c = p.cost
     return [np.array([c["rounds"], c["sent"], c["received"], c["dealer"]], dtype=np.uint64)]
 
 
 _LOCAL = {"struct": _struct, "linear": _linear, "mul_public": _mul_public,
-          "matmul_public": _matmul_public, "public": _constant, "free": _free, "stats": _stats}
+          "matmul_public": _matmul_public, "public": _constant, "free": _free, "stats": _stats,
+          "describe": _describe}
 
 
 # -- protocols ----------------------------------------------------------------------------
@@ -329,7 +353,13 @@ def _input(p: Party, op: dict, arrays: list, corr: list) -> Protocol:
     owner, shape = op["owner"], tuple(op["shape"])
     if p.index == owner:
         seeds = {j: p._rng.bytes(32) for j in p._peers}
-        share = arrays[0].copy()
+        if "name" in op:  # the owner's own data, encoded here: it never left this party
+            share = encode(p._data(op["name"]), op["frac_bits"], op["name"])
+            if share.shape != shape:
+                raise ProtocolError(f"party {p.index}: data {op['name']!r} has shape "
+                                    f"{share.shape}, the session expects {shape}")
+        else:
+            share = arrays[0].copy()
         for j in p._peers:
             share -= _prg(seeds[j], shape)
         yield Exchange({j: [np.frombuffer(seeds[j], dtype=np.uint8)] for j in p._peers}, {})

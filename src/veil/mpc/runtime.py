@@ -1,6 +1,7 @@
-"""Runtimes that move the parties' messages: in one process, or one process per party.
+"""Runtimes that move the parties' messages: in one process, one process per party, or
+one party per host.
 
-Both run the same :class:`~veil.mpc.party.Party` state machines on the same instruction
+All run the same :class:`~veil.mpc.party.Party` state machines on the same instruction
 stream (bytes):
 
 * :class:`LocalRuntime` — every party is an object in this process; messages are delivered
@@ -12,9 +13,14 @@ stream (bytes):
   session only waits when it needs a result. A party that receives nothing for ``timeout``
   seconds while it waits for another party reports it, and the session raises
   :class:`PartyTimeout` naming the silent party instead of hanging.
+* :class:`HostsRuntime` — every party is a process on its own host (:func:`serve_party`,
+  ``veil mpc party --hosts FILE --party I``), holding its own data; the parties and the
+  session (the hosts file's *driver*) are linked pairwise by mutually authenticated TLS
+  (:mod:`veil.net.mesh`, whose threat model covers the start-up). The party processes
+  run the same serving loop (:func:`_serve`) as under :class:`ProcessRuntime`.
 
-Frames on every socket: ``length:u32 kind:u8 payload``. Secrets (the dealer's seeds) travel
-over the sockets, never on a command line.
+Frames on every socket (:mod:`veil.net.links`): ``length:u32 kind:u8 payload``. Secrets
+(the dealer's seeds) travel over the sockets, never on a command line.
 
 Threat model of the start-up. Another process on the host may connect to any listening
 port first and claim to be a party. Every connection is therefore authenticated before
@@ -33,7 +39,7 @@ anything secret is sent:
 
 After the handshake the sockets carry plaintext frames: the parties are honest-but-curious
 and the host's loopback is trusted not to be sniffed or hijacked (that needs root on the
-host). Across machines use TLS with mutual authentication.
+host). Across machines use :class:`HostsRuntime` (TLS with mutual authentication).
 """
 
 from __future__ import annotations
@@ -42,7 +48,6 @@ import hashlib
 import hmac
 import json
 import os
-import selectors
 import socket
 import struct
 import subprocess
@@ -54,35 +59,32 @@ from typing import Any
 
 import numpy as np
 
-from veil.errors import ProtocolError
+from veil.errors import ConfigError, ProtocolError
 from veil.mpc.party import DRIVER, Party
 from veil.mpc.wire import unpack_arrays
+from veil.net.hosts import Hosts
+from veil.net.links import EOF as _EOF
+from veil.net.links import Net as _Net
+from veil.net.links import PartyTimeout, recv_frame, send_frame
+from veil.net.mesh import DRIVER as DRIVER_LINK
+from veil.net.mesh import Identity, connect
 from veil.random import secure_rng
 
-__all__ = ["LocalRuntime", "ProcessRuntime", "PartyTimeout", "make_party"]
+__all__ = ["LocalRuntime", "ProcessRuntime", "HostsRuntime", "PartyTimeout", "make_party",
+           "serve_party"]
 
-_FRAME = struct.Struct("<IB")
 _HELLO, _PORTS, _READY, _INSTR, _MSG, _RESULT, _ERROR, _STOP, _CONFIG = range(9)
-_EOF = -1
-_DRIVER_KEY = "driver"
+_DRIVER_KEY = DRIVER_LINK
 _STARTUP_S = 60.0
 _HANDSHAKE_S = 5.0         # one connection's hello, before it is dropped
-_MAX_HANDSHAKE = 1 << 24   # bytes of one start-up frame
 _NONCE = 16
 _KEY = 32
 _HELLO_BODY = struct.Struct("<HH")
 
 
-class PartyTimeout(ProtocolError, TimeoutError):
-    """A party stopped answering; ``party`` is its index."""
-
-    def __init__(self, message: str, party: int) -> None:
-        super().__init__(message)
-        self.party = party
-
-
-def make_party(index: int, parties: int, session_id: bytes, config: dict) -> Party:
-    """A party from its configuration (shared by both runtimes)."""
+def make_party(index: int, parties: int, session_id: bytes, config: dict,
+               data: dict[str, np.ndarray] | None = None) -> Party:
+    """A party from its configuration (shared by the runtimes) and its own ``data``."""
     from veil.mpc.triples import DealerShares, PaillierTriples
 
     rng = bytes.fromhex(config["rng"]) if config.get("rng") else None
@@ -91,7 +93,7 @@ def make_party(index: int, parties: int, session_id: bytes, config: dict) -> Par
     else:
         correlation = PaillierTriples(index, bits=config["paillier_bits"],
                                       insecure_ok=config["insecure_ok"], rng=rng)
-    party = Party(index, parties, session_id, correlation, rng=rng)
+    party = Party(index, parties, session_id, correlation, rng=rng, data=data)
     if config["correlation"] == "dealer":
         party.cost["dealer"] += 32  # the seed, sent once by the dealer
     return party
@@ -127,134 +129,7 @@ class LocalRuntime:
             party.store.clear()
 
 
-# -- sockets ----------------------------------------------------------------------------
-class _Link:
-    """A framed, non-blocking TCP connection with read and write buffers."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        sock.setblocking(False)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.sock = sock
-        self.rbuf = bytearray()
-        self.wbuf = bytearray()
-
-    def queue(self, kind: int, payload: bytes) -> None:
-        self.wbuf += _FRAME.pack(len(payload), kind)
-        self.wbuf += payload
-
-    def flush(self) -> bool:
-        """Send what the kernel takes now; True when nothing is left."""
-        while self.wbuf:
-            try:
-                sent = self.sock.send(self.wbuf)
-            except (BlockingIOError, InterruptedError):
-                return False
-            except ConnectionError:  # the peer is gone: its EOF, read next, names it
-                self.wbuf.clear()
-                return True
-            del self.wbuf[:sent]
-        return True
-
-    def read(self) -> list[tuple[int, bytes]]:
-        """Complete frames received so far; ``(_EOF, b"")`` last when the peer closed."""
-        eof = False
-        while True:
-            try:
-                data = self.sock.recv(1 << 20)
-            except (BlockingIOError, InterruptedError):
-                break
-            except ConnectionError:
-                data = b""
-            if not data:
-                eof = True
-                break
-            self.rbuf += data
-        frames = []
-        while len(self.rbuf) >= _FRAME.size:
-            length, kind = _FRAME.unpack_from(self.rbuf)
-            if len(self.rbuf) < _FRAME.size + length:
-                break
-            frames.append((kind, bytes(self.rbuf[_FRAME.size:_FRAME.size + length])))
-            del self.rbuf[:_FRAME.size + length]
-        if eof:
-            frames.append((_EOF, b""))
-        return frames
-
-
-class _Net:
-    """Several links behind one selector."""
-
-    def __init__(self) -> None:
-        self.sel = selectors.DefaultSelector()
-        self.links: dict[Any, _Link] = {}
-
-    def add(self, key: Any, sock: socket.socket) -> None:
-        link = _Link(sock)
-        self.links[key] = link
-        self.sel.register(sock, selectors.EVENT_READ, key)
-
-    def send(self, key: Any, kind: int, payload: bytes) -> None:
-        link = self.links.get(key)
-        if link is None:
-            raise ProtocolError(f"party {key} closed its connection (it exited or crashed)")
-        pending = bool(link.wbuf)
-        link.queue(kind, payload)
-        if not pending and not link.flush():
-            self.sel.modify(link.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, key)
-
-    def poll(self, timeout: float | None) -> list[tuple[Any, int, bytes]]:
-        frames = []
-        for sk, mask in self.sel.select(timeout):
-            key = sk.data
-            link = self.links[key]
-            if mask & selectors.EVENT_WRITE and link.flush():
-                self.sel.modify(link.sock, selectors.EVENT_READ, key)
-            if mask & selectors.EVENT_READ:
-                got = link.read()
-                frames.extend((key, kind, payload) for kind, payload in got)
-                if got and got[-1][0] == _EOF:  # closed: stop watching it
-                    self.sel.unregister(link.sock)
-                    link.sock.close()
-                    del self.links[key]
-        return frames
-
-    def drain(self, deadline: float) -> None:
-        """Flush every write buffer (until the deadline)."""
-        while any(link.wbuf for link in self.links.values()) and time.monotonic() < deadline:
-            self.poll(0.05)
-
-    def close(self) -> None:
-        for link in self.links.values():
-            self.sel.unregister(link.sock)
-            link.sock.close()
-        self.sel.close()
-
-
-def _recv_frame(sock: socket.socket, timeout: float) -> tuple[int, bytes]:
-    """One frame from a blocking socket (start-up handshake only)."""
-    sock.settimeout(timeout)
-    head = b""
-    while len(head) < _FRAME.size:
-        chunk = sock.recv(_FRAME.size - len(head))
-        if not chunk:
-            raise ProtocolError("connection closed during the start-up handshake")
-        head += chunk
-    length, kind = _FRAME.unpack(head)
-    if length > _MAX_HANDSHAKE:
-        raise ProtocolError(f"a start-up frame of {length} bytes (at most {_MAX_HANDSHAKE})")
-    body = b""
-    while len(body) < length:
-        chunk = sock.recv(length - len(body))
-        if not chunk:
-            raise ProtocolError("connection closed during the start-up handshake")
-        body += chunk
-    return kind, body
-
-
-def _send_frame(sock: socket.socket, kind: int, payload: bytes) -> None:
-    sock.sendall(_FRAME.pack(len(payload), kind) + payload)
-
-
+# -- start-up authentication (process runtime) ------------------------------------------
 def _tag(key: bytes, label: bytes, *parts: bytes) -> bytes:
     return hmac.new(key, b"veil-mpc/" + label + b"".join(parts), hashlib.sha256).digest()
 
@@ -271,8 +146,8 @@ def _accept_peer(listener: socket.socket, index: int, parties: int, keys: dict[i
         s, _addr = listener.accept()
         challenge = secure_rng().bytes(_NONCE)
         try:
-            _send_frame(s, _HELLO, challenge)
-            _kind, body = _recv_frame(s, _HANDSHAKE_S)
+            send_frame(s, _HELLO, challenge)
+            _kind, body = recv_frame(s, _HANDSHAKE_S)
             j = _HELLO_BODY.unpack_from(body)[0] if len(body) == 2 + 32 else -1
             if (index < j < parties and j not in peers and j in keys
                     and _verified(keys[j], body[2:], b"peer", challenge,
@@ -294,8 +169,8 @@ def _party_main(index: int, parties: int, port: int, key: bytes) -> None:
     driver = socket.create_connection(("127.0.0.1", port), timeout=_STARTUP_S)
     listener = socket.create_server(("127.0.0.1", 0))
     hello = _HELLO_BODY.pack(index, listener.getsockname()[1]) + secure_rng().bytes(_NONCE)
-    _send_frame(driver, _HELLO, hello + _tag(key, b"hello", hello))
-    _kind, body = _recv_frame(driver, _STARTUP_S)
+    send_frame(driver, _HELLO, hello + _tag(key, b"hello", hello))
+    _kind, body = recv_frame(driver, _STARTUP_S)
     if len(body) < 32 or not _verified(key, body[-32:], b"config", hello, body[:-32]):
         raise ProtocolError(f"party {index}: the configuration is not from the session")
     config = json.loads(body[:-32])
@@ -304,9 +179,9 @@ def _party_main(index: int, parties: int, port: int, key: bytes) -> None:
     peers: dict[int, socket.socket] = {}
     for j in range(index):  # connect to lower indices, accept the higher ones
         s = socket.create_connection(("127.0.0.1", ports[j]), timeout=_STARTUP_S)
-        _kind, challenge = _recv_frame(s, _STARTUP_S)
+        _kind, challenge = recv_frame(s, _STARTUP_S)
         ids = struct.pack("<HH", index, j)
-        _send_frame(s, _HELLO, struct.pack("<H", index) + _tag(keys[j], b"peer", challenge, ids))
+        send_frame(s, _HELLO, struct.pack("<H", index) + _tag(keys[j], b"peer", challenge, ids))
         peers[j] = s
     deadline = time.monotonic() + _STARTUP_S
     for _ in range(parties - 1 - index):
@@ -322,7 +197,8 @@ def _party_main(index: int, parties: int, port: int, key: bytes) -> None:
     _serve(party, net, float(config["timeout"]))
 
 
-def _serve(party: Party, net: _Net, timeout: float) -> None:
+def _serve(party: Party, net: _Net, timeout: float) -> str | None:
+    """Execute the driver's instructions until it stops; the failure reported, if any."""
     pending: deque[bytes] = deque()
 
     def dispatch(out: list[tuple[int, bytes]]) -> None:
@@ -338,13 +214,18 @@ def _serve(party: Party, net: _Net, timeout: float) -> None:
                 if kind == _INSTR:
                     pending.append(payload)
                 elif kind in (_STOP, _EOF):
+                    if payload:   # the session ended on a failure: say which
+                        ended.append(payload[:1000].decode("utf-8", "replace"))
                     return False
             elif kind == _MSG:
                 dispatch(party.receive(key, payload))
             elif kind == _EOF and party.busy and key in party.waiting_for():
-                raise ProtocolError(f"party {key} closed its connection")
+                raise ProtocolError(f"{net.names.get(key, f'party {key}')} closed its "
+                                    "connection")
         return True
 
+    report = None
+    ended: list[str] = []
     try:
         running = True
         while running:
@@ -373,13 +254,89 @@ def _serve(party: Party, net: _Net, timeout: float) -> None:
     except Exception as exc:  # report any failure to the session instead of dying silently
         report = {"kind": "error", "party": party.index, "missing": [],
                   "message": f"party {party.index}: {type(exc).__name__}: {exc}"}
-        net.send(_DRIVER_KEY, _ERROR, json.dumps(report).encode())
+        if _DRIVER_KEY in net.links:
+            net.send(_DRIVER_KEY, _ERROR, json.dumps(report).encode())
     net.drain(time.monotonic() + 5.0)
     net.close()
+    if ended and not report:
+        return f"party {party.index}: the session ended on a failure: {ended[0]}"
+    return report["message"] if report else None
 
 
 # -- the session side -------------------------------------------------------------------
-class ProcessRuntime:
+class _Remote:
+    """The session's end of a runtime whose parties are elsewhere (processes, hosts):
+    ``self.net`` holds one link per party, keyed by its index."""
+
+    n: int
+    timeout: float
+    net: _Net
+    broken: str | None = None
+
+    def _exit_code(self, party: int) -> int | None:
+        """The exit status of a party that closed its link, when this host knows it."""
+        return None
+
+    def _gone(self, party: int) -> str:
+        code = self._exit_code(party)
+        return f"party {party} exited (exit code {code})" if code is not None else \
+            f"{self.net.names.get(party, f'party {party}')} closed its connection"
+
+    def execute(self, instructions: Sequence[bytes], dealer: Sequence[bytes],
+                want: Sequence[int]) -> dict[int, list[np.ndarray]]:
+        if self.broken:
+            raise ProtocolError(f"the session is broken: {self.broken}")
+        for i in range(self.n):
+            self.net.send(i, _INSTR, struct.pack("<I", len(instructions[i])) + instructions[i]
+                          + dealer[i])
+        results: dict[int, list[np.ndarray]] = {}
+        deadline = time.monotonic() + self.timeout + 2.0
+        self._collect(self.net.poll(0), results)
+        while len(results) < len(want):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                silent = [i for i in want if i not in results]
+                self._fail(f"no result from part{'ies' if len(silent) > 1 else 'y'} "
+                           f"{', '.join(map(str, silent))} within {self.timeout:g} s",
+                           silent[0], timeout=True)
+            self._collect(self.net.poll(left), results)
+        return results
+
+    def _collect(self, frames: list, results: dict) -> None:
+        for i in (i for i, kind, _ in frames if kind == _EOF):  # a crash explains the rest
+            if self._exit_code(i):
+                self._fail(self._gone(i), i)
+        for i, kind, payload in frames:
+            if kind == _RESULT:
+                results[i] = unpack_arrays(payload, 8)
+            elif kind == _ERROR:
+                report = json.loads(payload)
+                missing = report["missing"]
+                if report["kind"] == "timeout" and missing:
+                    self._fail(f"party {missing[0]} stopped answering ({report['message']})",
+                               missing[0], timeout=True)
+                self._fail(report["message"], i)
+            elif kind == _EOF:
+                self._fail(self._gone(i), i)
+
+    def _fail(self, message: str, party: int, timeout: bool = False) -> None:
+        self.broken = message
+        if timeout:
+            raise PartyTimeout(message, party)
+        raise ProtocolError(message)
+
+    def close(self) -> None:
+        reason = (self.broken or "").encode()[:1000]   # a broken session tells the parties why
+        for key in list(self.net.links):
+            try:
+                self.net.send(key, _STOP, reason)
+            except OSError:
+                pass
+        self.net.drain(time.monotonic() + 1.0)
+        self.net.close()
+
+
+class ProcessRuntime(_Remote):
     """One process per party over loopback TCP; ``configs[i]`` is party i's configuration."""
 
     name = "process"
@@ -411,7 +368,7 @@ class ProcessRuntime:
             while len(socks) < parties:
                 sock = self._accept(listener, deadline)
                 try:
-                    _kind, body = _recv_frame(sock, _HANDSHAKE_S)
+                    _kind, body = recv_frame(sock, _HANDSHAKE_S)
                 except (OSError, ProtocolError):
                     body = b""
                 i, peer_port = (_HELLO_BODY.unpack_from(body) if len(body) == 4 + _NONCE + 32
@@ -426,9 +383,9 @@ class ProcessRuntime:
                 config = json.dumps(dict(configs[i], session=session_id.hex(), timeout=timeout,
                                          ports=[ports[j] for j in range(parties)],
                                          links=mine)).encode()
-                _send_frame(sock, _CONFIG, config + _tag(keys[i], b"config", hellos[i], config))
+                send_frame(sock, _CONFIG, config + _tag(keys[i], b"config", hellos[i], config))
             for i, sock in socks.items():
-                kind, _ = _recv_frame(sock, _STARTUP_S)
+                kind, _ = recv_frame(sock, _STARTUP_S)
                 if kind != _READY:
                     raise ProtocolError(f"party {i} failed to start")
                 self.net.add(i, sock)
@@ -451,66 +408,114 @@ class ProcessRuntime:
                                         f"{self.procs[dead[0]].returncode})") from None
         raise ProtocolError(f"the parties did not connect within {_STARTUP_S:g} s")
 
-    def execute(self, instructions: Sequence[bytes], dealer: Sequence[bytes],
-                want: Sequence[int]) -> dict[int, list[np.ndarray]]:
-        if self.broken:
-            raise ProtocolError(f"the session is broken: {self.broken}")
-        for i in range(self.n):
-            self.net.send(i, _INSTR, struct.pack("<I", len(instructions[i])) + instructions[i]
-                          + dealer[i])
-        results: dict[int, list[np.ndarray]] = {}
-        deadline = time.monotonic() + self.timeout + 2.0
-        self._collect(self.net.poll(0), results)
-        while len(results) < len(want):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                silent = [i for i in want if i not in results]
-                self._fail(f"no result from part{'ies' if len(silent) > 1 else 'y'} "
-                           f"{', '.join(map(str, silent))} within {self.timeout:g} s",
-                           silent[0], timeout=True)
-            self._collect(self.net.poll(left), results)
-        return results
-
-    def _collect(self, frames: list, results: dict) -> None:
-        for i in (i for i, kind, _ in frames if kind == _EOF):  # a crash explains the rest
-            try:
-                code = self.procs[i].wait(timeout=0.5)
-            except subprocess.TimeoutExpired:
-                code = None
-            if code:
-                self._fail(f"party {i} exited (exit code {code})", i)
-        for i, kind, payload in frames:
-            if kind == _RESULT:
-                results[i] = unpack_arrays(payload, 8)
-            elif kind == _ERROR:
-                report = json.loads(payload)
-                missing = report["missing"]
-                if report["kind"] == "timeout" and missing:
-                    self._fail(f"party {missing[0]} stopped answering ({report['message']})",
-                               missing[0], timeout=True)
-                self._fail(report["message"], i)
-            elif kind == _EOF:
-                code = self.procs[i].poll()
-                self._fail(f"party {i} exited (exit code {code})", i)
-
-    def _fail(self, message: str, party: int, timeout: bool = False) -> None:
-        self.broken = message
-        if timeout:
-            raise PartyTimeout(message, party)
-        raise ProtocolError(message)
+    def _exit_code(self, party: int) -> int | None:
+        try:
+            return self.procs[party].wait(timeout=0.5)
+        except subprocess.TimeoutExpired:
+            return None
 
     def close(self) -> None:
-        for key in list(self.net.links):
-            try:
-                self.net.send(key, _STOP, b"")
-            except OSError:
-                pass
         deadline = time.monotonic() + 1.0
-        self.net.drain(deadline)
-        self.net.close()
+        super().close()
         for proc in self.procs:
             try:
                 proc.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+# -- parties on their own hosts ---------------------------------------------------------
+_CONFIG_KEYS = {"correlation": str, "seed": (str, type(None)), "rng": (str, type(None)),
+                "paillier_bits": int, "insecure_ok": bool, "session": str,
+                "timeout": (int, float)}
+
+
+def _read_config(body: bytes, index: int) -> dict:
+    """The driver's configuration for party ``index``, every field checked."""
+    try:
+        config = json.loads(body)
+        ok = isinstance(config, dict) and all(
+            isinstance(config.get(k), t) for k, t in _CONFIG_KEYS.items())
+        ok = ok and config["correlation"] in ("dealer", "paillier") and \
+            len(bytes.fromhex(config["session"])) == 16 and 0 < config["timeout"] <= 86400 \
+            and (config["correlation"] != "dealer" or len(bytes.fromhex(config["seed"])) == 32)
+    except (ValueError, TypeError, RecursionError):
+        ok = False
+    if not ok:
+        raise ProtocolError(f"party {index}: the driver's configuration is malformed")
+    return config
+
+
+class HostsRuntime(_Remote):
+    """Each party a process on its own host (:func:`serve_party`, ``veil mpc party``),
+    linked by mutually authenticated TLS (:mod:`veil.net.mesh`); the session connects to
+    every party as the hosts file's driver with ``identity`` and sends each its
+    configuration (the dealer's seed included) over that link."""
+
+    name = "hosts"
+
+    def __init__(self, hosts: Hosts, identity: Identity, session_id: bytes,
+                 configs: list[dict], timeout: float, connect_timeout: float = 60.0) -> None:
+        self.n = len(hosts)
+        self.timeout = timeout
+        self.net = connect(hosts, identity, timeout=connect_timeout)
+        try:
+            for i in range(self.n):
+                config = dict(configs[i], session=session_id.hex(), timeout=timeout)
+                self.net.send(i, _CONFIG, json.dumps(config).encode())
+            ready: set[int] = set()
+            deadline = time.monotonic() + connect_timeout
+            while len(ready) < self.n:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    late = min(set(range(self.n)) - ready)
+                    self._fail(f"{self.net.names[late]} did not start within "
+                               f"{connect_timeout:g} s", late, timeout=True)
+                frames = self.net.poll(left)
+                ready |= {i for i, kind, _ in frames if kind == _READY}
+                self._collect([f for f in frames if f[1] != _READY], {})
+        except BaseException:
+            self.close()
+            raise
+
+
+def serve_party(hosts: Hosts, identity: Identity, data: dict[str, np.ndarray] | None = None,
+                *, connect_timeout: float = 120.0) -> None:
+    """Run party ``identity.name`` of ``hosts`` on this host until the driver ends the
+    session: link with the other parties and the driver, take the driver's configuration,
+    then execute its instructions on the party's own ``data`` (name -> array, shared by
+    ``Session.share_data``). A failure is reported to the driver and raised here."""
+    if hosts.driver is None:
+        raise ConfigError(f"hosts file {hosts.path}: an MPC session needs driver = NAME, the "
+                          "identity of the session that sends the instructions")
+    me = hosts.by_name(identity.name)
+    if me is None:
+        raise ConfigError(f"--party: {identity.name!r} is not a party of {hosts.path}")
+    net = connect(hosts, identity, driver=True, timeout=connect_timeout)
+    try:
+        deadline = time.monotonic() + connect_timeout
+        body = None
+        while body is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise PartyTimeout(f"party {me.index}: the driver sent no configuration "
+                                   f"within {connect_timeout:g} s", -1)
+            for key, kind, payload in net.poll(left):
+                if key != _DRIVER_KEY or kind not in (_CONFIG, _EOF):
+                    raise ProtocolError(f"party {me.index}: {net.names[key]} sent a frame "
+                                        "before the session started")
+                if kind == _EOF:
+                    raise ProtocolError(f"party {me.index}: the driver left before the "
+                                        "session started")
+                body = payload
+        config = _read_config(body, me.index)
+        party = make_party(me.index, len(hosts), bytes.fromhex(config["session"]), config,
+                           data)
+    except BaseException:
+        net.close()
+        raise
+    net.send(_DRIVER_KEY, _READY, b"")
+    failure = _serve(party, net, float(config["timeout"]))
+    if failure:
+        raise ProtocolError(failure)

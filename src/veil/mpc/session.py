@@ -25,10 +25,14 @@ encryption; comparisons then are not available). Malicious parties (who deviate 
 protocol) are *not* covered: they could change results undetected.
 
 A session owns a runtime that moves the parties' messages: ``runtime="local"`` (all
-parties in this process, deterministic under a seed) or ``runtime="process"`` (one process
+parties in this process, deterministic under a seed), ``runtime="process"`` (one process
 per party over loopback sockets, with a ``timeout`` after which a silent party is named in
-a :class:`~veil.mpc.runtime.PartyTimeout`). Every party counts its rounds and bytes;
-:meth:`Session.cost` reports them.
+a :class:`~veil.mpc.runtime.PartyTimeout`) or ``runtime="hosts"`` (each party a process
+on its own host, ``veil mpc party``, linked by mutually authenticated TLS; the session
+connects as the hosts file's driver). A party's private data can stay on its host: the
+party loads it (``veil mpc party --data NAME=FILE``, or ``data=`` under the local runtime)
+and :meth:`Session.share_data` shares it by name; only its shape leaves the party. Every
+party counts its rounds and bytes; :meth:`Session.cost` reports them.
 """
 
 from __future__ import annotations
@@ -45,10 +49,12 @@ import numpy as np
 from veil._validation import check_choice, check_int, check_positive
 from veil.errors import ConfigError, DataError, ProtocolError
 from veil.mpc.fixedpoint import encode
-from veil.mpc.runtime import LocalRuntime, ProcessRuntime, make_party
+from veil.mpc.runtime import HostsRuntime, LocalRuntime, ProcessRuntime, make_party
 from veil.mpc.tensor import SharedTensor
 from veil.mpc.triples import Dealer
 from veil.mpc.wire import pack_arrays, pack_instruction
+from veil.net.hosts import Hosts, load_hosts
+from veil.net.mesh import Identity
 from veil.random import check_rng
 
 __all__ = ["Session", "Cost"]
@@ -92,6 +98,21 @@ class Measurement:
     cost: Cost | None = None
 
 
+def _driver_hosts(hosts: Any, parties: int | None) -> Hosts:
+    """The hosts file of a session across hosts, checked: it names a driver, and as many
+    parties as asked (when asked)."""
+    if hosts is None:
+        raise ConfigError("runtime='hosts' needs hosts=PATH, the hosts file")
+    hosts = hosts if isinstance(hosts, Hosts) else load_hosts(hosts)
+    if hosts.driver is None:
+        raise ConfigError(f"hosts file {hosts.path}: driver is missing; runtime='hosts' "
+                          "connects as that identity")
+    if parties is not None and parties != len(hosts):
+        raise ConfigError(f"parties={parties!r} is not allowed: the hosts file "
+                          f"{hosts.path} lists {len(hosts)} parties")
+    return hosts
+
+
 class Session:
     """A secure computation among ``parties`` parties (see the module docstring).
 
@@ -99,16 +120,35 @@ class Session:
     below 2^(31 - frac_bits) in magnitude); ``runtime`` ``"local"`` or ``"process"``;
     ``correlation`` ``"dealer"`` or ``"paillier"`` (two parties only, with
     ``paillier_bits``; keys under 2048 bits need ``insecure_ok=True``); ``timeout`` seconds
-    a party waits for another before reporting it (process runtime); ``rng`` randomness
-    (None: secure; an int: a deterministic session for tests).
+    a party waits for another before reporting it (process and hosts runtimes); ``rng``
+    randomness (None: secure; an int: a deterministic session for tests). ``parties``
+    defaults to 3, or to the hosts file's parties. Runtime ``"hosts"``: ``hosts`` the hosts
+    file (:mod:`veil.net.hosts`, with a ``driver``), ``cert`` / ``key`` the driver's
+    certificate and key (default: beside the CA). ``data``: party -> {name: array} each
+    party holds on its own (local runtime), shared with :meth:`share_data`.
     """
 
-    def __init__(self, parties: int = 3, *, frac_bits: int = 16, runtime: str = "local",
-                 correlation: str = "dealer", timeout: float = 30.0,
-                 paillier_bits: int = 2048, insecure_ok: bool = False, rng=None) -> None:
-        self.parties = check_int(parties, "parties", low=2, high=64)
+    def __init__(self, parties: int | None = None, *, frac_bits: int = 16,
+                 runtime: str = "local", correlation: str = "dealer", timeout: float = 30.0,
+                 paillier_bits: int = 2048, insecure_ok: bool = False, rng=None,
+                 hosts: Any = None, cert: Any = None, key: Any = None,
+                 data: dict[int, dict[str, Any]] | None = None) -> None:
+        self.runtime = check_choice(runtime, "runtime", ("local", "process", "hosts"))
+        if self.runtime == "hosts":
+            hosts = _driver_hosts(hosts, parties)
+            parties = len(hosts)
+        elif hosts is not None:
+            raise ConfigError(f"hosts={hosts!r} is not allowed with runtime={runtime!r}: the "
+                              "hosts file is for runtime='hosts'")
+        self.parties = check_int(3 if parties is None else parties, "parties", low=2, high=64)
+        if data is not None and self.runtime != "local":
+            raise ConfigError(f"data= is not allowed with runtime={runtime!r}: it hands "
+                              "arrays to parties in this process (runtime='local'); on "
+                              "other hosts each party loads its own (veil mpc party --data)")
+        data = dict(data or {})
+        for owner in data:
+            self._check_party(owner, "data")
         self.frac_bits = check_int(frac_bits, "frac_bits", low=1, high=28)
-        self.runtime = check_choice(runtime, "runtime", ("local", "process"))
         self.correlation = check_choice(correlation, "correlation", ("dealer", "paillier"))
         self.timeout = check_positive(timeout, "timeout")
         if self.correlation == "paillier":
@@ -129,10 +169,14 @@ class Session:
                 "rng": rng.bytes(32).hex() if rng.seeded else None,
                 "paillier_bits": paillier_bits, "insecure_ok": bool(insecure_ok)})
         if self.runtime == "local":
-            self._runtime = LocalRuntime([make_party(i, self.parties, self.id, configs[i])
+            self._runtime = LocalRuntime([make_party(i, self.parties, self.id, configs[i],
+                                                     data.get(i))
                                           for i in range(self.parties)])
-        else:
+        elif self.runtime == "process":
             self._runtime = ProcessRuntime(self.parties, self.id, configs, self.timeout)
+        else:
+            self._runtime = HostsRuntime(hosts, Identity(hosts, hosts.driver, cert, key),
+                                         self.id, configs, self.timeout)
         self._seq = 0
         self._next_key = 0
         self._garbage: list[int] = []
@@ -184,6 +228,20 @@ class Session:
         encoded = encode(arr, frac, "value")
         return self._apply("input", [], arr.shape, frac, owner=owner, shape=list(arr.shape),
                            payloads={owner: [encoded]})
+
+    def share_data(self, name: str, owner: int) -> SharedTensor:
+        """Secret-share the array ``name`` that party ``owner`` holds on its own (loaded on
+        its host): the values never pass through this session; only their shape (and
+        whether they are integers) is asked of the owner first."""
+        owner = self._check_party(owner, "owner")
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"name={name!r} is not allowed: the name of a party's data")
+        shape_arr, real = self._issue({"op": "describe", "owner": owner, "name": name},
+                                      want=[owner])[owner]
+        shape = tuple(int(d) for d in shape_arr)
+        frac = self.frac_bits if int(real[0]) else 0
+        return self._apply("input", [], shape, frac, owner=owner, shape=list(shape),
+                           name=name, frac_bits=frac)
 
     def public(self, value: Any) -> SharedTensor:
         """A public array as a (trivially) shared tensor: party 0 holds it, the others 0."""

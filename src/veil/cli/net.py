@@ -1,0 +1,182 @@
+"""Parties on different hosts: ``veil net certs``, ``veil psi`` and ``veil keygen``.
+
+Every command reads the same hosts file (:mod:`veil.net.hosts`: session, CA, each party's
+index, name and address) and runs *one* party on this host; the parties find each other by
+address and authenticate each other by certificate (mutual TLS, :mod:`veil.net.mesh`).
+Certificates and keys default to ``NAME.crt`` / ``NAME.key`` beside the CA certificate.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pandas as pd
+import typer
+
+from veil.cli._output import check_input_file, print_json, print_mapping, say
+from veil.errors import ConfigError, DataError
+
+app = typer.Typer(help="Parties on different hosts: certificates for the hosts file.",
+                  no_args_is_help=True)
+
+HOSTS = typer.Option(..., "--hosts", help="The hosts file (TOML): session, ca, [[party]] "
+                                          "index, name, address.")
+PARTY = typer.Option(..., "--party", help="This host's party: its index or name.")
+CERT = typer.Option(None, "--cert", help="This party's certificate (default NAME.crt beside "
+                                         "the CA).")
+KEY = typer.Option(None, "--key", help="This party's private key (default NAME.key beside "
+                                       "the CA).")
+TIMEOUT = typer.Option(120.0, "--timeout", help="Seconds to wait for a silent peer (and for "
+                                                "the others to connect) before naming it.")
+
+
+def _identity(hosts_path: str, party: str, cert: str | None, key: str | None):
+    from veil.net import Identity, load_hosts
+    hosts = load_hosts(hosts_path)
+    me = hosts.party(party)
+    return hosts, Identity(hosts, me.name, cert, key)
+
+
+@app.command()
+def certs(
+    hosts_path: str = HOSTS,
+    days: int = typer.Option(30, "--days", help="Validity of the certificates, in days."),
+) -> None:
+    """Issue the CA (the hosts file's ``ca`` path) and a certificate + key for every party
+    (and the driver) beside it. For tests and private deployments: each key must then be
+    copied to its own host only."""
+    from veil._validation import check_int
+    from veil.net import load_hosts
+    from veil.net.certs import issue
+    hosts = load_hosts(hosts_path, need_ca=False)
+    if hosts.ca.exists():
+        raise ConfigError(f"ca={str(hosts.ca)!r} already exists: veil never replaces a CA "
+                          "(remove it, or point the hosts file elsewhere)")
+    identities = {h.name: (h.host,) for h in hosts.parties}
+    if hosts.driver:
+        identities[hosts.driver] = ()
+    paths = issue(hosts.ca.parent, identities, days=check_int(days, "--days", low=1,
+                                                              high=3650))
+    if paths["ca"] != hosts.ca:
+        paths["ca"].replace(hosts.ca)
+    print_mapping({"ca": str(hosts.ca), **{name: str(paths[name + ".crt"])
+                                          for name in identities}},
+                  title=f"certificates of session {hosts.session}")
+
+
+def _read_ids(path: str, column: str) -> list[str]:
+    check_input_file(Path(path), "--ids", text=True)
+    try:
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except (OSError, ValueError) as exc:
+        raise DataError(f"--ids={path!r} cannot be read as CSV: {exc}") from None
+    if column not in frame.columns:
+        raise DataError(f"--column={column!r} is not a column of {path}: "
+                        f"{', '.join(map(str, frame.columns))}")
+    return frame[column].tolist()
+
+
+def psi(
+    hosts_path: str = HOSTS,
+    party: str = PARTY,
+    role: str = typer.Option(..., "--role", help="receiver (learns the intersection) or "
+                                                 "sender (learns only its size)."),
+    ids: str = typer.Option(..., "--ids", help="CSV file with this party's identifiers."),
+    column: str = typer.Option("id", "--column", help="The identifier column of --ids."),
+    peer: str | None = typer.Option(None, "--peer", help="The other party (index or name); "
+                                    "default: the only other party of the hosts file."),
+    output: str = typer.Option("intersection", "--output",
+                               help="intersection, or cardinality (its size only)."),
+    out: str | None = typer.Option(None, "--out", help="Receiver: write the intersection "
+                                   "here (CSV, one column) instead of printing it."),
+    cert: str | None = CERT,
+    key: str | None = KEY,
+    timeout: float = TIMEOUT,
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Private set intersection with a party on another host (ECDH-PSI over mutual TLS)."""
+    from veil._validation import check_choice, check_positive
+    from veil.crypto.hosts import psi_on_hosts
+    check_choice(role, "--role", ("receiver", "sender"))
+    check_choice(output, "--output", ("intersection", "cardinality"))
+    check_positive(timeout, "--timeout")
+    if out is not None and (role != "receiver" or output != "intersection"):
+        raise ConfigError("--out is not allowed here: only the receiver of an intersection "
+                          "has rows to write")
+    hosts, identity = _identity(hosts_path, party, cert, key)
+    if peer is None:
+        others = [h for h in hosts.parties if h.name != identity.name]
+        if len(others) != 1:
+            raise ConfigError(f"--peer is missing: the hosts file lists {len(hosts)} parties; "
+                              "name the other one")
+        peer = others[0].name
+    items = _read_ids(ids, column)
+    start = time.perf_counter()
+    result = psi_on_hosts(hosts, identity, peer, role, items, output=output, timeout=timeout,
+                          connect_timeout=timeout)
+    seconds = time.perf_counter() - start
+    summary = {"party": identity.name, "role": role, "items": len(items),
+               "seconds": round(seconds, 3)}
+    if role == "sender":
+        summary["learned"] = "the receiver's set size only"
+    elif output == "cardinality":
+        summary["intersection_size"] = result
+    else:
+        summary["intersection_size"] = len(result)
+        if out is not None:
+            from veil._io import atomic_write
+            atomic_write(out, pd.DataFrame({column: result}).to_csv(index=False))
+            summary["out"] = out
+        elif not as_json:
+            for item in result:
+                say(str(item))
+        else:
+            summary["intersection"] = result
+    if as_json:
+        print_json(summary)
+    else:
+        print_mapping(summary, title="PSI")
+
+
+def keygen(
+    hosts_path: str = HOSTS,
+    party: str = PARTY,
+    bits: int = typer.Option(2048, "--bits", help="Modulus bits (>= 2048 outside tests)."),
+    threshold: int = typer.Option(..., "--threshold", help="Partial decryptions needed."),
+    out: str = typer.Option(..., "--out", help="This party's key-share file (written only "
+                                               "when the whole key generation succeeds)."),
+    stat_bits: int = typer.Option(40, "--stat-bits", help="Biprimality test security."),
+    insecure_ok: bool = typer.Option(False, "--insecure-ok",
+                                     help="Allow keys under 2048 bits (tests and demos)."),
+    cert: str | None = CERT,
+    key: str | None = KEY,
+    timeout: float = TIMEOUT,
+    force: bool = typer.Option(False, "--force", help="Replace an existing --out file."),
+) -> None:
+    """Dealer-free threshold Paillier key generation with the other parties of the hosts
+    file; this party writes only its own share (public key + share, one file)."""
+    from veil._io import atomic_write
+    from veil._validation import check_positive
+    from veil.crypto.hosts import keygen_on_hosts
+    from veil.crypto.serialization import dump_key_share
+    check_positive(timeout, "--timeout")
+    target = Path(out)
+    if target.exists() and not force:
+        raise ConfigError(f"--out={out!r} already exists: choose another file, or pass "
+                          "--force to replace it")
+    if not target.parent.is_dir():
+        raise ConfigError(f"--out={out!r} is not allowed: its folder does not exist")
+    hosts, identity = _identity(hosts_path, party, cert, key)
+    share, stats = keygen_on_hosts(hosts, identity, bits=bits, threshold=threshold,
+                                   stat_bits=stat_bits, insecure_ok=insecure_ok,
+                                   timeout=timeout, connect_timeout=timeout)
+    atomic_write(target, dump_key_share(share))
+    target.chmod(0o600)
+    pk = share.public_key
+    print_mapping({"party": identity.name, "share": share.index, "bits": pk.bits,
+                   "threshold": f"{pk.threshold} of {pk.parties}",
+                   "key": pk.fingerprint.hex()[:16], "out": out,
+                   "seconds": round(stats["seconds"], 2),
+                   "MB sent": round(stats["sent"] / 1e6, 2), "rounds": stats["rounds"]},
+                  title="distributed key generation")
