@@ -540,17 +540,16 @@ class SecAggClient(ClientProtocol):
                                 "refusing")
         signatures = msg.table("signatures")
         statement = survivors_statement(msg.round, self._survivors)
-        valid = [j for j, sig in signatures.items() if j in self._neighbours and
-                 verify(self._directory.get(j), sig, statement)]
-        if len(valid) < len(signatures):
-            log.warning("%s: %d of %d forwarded survivor-set signatures are not valid "
-                        "signatures of its neighbours on the set it signed", who,
-                        len(signatures) - len(valid), len(signatures))
-        t = self._plan.threshold
-        if len(valid) < t:
-            raise ProtocolError(f"{who}: {len(valid)} valid signatures of its neighbours on "
-                                f"the survivor set it signed, threshold {t}: others may have "
-                                "been shown another set; refusing to unmask")
+        t, valid, neighbours = self._plan.threshold, 0, set(self._neighbours)
+        for j, signature in signatures.items():   # t valid ones suffice
+            if valid == t:
+                break
+            valid += j in neighbours and verify(self._directory.get(j), signature, statement)
+        if valid < t:
+            raise ProtocolError(f"{who}: {valid} valid signatures of its neighbours on the "
+                                f"survivor set it signed ({len(signatures)} forwarded), "
+                                f"threshold {t}: others may have been shown another set; "
+                                "refusing to unmask")
         stale = set(dropped) & self._survivors
         if stale or not set(survivors) <= self._survivors:
             raise ProtocolError(f"{who}: the unmask request disagrees with the survivor set "
