@@ -284,7 +284,8 @@ Results = Annotated[Path | None, typer.Option(
 def flower_app(config: Config, out: AppOut, results: Results = None) -> None:
     """Write a Flower app for CONFIG: submit it with `flwr run DIR CONNECTION` to a
     SuperLink whose SuperNodes run with --node-config "party-id=I" (needs veil[flower]
-    on every machine)."""
+    on every machine). SecAgg needs the parties' identity table ([secagg] identities) and
+    each node its key: --node-config "party-id=I identity-key='PATH'"."""
     from veil.experiments.flower_app import write_app
 
     where = write_app(config, out, results)

@@ -9,7 +9,10 @@ party trusts on its own and which is not the relay's to swap. Where the table co
 is the deployment's business: each party makes its key pair and publishes the public key
 out of band (a PKI, a pinned configuration file, a certificate); in a simulation the runner
 makes every key pair (:func:`make_identities`, from the CSPRNG) and hands each party its
-private key and a copy of the table.
+private key and a copy of the table. :func:`write_identities` writes key files for a
+deployment whose parties are set up from one place (each party's ``identity-<i>.key``,
+readable by its owner only, to be moved to that party's machine; the public table
+``identities.json``); :func:`read_key` and :func:`read_table` read them back.
 
 Every statement a protocol signs starts with its own domain tag (``b"veil.<protocol>.<what>|"``)
 and carries the round number, so a signature made for one purpose or one round verifies for
@@ -18,7 +21,10 @@ no other.
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Mapping
+from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -26,8 +32,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from veil._validation import check_int
 from veil.errors import ConfigError
 
-__all__ = ["PUBLIC", "SIGNATURE", "check_table", "make_identities", "public_identity", "sign",
-           "verify"]
+__all__ = ["PUBLIC", "SIGNATURE", "check_table", "make_identities", "public_identity",
+           "read_key", "read_table", "sign", "verify", "write_identities"]
 
 #: bytes of an Ed25519 public (and private) key
 PUBLIC = 32
@@ -85,3 +91,47 @@ def check_table(table: Mapping[int, bytes], name: str = "identities") -> dict[in
                               f"mapped to a {PUBLIC}-byte Ed25519 public key")
         out[key] = public
     return out
+
+
+def write_identities(directory: str | os.PathLike, parties: int) -> Path:
+    """Make ``parties`` key pairs and write them under ``directory``: ``identity-<i>.key``
+    (party i's 32-byte private key, mode 0600) and ``identities.json`` (the table,
+    ``{"i": "<public key, hex>"}``). Returns the table's path."""
+    private, public = make_identities(parties)
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    for i, key in enumerate(private):
+        path = out / f"identity-{i}.key"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(key)
+    table = out / "identities.json"
+    table.write_text(json.dumps({str(i): k.hex() for i, k in enumerate(public)}, indent=1))
+    return table
+
+
+def read_key(path: str | os.PathLike) -> bytes:
+    """A private identity key written by :func:`write_identities` (ConfigError if the file
+    is missing or is not 32 bytes)."""
+    try:
+        key = Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"identity key file {os.fspath(path)!r} cannot be read: "
+                          f"{exc.strerror}") from None
+    public_identity(key)
+    return key
+
+
+def read_table(path: str | os.PathLike) -> dict[int, bytes]:
+    """An identity table written by :func:`write_identities` (ConfigError naming what is
+    wrong otherwise)."""
+    try:
+        raw = json.loads(Path(path).read_text())
+        table = {int(k): bytes.fromhex(v) for k, v in raw.items()}
+    except OSError as exc:
+        raise ConfigError(f"identity table {os.fspath(path)!r} cannot be read: "
+                          f"{exc.strerror}") from None
+    except (ValueError, TypeError, AttributeError):
+        raise ConfigError(f"identity table {os.fspath(path)!r} is not a JSON object of "
+                          "party index -> hex public key") from None
+    return check_table(table, f"identity table {os.fspath(path)!r}")

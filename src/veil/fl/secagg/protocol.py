@@ -390,20 +390,31 @@ class SecAggClient(ClientProtocol):
                  directory: Mapping[int, bytes] | None = None) -> None:
         """``identity``: this client's Ed25519 private key; ``directory``: the identity
         table it trusts (client id -> public key; see the module docstring). Both are
-        needed unless ``strategy.consistency`` is False."""
+        needed unless ``strategy.consistency`` is False (a deployed client may get its key
+        later, where it runs: :meth:`use_identity`)."""
         super().__init__(client_id)
         self.trainer = trainer
         self.strategy = strategy
-        if strategy.consistency:
-            if directory is None or identity is None or \
-                    directory.get(self.client_id) != public_identity(identity):
-                raise ConfigError(f"client {client_id} needs its own identity key, whose "
-                                  "public key is its entry of the identity table directory=")
-        else:
-            self.stages = SEMI_HONEST_STAGES  # type: ignore[misc]
-        self._identity = identity
         self._directory = directory
+        self._identity: bytes | None = None
+        if not strategy.consistency:
+            self.stages = SEMI_HONEST_STAGES  # type: ignore[misc]
+        elif directory is None:
+            raise ConfigError(f"client {client_id} needs its own identity key, whose public "
+                              "key is its entry of the identity table directory=")
+        elif identity is not None:
+            self.use_identity(identity)
         self._new_round()
+
+    def use_identity(self, identity: bytes) -> None:
+        """Take this client's Ed25519 private key (ConfigError unless its public key is the
+        client's entry of its identity table)."""
+        if self._directory is None or \
+                self._directory.get(self.client_id) != public_identity(identity):
+            raise ConfigError(f"client {self.client_id}: this identity key is not its own: "
+                              "its public key is not the client's entry of the identity "
+                              "table")
+        self._identity = identity
 
     def _new_round(self) -> None:
         self._plan: Plan | None = None
@@ -433,6 +444,10 @@ class SecAggClient(ClientProtocol):
         c_pk, s_pk = public_key(self._c_sk), public_key(self._s_sk)
         if not self.strategy.consistency:
             return [self.reply(msg, c_pk=c_pk, s_pk=s_pk)]
+        if self._identity is None:
+            raise ProtocolError(f"client {self.client_id} has no identity key to sign with "
+                                "(a deployed client gets it with use_identity): not taking "
+                                "part")
         signature = sign(self._identity, keys_statement(msg.round, self.client_id, c_pk, s_pk))
         return [self.reply(msg, c_pk=c_pk, s_pk=s_pk, signature=signature)]
 

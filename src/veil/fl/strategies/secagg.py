@@ -28,13 +28,14 @@ The modular reduction is post-processing of the exact integer sum.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 
 import dp_accounting
 import numpy as np
 
 from veil._validation import check_choice, check_int, check_positive, check_probability
-from veil.crypto.identity import make_identities
+from veil.crypto.identity import check_table, make_identities, read_table
 from veil.errors import ConfigError
 from veil.fl.secagg.protocol import SecAggClient, SecAggServer
 from veil.fl.secagg.ring import CLIPPED, MAX_LEVELS, PRGS, WEIGHT, Plan
@@ -70,21 +71,28 @@ class SecAgg(StrategyWrapper):
         for a survivor set t of its neighbours signed (:mod:`veil.fl.secagg.protocol`);
         False: the semi-honest protocol, four stages (to measure what the checks cost).
 
-    :attr:`identities` is the identity table (client id -> Ed25519 public key) the clients
-    trust: :meth:`client` makes each client's key pair from the CSPRNG, the simulated
-    trusted set-up (a deployment distributes its parties' keys out of band).
+    identities: the identity table (client id -> Ed25519 public key) of a deployment, or
+        the path of one (:func:`veil.crypto.identity.write_identities`); each client is
+        then given its private key where it runs (:meth:`SecAggClient.use_identity
+        <veil.fl.secagg.SecAggClient.use_identity>`). None: a simulation, where
+        :meth:`client` makes each client's key pair from the CSPRNG (the runner is the
+        trusted set-up) and records it in :attr:`identities`.
     """
 
     def __init__(self, inner: UpdateStrategy, *, bits: int = 32, clip_range: float = 1.0,
                  neighbours: int | None = None, threshold: float = 0.5,
                  min_survivors: float | None = None, prg: str = "aes-ctr",
-                 consistency: bool = True) -> None:
+                 consistency: bool = True,
+                 identities: Mapping[int, bytes] | str | os.PathLike | None = None) -> None:
         super().__init__(inner)
         if not isinstance(consistency, bool):
             raise ConfigError(f"consistency={consistency!r} is not allowed: expected True or "
                               "False")
         self.consistency = consistency
-        self.identities: dict[int, bytes] = {}
+        self.deployed = identities is not None
+        self.identities: dict[int, bytes] = {} if identities is None else \
+            check_table(identities) if isinstance(identities, Mapping) else \
+            read_table(identities)
         self.bits = check_int(bits, "bits", low=2, high=64)
         self.clip_range = check_positive(clip_range, "clip_range")
         self.neighbours = None if neighbours is None else check_int(neighbours, "neighbours",
@@ -173,6 +181,8 @@ class SecAgg(StrategyWrapper):
         :attr:`identities`, which the client reads as its identity table)."""
         if not self.consistency:
             return SecAggClient(client_id, trainer, self)
+        if self.deployed:   # its key is on its own machine: SecAggClient.use_identity
+            return SecAggClient(client_id, trainer, self, directory=self.identities)
         (private,), (public,) = make_identities(1)
         self.identities[int(client_id)] = public
         return SecAggClient(client_id, trainer, self, identity=private,
