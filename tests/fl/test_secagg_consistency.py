@@ -269,3 +269,20 @@ def test_both_variants_give_the_exact_sum_under_dropouts_at_every_stage(
         exact = fed.initial_params + np.mean([np.clip(inner.delta(*data[i]), -1, 1)
                                               for i in survivors], axis=0)
         np.testing.assert_allclose(report.result.params, exact, atol=1e-6)
+
+
+def test_the_run_config_sets_the_variant_and_the_identity_table(tmp_path):
+    from veil.crypto.identity import write_identities
+    from veil.experiments.fl_config import load_config
+
+    write_identities(tmp_path / "keys", 3)
+    base = ('[data]\ndataset = "digits"\nclients = 3\n[model]\ntype = "softmax_regression"\n'
+            "[training]\nrounds = 1\n[run]\nseed = 0\n[secagg]\n")
+    config = tmp_path / "run.toml"
+    config.write_text(base + "consistency = false\n")
+    cfg = load_config(config)
+    assert cfg.strategy(cfg.data(0)[0]).consistency is False
+    config.write_text(base + 'identities = "keys/identities.json"\n')  # beside the config
+    cfg = load_config(config)
+    strategy = cfg.strategy(cfg.data(0)[0])
+    assert strategy.consistency and strategy.deployed and sorted(strategy.identities) == [0, 1, 2]
