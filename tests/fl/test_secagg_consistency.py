@@ -286,3 +286,13 @@ def test_the_run_config_sets_the_variant_and_the_identity_table(tmp_path):
     cfg = load_config(config)
     strategy = cfg.strategy(cfg.data(0)[0])
     assert strategy.consistency and strategy.deployed and sorted(strategy.identities) == [0, 1, 2]
+
+
+def test_the_cli_makes_identity_keys(tmp_path):
+    from veil.cli.main import main
+    from veil.crypto.identity import public_identity, read_key, read_table
+
+    assert main(["fl", "identities", str(tmp_path / "keys"), "--parties", "2"]) == 0
+    table = read_table(tmp_path / "keys" / "identities.json")
+    assert public_identity(read_key(tmp_path / "keys" / "identity-1.key")) == table[1]
+    assert main(["fl", "identities", str(tmp_path / "none"), "--parties", "0"]) == 2
