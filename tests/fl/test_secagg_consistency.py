@@ -87,8 +87,8 @@ def _split_view_attack(run):
     held = {c: run.fed.clients[c]._held[VICTIM] for c in COLLUDERS}
     key_shares = [held[c][0] for c in COLLUDERS]
     seed_shares = [held[c][1] for c in COLLUDERS]
-    everyone = sorted(run.fed.clients)
-    without_victim = [c for c in everyone if c != VICTIM]
+    everyone = np.array(sorted(run.fed.clients))
+    without_victim = everyone[everyone != VICTIM]
     asks = {A: {"survivors": [], "dropped": [VICTIM]},
             B: {"survivors": [VICTIM], "dropped": []}}
     if run.server.consistency:
@@ -139,9 +139,11 @@ def test_a_server_showing_two_survivor_sets_recovers_an_update_only_without_the_
 def test_a_client_refuses_to_sign_a_survivor_set_without_itself(clients, known_updates):
     run = _Round(clients(5), SecAgg(known_updates(weighted=False)))
     run.honest_until("consistency")
-    (answer,) = run.ask([_request(VICTIM, "consistency", survivors=[1, 2, 3, 4])],
-                        to_server=False).values()
-    assert isinstance(answer, ProtocolError) and "without itself" in str(answer)
+    for shown, why in (([1, 2, 3, 4], "without itself"), ([0, 1, 1, 2], "strictly"),
+                       ([1, 0, 2], "strictly"), ([-1, 0], "strictly")):
+        (answer,) = run.ask([_request(VICTIM, "consistency", survivors=np.array(shown))],
+                            to_server=False).values()
+        assert isinstance(answer, ProtocolError) and why in str(answer)
 
 
 def test_a_client_refuses_to_unmask_when_the_round_is_skipped(clients, known_updates):

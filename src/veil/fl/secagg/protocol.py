@@ -23,7 +23,8 @@ Protocol (five stages; U1 >= U2 >= U3 >= U4 are the clients still answering)
   where ``s_ij = HKDF(X25519(s_i, s_j^pk))`` (both ends agree) and PRG expands a 32-byte seed
   with AES-256-CTR (or ChaCha20). Every y_i is uniform to the server.
 * **consistency** (Bonawitz et al. 2017, section 6, ConsistencyCheck): the server sends each
-  client of U3 (those whose masked input it kept) the set U3 itself. Client i checks it
+  client of U3 (those whose masked input it kept) the set U3 itself (its ids, strictly
+  increasing). Client i checks it
   (it holds i; every neighbour of i in it is one whose shares i received and masked with;
   at most as many clients as were sampled), remembers it, and returns
   ``Sign(d_i, "survivors" | round | U3)``. The server verifies each signature (a bad one
@@ -126,13 +127,15 @@ SEMI_HONEST_STAGES = ("setup", "share_keys", "masked_input", "unmask")
 
 
 def keys_statement(server_round: int, client: int, c_pk: bytes, s_pk: bytes) -> bytes:
-    """What client ``client`` signs at setup: its two public keys of this round."""
-    return b"veil.secagg.keys|" + encode([server_round, client, c_pk, s_pk])
+    """What client ``client`` signs at setup: its two (32-byte) public keys of this round."""
+    return b"veil.secagg.keys|%d|%d|" % (server_round, client) + c_pk + s_pk
 
 
-def survivors_statement(server_round: int, survivors: Sequence[int]) -> bytes:
-    """What a client signs in the consistency round: the survivor set U3 it was shown."""
-    return b"veil.secagg.survivors|" + encode([server_round, sorted(survivors)])
+def survivors_statement(server_round: int, survivors: np.ndarray) -> bytes:
+    """What a client signs in the consistency round: the survivor set U3 it was shown, as
+    the strictly increasing int64 ids the server sends (one canonical byte string)."""
+    return b"veil.secagg.survivors|%d|" % server_round + \
+        np.ascontiguousarray(survivors, dtype="<i8").tobytes()
 
 
 def harary(clients: Sequence[int], degree: int, rng: Generator) -> dict[int, tuple[int, ...]]:
@@ -291,8 +294,9 @@ class SecAggServer(ServerRound):
         self.dropped = tuple(sorted(self._shared - set(self.survivors)))
         if not self.consistency:
             return self._unmask_requests(self.survivors, {})
-        self._survivors_statement = survivors_statement(self.round, self.survivors)
-        return [self.request(i, survivors=list(self.survivors)) for i in self.survivors]
+        u3 = np.asarray(self.survivors, dtype=np.int64)
+        self._survivors_statement = survivors_statement(self.round, u3)
+        return [self.request(i, survivors=u3) for i in self.survivors]
 
     def _after_consistency(self, answers: dict[int, bytes]) -> list[Message]:
         signers = sorted(answers)
@@ -425,6 +429,7 @@ class SecAggClient(ClientProtocol):
         self._held: dict[int, tuple[bytes, bytes]] = {}
         self._sampled = 0
         self._survivors: frozenset[int] | None = None   # the U3 this client signed
+        self._statement = b""
 
     def _on_setup(self, msg: Message, rng: Generator) -> list[Message]:
         self._neighbours = msg.ids("neighbours")
@@ -529,21 +534,23 @@ class SecAggClient(ClientProtocol):
         return s_share, b_share
 
     def _on_consistency(self, msg: Message, rng: Generator) -> list[Message]:
-        u3 = msg.ids("survivors")
+        u3 = msg.array("survivors", dtype=np.int64)
+        if u3.ndim != 1 or u3.size and (u3[0] < 0 or np.any(u3[1:] <= u3[:-1])):
+            raise msg.error("survivors", "is not a strictly increasing array of client ids")
         who = f"client {self.client_id}, round {msg.round}"
-        if self.client_id not in u3:
+        survivors = frozenset(u3.tolist())
+        if self.client_id not in survivors:
             raise ProtocolError(f"{who}: shown a survivor set without itself: refusing to "
                                 "sign it")
         if len(u3) > self._sampled:
             raise ProtocolError(f"{who}: shown {len(u3)} survivors of {self._sampled} "
                                 "sampled clients: refusing to sign")
-        unknown = (set(u3) & set(self._neighbours)) - set(self._held)
+        unknown = (survivors & set(self._neighbours)) - set(self._held)
         if unknown:
             raise ProtocolError(f"{who}: the survivor set names neighbours {sorted(unknown)}, "
                                 "whose shares it never received: refusing to sign")
-        self._survivors = frozenset(u3)
-        return [self.reply(msg, signature=sign(self._identity,
-                                               survivors_statement(msg.round, u3)))]
+        self._survivors, self._statement = survivors, survivors_statement(msg.round, u3)
+        return [self.reply(msg, signature=sign(self._identity, self._statement))]
 
     def _check_consistency(self, msg: Message, survivors: list[int],
                            dropped: list[int]) -> None:
@@ -554,12 +561,12 @@ class SecAggClient(ClientProtocol):
             raise ProtocolError(f"{who}: asked to unmask without a consistency round: "
                                 "refusing")
         signatures = msg.table("signatures")
-        statement = survivors_statement(msg.round, self._survivors)
         t, valid, neighbours = self._plan.threshold, 0, set(self._neighbours)
         for j, signature in signatures.items():   # t valid ones suffice
             if valid == t:
                 break
-            valid += j in neighbours and verify(self._directory.get(j), signature, statement)
+            valid += j in neighbours and verify(self._directory.get(j), signature,
+                                                self._statement)
         if valid < t:
             raise ProtocolError(f"{who}: {valid} valid signatures of its neighbours on the "
                                 f"survivor set it signed ({len(signatures)} forwarded), "
