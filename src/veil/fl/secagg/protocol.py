@@ -177,7 +177,6 @@ class SecAggServer(ServerRound):
         self.masked_sum: np.ndarray | None = None
         self.survivors: tuple[int, ...] = ()
         self.dropped: tuple[int, ...] = ()
-        self._signed_keys: dict[int, bytes] = {}
 
     @property
     def _length(self) -> int:
