@@ -217,6 +217,15 @@ class _BadSignature(SecAggClient):
                         {"signature": signature})]
 
 
+class _BadKeySignature(SecAggClient):
+    """Signs its setup keys with garbage."""
+
+    def _on_setup(self, msg, rng):
+        (reply,) = super()._on_setup(msg, rng)
+        return [Message(reply.protocol, reply.round, reply.stage, reply.sender, SERVER,
+                        {**reply.body, "signature": b"\x07" * 64})]
+
+
 def _swap(fed, i, cls):
     old = fed.clients[i]
     fed.clients[i] = cls(i, old.trainer, old.strategy, identity=old._identity,
@@ -298,3 +307,17 @@ def test_the_cli_makes_identity_keys(tmp_path):
     table = read_table(tmp_path / "keys" / "identities.json")
     assert public_identity(read_key(tmp_path / "keys" / "identity-1.key")) == table[1]
     assert main(["fl", "identities", str(tmp_path / "none"), "--parties", "0"]) == 2
+
+
+def test_a_bad_key_signature_at_setup_drops_its_sender(clients, known_updates):
+    data = clients(6)
+    inner = known_updates(weighted=False)
+    fed = Federation(data, LogisticRegression(), SecAgg(inner, bits=32), 1, rng=0,
+                     classes=[0, 1])
+    _swap(fed, 2, _BadKeySignature)
+    history = fed.run()
+    assert history.rounds[0]["status"] == "ok", history.rounds[0].get("error")
+    assert history.rounds[0]["aggregated"] == 5
+    survivors = [0, 1, 3, 4, 5]
+    exact = fed.initial_params + np.mean([inner.delta(*data[i]) for i in survivors], axis=0)
+    np.testing.assert_allclose(history.params, exact, atol=1e-6)
