@@ -49,7 +49,8 @@ chooses what to forward and what to ask, and may collude with c clients); each c
 trusts only its own strategy configuration (threshold above half its neighbours, its own
 noise; :func:`veil.fl.secagg.ring.check_plan`) and its own identity table. A client's update
 stays hidden (the server learns the sum of the survivors' updates and nothing else about it)
-as long as fewer than t of its neighbours collude with the server and:
+while fewer than t of its neighbours collude with a server that follows the protocol, and,
+against one that does not, while the colluders are few enough for these checks to hold:
 
 * *keys*: every X25519 key a client uses is signed by its owner, so the server cannot
   substitute its own (``SecAgg(consistency=False)`` leaves this out: semi-honest server);
@@ -61,9 +62,13 @@ as long as fewer than t of its neighbours collude with the server and:
   colluding with ``c < 2t - n + 2`` clients cannot show two honest clients different
   survivor sets (without this round the bound is ``c < 2t - n + 1``, from the shares
   alone), and so cannot recover a client's self-mask seed and its mask key both. Raise
-  ``SecAgg(threshold=...)`` to tolerate more colluders. On the sparse SecAgg+ graph each
-  client counts its own neighbours' signatures (Bell et al. 2020): the same counting holds
-  within each neighbourhood.
+  ``SecAgg(threshold=...)`` to tolerate more colluders. On the sparse SecAgg+ graph a
+  client can only count its own neighbours' signatures: the server must then give every
+  holder it deceives t neighbours that were shown the same set, which the shares alone did
+  not demand, but two holders of one client may have few neighbours in common, so no bound
+  as clean as the complete graph's is claimed here: where the survivor set must be
+  consistent against colluders, use the complete graph (``neighbours=None``) or a
+  threshold well above half.
 
 Not protected: which clients took part (the server sees it), the correctness of the sum
 (a malicious server or client can change the model; SecAgg protects privacy, not
