@@ -275,13 +275,19 @@ def test_veil_fl_app_and_certs_write_a_flower_app_and_a_tls_chain(tmp_path, caps
 
     config = tmp_path / "plus.toml"
     config.write_text(SECAGG_PLUS)
+    assert main(["fl", "app", str(config), "--out", str(tmp_path / "no")]) == 2
+    assert "identity table" in capsys.readouterr().err   # SecAgg needs the parties' keys
+    assert main(["fl", "identities", str(tmp_path / "keys"), "--parties", "6"]) == 0
+    deployed = SECAGG_PLUS.replace(
+        "[secagg]\n", f'[secagg]\nidentities = "{tmp_path / "keys" / "identities.json"}"\n')
+    config.write_text(deployed)
     assert main(["fl", "app", str(config), "--out", str(tmp_path / "app")]) == 0
     project = tomllib.loads((tmp_path / "app" / "pyproject.toml").read_text())
     assert project["tool"]["flwr"]["app"]["components"] == {
         "serverapp": "veil_app:server", "clientapp": "veil_app:client"}
-    assert (tmp_path / "app" / "run.toml").read_text() == SECAGG_PLUS
+    assert (tmp_path / "app" / "run.toml").read_text() == deployed
     unseeded = tmp_path / "unseeded.toml"
-    unseeded.write_text(SECAGG_PLUS.replace("seed = 3", ""))
+    unseeded.write_text(deployed.replace("seed = 3", ""))
     assert main(["fl", "app", str(unseeded), "--out", str(tmp_path / "no")]) == 2
     assert "seed is required" in capsys.readouterr().err
 
