@@ -28,6 +28,15 @@ the raw ``dim * bits / 8`` bytes of its update (Bonawitz et al. 2017 report 1.73
     python benchmarks/bench_secagg.py                          # 100 clients, 100,000 params
     python benchmarks/bench_secagg.py --clients 20 --dim 10000 # quick
     python benchmarks/bench_secagg.py --complete               # veil on the complete graph
+
+veil runs twice: with the malicious-server checks (signed keys and the consistency round,
+Bonawitz et al. 2017 section 6; the default) and without them (``SecAgg(consistency=False)``,
+the semi-honest protocol), ``--repeat`` times each, interleaved; the table shows medians and
+the last line the overhead of the checks (goal <= 10% CPU). ``--digits`` measures the same
+overhead in rounds that train: ``examples/fl_digits.toml`` (20 clients, softmax regression
+trained with FedProx, SecAgg+ on 10 neighbours), one round per run, no faults.
+
+    python benchmarks/bench_secagg.py --no-flower --digits
 """
 
 from __future__ import annotations
@@ -69,12 +78,12 @@ class Fixed(FedAvg):
         return ClientUpdate(trainer.delta, 1.0)
 
 
-def run_veil(updates, args, secure: bool) -> dict:
+def run_veil(updates, args, secure: bool, consistency: bool = True) -> dict:
     inner = Fixed(weighted=False)
     strategy = SecAgg(inner, bits=args.bits, clip_range=args.range,
                       neighbours=None if args.complete else args.neighbours,
-                      threshold=args.threshold,
-                      min_survivors=0.5) if secure else inner
+                      threshold=args.threshold, min_survivors=0.5,
+                      consistency=consistency) if secure else inner
     clients = {i: strategy.client(i, _Client(u)) for i, u in enumerate(updates)}
     unmask = [0.0]
     if secure:
@@ -106,6 +115,44 @@ def run_veil(updates, args, secure: bool) -> dict:
             "server_cpu": report.server_cpu, "unmask": unmask[0], "up": sent,
             "down": received, "model_down": 8 * args.dim, "survivors": len(survivors),
             "max_error": float(error)}
+
+
+def run_digits(seed: int, consistency: bool) -> dict:
+    """One training round of examples/fl_digits.toml: client CPU (mean) and server CPU."""
+    from pathlib import Path
+
+    from veil.experiments.fl_config import load_config
+    from veil.fl import Federation
+
+    cfg = load_config(Path(__file__).resolve().parents[1] / "examples" / "fl_digits.toml")
+    clients, _, classes = cfg.data(cfg["run"]["seed"])
+    base = cfg.strategy(clients)
+    strategy = SecAgg(base.inner, bits=base.bits, clip_range=base.clip_range,
+                      neighbours=base.neighbours, threshold=base.threshold,
+                      min_survivors=base.min_survivors, prg=base.prg, consistency=consistency)
+    fed = Federation(clients, cfg.model(), strategy, 1, classes=classes, rng=seed)
+    rng = Generator(seed)
+    server = strategy.server(0, fed.params, strategy.sample(0, sorted(fed.clients), rng), rng)
+    report = LocalRuntime().run_round(server, fed.clients, rng)
+    assert report.completed, report.error
+    return {"client_cpu": float(np.mean(list(report.client_cpu.values()))),
+            "server_cpu": report.server_cpu}
+
+
+def print_digits(args) -> None:
+    runs: dict[bool, list[dict]] = {True: [], False: []}
+    for k in range(args.repeat):
+        for consistency in (True, False):
+            runs[consistency].append(run_digits(args.seed + k, consistency))
+    med = {c: {k: float(np.median([r[k] for r in rs])) for k in rs[0]}
+           for c, rs in runs.items()}
+    print(f"\nexamples/fl_digits.toml, one training round, medians of {args.repeat}:")
+    print("| | client CPU s | server CPU s |\n|---|---|---|")
+    for c, name in ((True, "with the checks"), (False, "semi-honest")):
+        print(f"| {name} | {med[c]['client_cpu']:.4f} | {med[c]['server_cpu']:.4f} |")
+    print(f"checks vs semi-honest: client CPU "
+          f"{med[True]['client_cpu'] / med[False]['client_cpu']:.3f}x, server CPU "
+          f"{med[True]['server_cpu'] / med[False]['server_cpu']:.3f}x (goal <= 1.10x)")
 
 
 # -- Flower ------------------------------------------------------------------------------
@@ -257,13 +304,23 @@ def main() -> None:
     parser.add_argument("--dropout", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-flower", action="store_true")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="runs of each veil variant (medians reported)")
+    parser.add_argument("--digits", action="store_true",
+                        help="also the overhead in training rounds (examples/fl_digits.toml)")
     args = parser.parse_args()
 
     gen = Generator(args.seed)
     updates = [gen.uniform(-args.range, args.range, args.dim) for _ in range(args.clients)]
     ours_name = "veil SecAgg (complete graph)" if args.complete else "veil SecAgg+"
-    rows = {ours_name: run_veil(updates, args, True),
-            "plaintext FedAvg (veil)": run_veil(updates, args, False)}
+    semi_name = ours_name + ", semi-honest (no consistency round)"
+    runs: dict[str, list[dict]] = {ours_name: [], semi_name: []}
+    for _ in range(args.repeat):   # interleaved: the machine's load hits both alike
+        runs[ours_name].append(run_veil(updates, args, True))
+        runs[semi_name].append(run_veil(updates, args, True, consistency=False))
+    rows = {name: {k: float(np.median([r[k] for r in rs])) for k in rs[0]}
+            for name, rs in runs.items()}
+    rows["plaintext FedAvg (veil)"] = run_veil(updates, args, False)
     if not args.no_flower:
         rows["Flower SecAgg+"] = run_flower(updates, args)
     raw = args.dim * args.bits / 8
@@ -289,12 +346,20 @@ def main() -> None:
           f"{args.bits}-bit entries: {ours['up'] / plain16:.3f}x (goal <= 2x)")
     goal = "server CPU <= 0.5 s, unmask <= 0.3 s" if args.complete else "unmask <= 2 s"
     print(f"server CPU {ours['server_cpu']:.3f} s, unmasking {ours['unmask']:.3f} s ({goal})")
+    semi = rows[semi_name]
+    print(f"malicious-server checks (signed keys + consistency round) vs semi-honest, medians "
+          f"of {args.repeat}: client CPU {ours['client_cpu'] / semi['client_cpu']:.3f}x, "
+          f"server CPU {ours['server_cpu'] / semi['server_cpu']:.3f}x, upload "
+          f"{ours['up'] / semi['up']:.4f}x, download {ours['down'] / semi['down']:.4f}x "
+          "(goal <= 1.10x CPU)")
     if "Flower SecAgg+" in rows:
         fl = rows["Flower SecAgg+"]
         print(f"vs Flower: client CPU {fl['client_cpu'] / ours['client_cpu']:.1f}x, server CPU "
               f"{fl['server_cpu'] / ours['server_cpu']:.1f}x, unmask "
               f"{fl['unmask'] / ours['unmask']:.1f}x, upload {fl['up'] / ours['up']:.1f}x "
               "(Flower / veil; > 1: veil is faster / smaller)")
+    if args.digits:
+        print_digits(args)
 
 
 if __name__ == "__main__":

@@ -109,8 +109,8 @@ class _Bytes:
         return self.data
 
 
-def _round(strategy, data, runtime, clients, seed=3):
-    fed = Federation(data, LogisticRegression(), strategy, 1, rng=seed)
+def _round(strategy, data, runtime, clients, seed=3, fed=None):
+    fed = fed or Federation(data, LogisticRegression(), strategy, 1, rng=seed)
     rng = fed._round_rng(0)
     sampled = strategy.sample(0, sorted(fed.clients), rng)
     server = strategy.server(0, fed.params, sampled, rng)
@@ -129,9 +129,11 @@ def test_a_node_sending_bad_bytes_is_a_dropout_like_under_the_local_runtime(how,
     data = make_clients(5)
     local = _round(_secagg(), data, LocalRuntime(), lambda fed: {
         **fed.clients, 3: _Tampered(fed.clients[3], "masked_input", "refuse")})
-    fed = Federation(data, LogisticRegression(), _secagg(), 1, rng=3)
+    strategy = _secagg()   # the nodes' clients and the server share its identity table
+    fed = Federation(data, LogisticRegression(), strategy, 1, rng=3)
     grid = _grid({**fed.clients, 3: _Tampered(fed.clients[3], "masked_input", how)})
-    flower = _round(_secagg(), data, FlowerRuntime(grid, timeout=5.0), lambda _: None)
+    flower = _round(strategy, data, FlowerRuntime(grid, timeout=5.0), lambda _: None,
+                    fed=fed)
     assert any(c == 3 and reason in why for c, why in flower.rejected), flower.rejected
     assert flower.completed and 3 not in flower.result.clients
     assert flower.result.clients == local.result.clients
@@ -273,13 +275,19 @@ def test_veil_fl_app_and_certs_write_a_flower_app_and_a_tls_chain(tmp_path, caps
 
     config = tmp_path / "plus.toml"
     config.write_text(SECAGG_PLUS)
+    assert main(["fl", "app", str(config), "--out", str(tmp_path / "no")]) == 2
+    assert "identity table" in capsys.readouterr().err   # SecAgg needs the parties' keys
+    assert main(["fl", "identities", str(tmp_path / "keys"), "--parties", "6"]) == 0
+    deployed = SECAGG_PLUS.replace(
+        "[secagg]\n", f'[secagg]\nidentities = "{tmp_path / "keys" / "identities.json"}"\n')
+    config.write_text(deployed)
     assert main(["fl", "app", str(config), "--out", str(tmp_path / "app")]) == 0
     project = tomllib.loads((tmp_path / "app" / "pyproject.toml").read_text())
     assert project["tool"]["flwr"]["app"]["components"] == {
         "serverapp": "veil_app:server", "clientapp": "veil_app:client"}
-    assert (tmp_path / "app" / "run.toml").read_text() == SECAGG_PLUS
+    assert (tmp_path / "app" / "run.toml").read_text() == deployed
     unseeded = tmp_path / "unseeded.toml"
-    unseeded.write_text(SECAGG_PLUS.replace("seed = 3", ""))
+    unseeded.write_text(deployed.replace("seed = 3", ""))
     assert main(["fl", "app", str(unseeded), "--out", str(tmp_path / "no")]) == 2
     assert "seed is required" in capsys.readouterr().err
 

@@ -135,7 +135,9 @@ def test_malformed_masked_input_is_treated_as_a_dropout(clients, known_updates):
                             body)]
 
     fed = Federation(data, LogisticRegression(), strategy, 1, rng=0)
-    fed.clients[4] = Corrupt(4, fed.clients[4].trainer, strategy)
+    old = fed.clients[4]
+    fed.clients[4] = Corrupt(4, old.trainer, strategy, identity=old._identity,
+                             directory=old._directory)
     history = fed.run()
     assert history.rounds[0]["status"] == "ok"
     assert history.rounds[0]["aggregated"] == 5
@@ -276,7 +278,9 @@ def test_a_client_with_undecryptable_shares_is_dropped_not_a_reason_to_abort(
     inner = known_updates(weighted=False)
     strategy = SecAgg(inner, bits=32, neighbours=neighbours)
     fed = Federation(data, LogisticRegression(), strategy, 1, rng=0)
-    fed.clients[3] = _GarbageShares(3, fed.clients[3].trainer, strategy)
+    old = fed.clients[3]
+    fed.clients[3] = _GarbageShares(3, old.trainer, strategy, identity=old._identity,
+                                    directory=old._directory)
     history = fed.run()
     assert history.rounds[0]["status"] == "ok", history.rounds[0].get("error")
     survivors = [i for i in range(10) if i != 3]

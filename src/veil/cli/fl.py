@@ -284,7 +284,8 @@ Results = Annotated[Path | None, typer.Option(
 def flower_app(config: Config, out: AppOut, results: Results = None) -> None:
     """Write a Flower app for CONFIG: submit it with `flwr run DIR CONNECTION` to a
     SuperLink whose SuperNodes run with --node-config "party-id=I" (needs veil[flower]
-    on every machine)."""
+    on every machine). SecAgg needs the parties' identity table ([secagg] identities) and
+    each node its key: --node-config "party-id=I identity-key='PATH'"."""
     from veil.experiments.flower_app import write_app
 
     where = write_app(config, out, results)
@@ -305,3 +306,17 @@ def certs(directory: Annotated[Path, typer.Argument(help="Directory for ca.crt, 
 
     paths = self_signed(directory, tuple(host) if host else ("localhost", "127.0.0.1"))
     print_table([[k, str(v)] for k, v in paths.items()], ["file", "path"], title="TLS files")
+
+
+@app.command("identities")
+def identities(directory: Annotated[Path, typer.Argument(help="Directory for the key files.")],
+               parties: Annotated[int, typer.Option("--parties", help="Number of parties.")]
+               ) -> None:
+    """Make the parties' Ed25519 identity keys for SecAgg on a deployment: identity-<i>.key
+    (move it to party i's machine only: --node-config "party-id=i identity-key='PATH'") and
+    identities.json, the table every party and the server read ([secagg] identities)."""
+    from veil.crypto.identity import write_identities
+
+    table = write_identities(directory, parties)
+    keys = [[str(i), str(Path(directory) / f"identity-{i}.key")] for i in range(parties)]
+    print_table([*keys, ["table", str(table)]], ["party", "file"], title="identity keys")

@@ -10,6 +10,7 @@
 * :mod:`~veil.crypto.serialization` — versioned, checked bytes for keys and ciphertexts;
 * :mod:`~veil.crypto.sharing` — additive (Z_2^64) and Shamir (GF(2^61 - 1)) secret sharing;
 * :mod:`~veil.crypto.psi` — ECDH private set intersection on Curve25519;
+* :mod:`~veil.crypto.identity` — Ed25519 identity keys, signatures and identity tables;
 * :mod:`~veil.crypto.millionaires` — Yao's 1982 millionaires' protocol.
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 from veil.crypto import (
     encoding,
+    identity,
     millionaires,
     multiplicative,
     paillier,
@@ -27,4 +29,4 @@ from veil.crypto import (
 )
 
 __all__ = ["paillier", "threshold", "encoding", "multiplicative", "serialization",
-           "sharing", "psi", "millionaires"]
+           "sharing", "psi", "millionaires", "identity"]

@@ -12,7 +12,9 @@ Sections and keys (every key optional unless marked; unknown sections or keys ar
                 fraction, min_clients, weighted, mu
     [privacy]   epsilon*, delta, noise (central | local | distributed), clip_norm, adaptive,
                 target_quantile, clip_learning_rate, accountant (rdp | pld)
-    [secagg]    bits, clip_range, neighbours, threshold, min_survivors, prg
+    [secagg]    bits, clip_range, neighbours, threshold, min_survivors, prg, consistency,
+                identities (a deployment's identity table, veil.crypto.identity; relative
+                to the config file)
     [hybrid]    trust*, noise (skellam | gaussian | laplace), key_bits, keygen (dealer |
                 distributed: the parties generate the key, veil.crypto.dkg), insecure_ok,
                 count_weight, max_records, packed, min_answers
@@ -85,7 +87,8 @@ SCHEMA: dict[str, dict[str, tuple[Any, Any]]] = {
                 "target_quantile": (_NUM, 0.5), "clip_learning_rate": (_NUM, 0.2),
                 "accountant": (str, "rdp")},
     "secagg": {"bits": (int, 32), "clip_range": (_NUM, 1.0), "neighbours": (int, None),
-               "threshold": (_NUM, 0.5), "min_survivors": (_NUM, None), "prg": (str, "aes-ctr")},
+               "threshold": (_NUM, 0.5), "min_survivors": (_NUM, None), "prg": (str, "aes-ctr"),
+               "consistency": (bool, True), "identities": (str, None)},
     "hybrid": {"trust": (int, None), "noise": (str, "skellam"), "key_bits": (int, 2048),
                "keygen": (str, "dealer"),
                "insecure_ok": (bool, False), "count_weight": (_NUM, 0.25),
@@ -205,9 +208,12 @@ class FLConfig:
                 server_learning_rate=t["server_learning_rate"])
         if self.has("secagg"):
             s = self["secagg"]
+            table = s["identities"] and os.path.join(os.path.dirname(self.path),
+                                                     s["identities"])
             strategy = SecAgg(strategy, bits=s["bits"], clip_range=s["clip_range"],
                               neighbours=s["neighbours"], threshold=s["threshold"],
-                              min_survivors=s["min_survivors"], prg=s["prg"])
+                              min_survivors=s["min_survivors"], prg=s["prg"],
+                              consistency=s["consistency"], identities=table)
         return strategy
 
     def _hybrid(self, parties: int) -> Any:

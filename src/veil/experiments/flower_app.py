@@ -89,6 +89,13 @@ def write_app(config: str | os.PathLike, out_dir: str | os.PathLike,
                           "each party's threshold key share must come from a dealer over "
                           "TLS, a step not built yet (every node would make its own key); "
                           "run it with --runtime flower-sim or the local runtime")
+    secagg = cfg["secagg"] if cfg.has("secagg") else {}
+    if secagg.get("consistency") and not (secagg["identities"] and
+                                          Path(secagg["identities"]).is_absolute()):
+        raise ConfigError(f"{config}: SecAgg on a deployment needs the parties' identity "
+                          "table: [secagg] identities = '<absolute path of identities.json>' "
+                          "(veil.crypto.identity.write_identities), and each SuperNode its "
+                          "own key (--node-config \"party-id=I identity-key='<path>'\")")
     out_dir.mkdir(parents=True, exist_ok=True)
     name = "veil-" + "".join(c if c.isalnum() else "-" for c in config.stem.lower())
     where = Path(results) if results else out_dir / "results"
@@ -141,6 +148,7 @@ def client(config: str | os.PathLike) -> Any:
     """The ClientApp of ``config``: the node hosts party ``party-id``. Flower starts a
     process per message: the party is built from the config on the node's first message
     of a run only (then it lives in ``context.state``), so the others stay cheap."""
+    from veil.crypto.identity import read_key
     from veil.fl.hybrid.protocol import HybridClient
     from veil.fl.secagg.protocol import SecAggClient
     from veil.fl.strategies.base import PlainClient
@@ -153,7 +161,14 @@ def client(config: str | os.PathLike) -> Any:
         if index not in federation.clients:
             raise ConfigError(f"node config party-id={index!r} is not allowed: this run "
                               f"has parties 0..{len(federation.clients) - 1}")
-        return federation.clients[index]
+        party = federation.clients[index]
+        if isinstance(party, SecAggClient) and party.strategy.consistency:
+            key = context.node_config.get("identity-key")
+            if not isinstance(key, str):
+                raise ConfigError(f"node config identity-key={key!r} is not allowed: give "
+                                  "the path of this party's identity key file")
+            party.use_identity(read_key(key))
+        return party
 
     return client_app(party, stages)
 
@@ -166,15 +181,18 @@ class Loopback:
     on exit every process group is stopped (SIGTERM, then SIGKILL after ``grace`` s).
 
     ``run(app_dir)`` submits an app (:func:`write_app`) with ``flwr run`` and waits for it.
+    ``identities``: the directory of the parties' identity keys
+    (:func:`veil.crypto.identity.write_identities`; node i gets ``identity-<i>.key``).
     """
 
     def __init__(self, directory: str | os.PathLike, parties: int, *,
-                 grace: float = 15.0) -> None:
+                 grace: float = 15.0, identities: str | os.PathLike | None = None) -> None:
         from veil._validation import check_int
 
         self.directory = Path(directory)
         self.parties = check_int(parties, "parties", low=1)
         self.grace = grace
+        self.identities = None if identities is None else Path(identities).resolve()
         self.processes: list[Any] = []
         bin_dir = Path(sys.executable).parent
         self._bin = bin_dir
@@ -196,10 +214,13 @@ class Loopback:
                 "--database", str(self.directory / "superlink.db")])
             _wait_listening(self.port, self.processes[0], self.directory / "superlink.log")
             for i in range(self.parties):
+                key = "" if self.identities is None else \
+                    f" identity-key='{self.identities / f'identity-{i}.key'}'"
                 self._start(f"node{i}", [
                     "flower-supernode", "--superlink", f"127.0.0.1:{self.port}",
                     "--root-certificates", str(self.tls["ca"]), "--node-config",
-                    f"party-id={i}", "--host", "127.0.0.1", "--port", str(_free_port())])
+                    f"party-id={i}{key}", "--host", "127.0.0.1", "--port",
+                    str(_free_port())])
             home = self.directory / "user"
             home.mkdir(parents=True, exist_ok=True)
             (home / "config.toml").write_text(

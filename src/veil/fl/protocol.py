@@ -76,7 +76,9 @@ class RoundResult:
 class ServerRound(ABC):
     """The server's side of one round (see the module docstring).
 
-    Subclasses set :attr:`protocol` and :attr:`stages` and implement :meth:`_begin`
+    Subclasses set :attr:`protocol` and :attr:`stages` (an instance may narrow
+    ``self.stages`` to a subsequence, e.g. SecAgg without its consistency round: runtimes
+    read the instance's) and implement :meth:`_begin`
     (first requests), :meth:`_check` (parse and validate one answer; raise ProtocolError)
     and :meth:`_advance` (close a stage with the valid answers; return the next requests
     or set :attr:`result`).

@@ -70,13 +70,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from veil._validation import check_choice, check_delta, check_int, check_positive
 from veil.crypto import serialization, threshold
 from veil.crypto.dkg import distributed_keygen
 from veil.crypto.encoding import Packing
+from veil.crypto.identity import make_identities, public_identity, sign, verify
 from veil.crypto.paillier import EncryptedArray, NoisePool
 from veil.dp import Ledger
 from veil.dp.distributed import NOISES, DistributedMechanism, check_trust
@@ -175,17 +174,6 @@ class Agreement:
                            honest=honest, delta=self.delta)
 
 
-def make_identities(parties: int) -> tuple[list[bytes], tuple[bytes, ...]]:
-    """Each party's Ed25519 identity key (from the CSPRNG), as the parties make them at
-    set-up in a simulation: (private keys, one per party; the public keys, for the
-    :class:`Agreement`). In a deployment each party makes its own and publishes the
-    public key."""
-    private = [Ed25519PrivateKey.generate() for _ in range(check_int(parties, "parties",
-                                                                     low=1))]
-    return ([k.private_bytes_raw() for k in private],
-            tuple(k.public_key().public_bytes_raw() for k in private))
-
-
 def _statement(round: int, query: Query, party: int, blob: bytes) -> bytes:
     """What a party signs: its answer's ciphertexts to this round's query."""
     body = _query_body(query)
@@ -278,12 +266,10 @@ def _read_query(msg: Message) -> Query:
 
 def _verify(agreement: Agreement, party: int, signature: bytes, statement: bytes) -> None:
     """ProtocolError unless ``signature`` is party's Ed25519 signature of ``statement``."""
-    try:
-        Ed25519PublicKey.from_public_bytes(agreement.identities[party]).verify(signature,
-                                                                              statement)
-    except (InvalidSignature, IndexError, ValueError):
+    public = agreement.identities[party] if 0 <= party < len(agreement.identities) else None
+    if not verify(public, signature, statement):
         raise ProtocolError(f"party {party}'s answer does not carry its valid signature: "
-                            "rejected") from None
+                            "rejected")
 
 
 def _load(msg: Message, field: str, kind: type, public_key: Any) -> Any:
@@ -486,9 +472,8 @@ class HybridClient(ClientProtocol):
                 raise ConfigError(f"party {client_id} needs its own key share (index "
                                   f"{client_id + 1}) to take part in an encrypted protocol")
             if len(agreement.identities) != agreement.parties or not isinstance(
-                    identity, bytes) or Ed25519PrivateKey.from_private_bytes(
-                    identity).public_key().public_bytes_raw() != \
-                    agreement.identities[client_id]:
+                    identity, bytes) or len(identity) != 32 or \
+                    public_identity(identity) != agreement.identities[client_id]:
                 raise ConfigError(f"party {client_id} needs its own identity key, whose "
                                   "public key is in agreement.identities (make_identities)")
         self.key_share = key_share
@@ -556,8 +541,7 @@ class HybridClient(ClientProtocol):
         pk = self.key_share.public_key
         blob = serialization.dumps(pk.encrypt(encoding.plaintexts(ints), pool=self.pool))
         self._current = (msg.round, query, encoding)
-        signature = Ed25519PrivateKey.from_private_bytes(self._identity).sign(
-            _statement(msg.round, query, self.client_id, blob))
+        signature = sign(self._identity, _statement(msg.round, query, self.client_id, blob))
         return [self.reply(msg, ciphertexts=blob, signature=signature)]
 
     def _on_decrypt(self, msg: Message, rng: Generator) -> list[Message]:

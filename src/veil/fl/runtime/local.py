@@ -226,7 +226,7 @@ class LocalRuntime:
         if self._processes is not None:
             self._processes.place(clients)
         offline = self._plan(server, rng, report)
-        stages = type(server).stages
+        stages = server.stages
         this_round: list[bytes] = []
         try:
             requests = self._timed(report, server.start)
@@ -251,7 +251,7 @@ class LocalRuntime:
     def _plan(self, server: ServerRound, rng: Generator,
               report: RoundReport) -> dict[int, int]:
         """For each sampled client, the stage index from which it is offline (if any)."""
-        f, stages = self.faults, type(server).stages
+        f, stages = self.faults, server.stages
         if f.dropout_stage is not None and f.dropout_stage not in stages:
             raise ConfigError(f"dropout_stage={f.dropout_stage!r} is not a stage of the "
                               f"{server.protocol} protocol ({', '.join(stages)})")

@@ -1,16 +1,20 @@
 """The sans-I/O SecAgg+ round: the server's and the client's stage machines.
 
-Protocol (four stages; U1 >= U2 >= U3 >= U4 are the clients still answering)
+Protocol (five stages; U1 >= U2 >= U3 >= U4 are the clients still answering)
 ------------------------------------------------------------------------------
-* **setup**: the server draws the neighbour graph (a randomly relabelled Harary graph of
-  even degree, Bell et al.'s SecAgg+; the complete graph = original SecAgg) and sends each
-  client its neighbours and the encoding. Client i draws two X25519 key pairs
-  ``(c_i, c_i^pk)`` (to encrypt shares) and ``(s_i, s_i^pk)`` (to agree on masks) and sends
-  the public keys.
-* **share_keys**: the server sends i the public keys of its neighbours in U1. Client i
-  draws a self-mask seed ``b_i`` (32 bytes), Shamir-shares ``s_i`` and ``b_i`` t-of-|N1(i)|
-  among those neighbours (:func:`veil.crypto.sharing.split_bytes`) and sends neighbour j
-  its two shares encrypted with AES-256-GCM under ``HKDF(X25519(c_i, c_j^pk), i -> j)``.
+* **setup** (advertise keys): the server draws the neighbour graph (a randomly relabelled
+  Harary graph of even degree, Bell et al.'s SecAgg+; the complete graph = original SecAgg)
+  and sends each client its neighbours and the encoding. Client i draws two X25519 key
+  pairs ``(c_i, c_i^pk)`` (to encrypt shares) and ``(s_i, s_i^pk)`` (to agree on masks) and
+  sends the public keys, signed with its Ed25519 identity key (Bonawitz et al. 2017,
+  section 6): ``sigma_i = Sign(d_i, "keys" | round | i | c_i^pk | s_i^pk)``.
+* **share_keys**: the server sends i the signed public keys of its neighbours in U1; i
+  checks every signature against its own identity table (below) and refuses to go on if
+  one fails (the server forged or swapped a key: it could otherwise sit in the middle of
+  the share channel). Client i draws a self-mask seed ``b_i`` (32 bytes), Shamir-shares
+  ``s_i`` and ``b_i`` t-of-|N1(i)| among those neighbours
+  (:func:`veil.crypto.sharing.split_bytes`) and sends neighbour j its two shares encrypted
+  with AES-256-GCM under ``HKDF(X25519(c_i, c_j^pk), i -> j)``.
 * **masked_input**: the server forwards to i the shares sent to it (from U2) and the
   global model. Client i trains, encodes ``x_i`` and sends
 
@@ -18,37 +22,87 @@ Protocol (four stages; U1 >= U2 >= U3 >= U4 are the clients still answering)
 
   where ``s_ij = HKDF(X25519(s_i, s_j^pk))`` (both ends agree) and PRG expands a 32-byte seed
   with AES-256-CTR (or ChaCha20). Every y_i is uniform to the server.
-* **unmask**: the server tells each survivor in U3 which of its neighbours survived (U3)
-  and which dropped after sharing (U2 - U3). A client refuses to reveal both secrets of
-  one neighbour; it returns its shares of ``b_j`` for survivors and of ``s_j`` for the
-  dropped. The server reconstructs each ``b_j`` (j in U3) and each ``s_j`` (j dropped) from
-  at least t shares, subtracts the self-masks and the dropped clients' pairwise masks, and
-  obtains ``sum_{i in U3} x_i mod 2^k``. Pairwise masks between survivors cancel.
+* **consistency** (Bonawitz et al. 2017, section 6, ConsistencyCheck): the server sends each
+  client of U3 (those whose masked input it kept) the set U3 itself (its ids, strictly
+  increasing). Client i checks it
+  (it holds i; every neighbour of i in it is one whose shares i received and masked with;
+  at most as many clients as were sampled), remembers it, and returns
+  ``Sign(d_i, "survivors" | round | U3)``. The server verifies each signature (a bad one
+  drops its sender) and forwards to each signer U4 the signatures of its neighbours.
+* **unmask**: the server asks each client of U4, for each neighbour it masked with, for
+  its share of ``b_j`` (j in U3) or of ``s_j`` (j dropped after sharing). The client answers
+  only if it holds at least t valid signatures, from distinct neighbours (its own does not
+  count), on exactly the U3 it signed, and only asks that agree with that U3 (``b_j`` for j
+  in U3, ``s_j`` for j not in U3); otherwise it refuses, naming the reason. A client never
+  reveals both secrets of one neighbour. The server reconstructs each ``b_j`` (j in U3) and
+  each ``s_j`` (j dropped) from at least t shares, subtracts the self-masks and the dropped
+  clients' pairwise masks, and obtains ``sum_{i in U3} x_i mod 2^k``. Pairwise masks between
+  survivors cancel.
 
 A round aborts (ProtocolError, global model unchanged) when fewer than ``min_survivors``
 clients remain at any stage, or when a secret cannot be reconstructed from t shares.
-Threat model: honest-but-curious server and clients (Bonawitz et al.'s semi-honest
-setting; no signatures); the server colluding with fewer than t neighbours of a client
-learns nothing about its update beyond the sum. Shares are checked for consistency
-(:func:`veil.crypto.sharing.combine_bytes` rejects a share off the polynomial).
 
-The encoding is :mod:`veil.fl.secagg.ring`, the key agreement and the masks
-:mod:`veil.fl.secagg.masks`; :class:`veil.fl.strategies.SecAgg` plans each round.
+Threat model
+------------
+Clients are honest-but-curious towards each other; the **server may be malicious** (it
+chooses what to forward and what to ask, and may collude with c clients); each client
+trusts only its own strategy configuration (threshold above half its neighbours, its own
+noise; :func:`veil.fl.secagg.ring.check_plan`) and its own identity table. A client's update
+stays hidden (the server learns the sum of the survivors' updates and nothing else about it)
+while fewer than t of its neighbours collude with a server that follows the protocol, and,
+against one that does not, while the colluders are few enough for these checks to hold:
+
+* *keys*: every X25519 key a client uses is signed by its owner, so the server cannot
+  substitute its own (``SecAgg(consistency=False)`` leaves this out: semi-honest server);
+* *survivor set*: an honest neighbour reveals the self-mask share of a client only for a
+  survivor set that excludes no one it reveals a mask-key share of, and only after t of its
+  own neighbours signed that very set; each honest client signs one set per round. On the
+  complete graph (n clients, original SecAgg) two honest clients shown different sets need
+  t - c honest signers each besides themselves, so ``2 (t - c + 1) <= n - c``: a server
+  colluding with ``c < 2t - n + 2`` clients cannot show two honest clients different
+  survivor sets (without this round the bound is ``c < 2t - n + 1``, from the shares
+  alone), and so cannot recover a client's self-mask seed and its mask key both. Raise
+  ``SecAgg(threshold=...)`` to tolerate more colluders. On the sparse SecAgg+ graph a
+  client can only count its own neighbours' signatures: the server must then give every
+  holder it deceives t neighbours that were shown the same set, which the shares alone did
+  not demand, but two holders of one client may have few neighbours in common, so no bound
+  as clean as the complete graph's is claimed here: where the survivor set must be
+  consistent against colluders, use the complete graph (``neighbours=None``) or a
+  threshold well above half.
+
+Not protected: which clients took part (the server sees it), the correctness of the sum
+(a malicious server or client can change the model; SecAgg protects privacy, not
+integrity), and availability (a malicious server can always abort a round).
+
+Identity table. Client i's identity key ``d_i`` is an Ed25519 key (:mod:`veil.crypto.identity`);
+the table of public keys is what every client trusts, bound to client ids before any round
+and not sent by the server. In a simulation (local runtime, worker processes, Flower's
+simulation engine) the runner is the trusted set-up: :meth:`veil.fl.strategies.SecAgg.client`
+makes each client's key pair from the CSPRNG when it makes the client, gives the private key
+to that client only and records the public key in the table every client reads (a worker
+process or Flower node gets its own copy with its client, made before round 0). In a
+deployment each party makes its key pair and the table is distributed out of band, as a
+deployment distributes its parties' certificates.
+
+Shares are checked for consistency (:func:`veil.crypto.sharing.combine_bytes` rejects a
+share off the polynomial). The encoding is :mod:`veil.fl.secagg.ring`, the key agreement and
+the masks :mod:`veil.fl.secagg.masks`; :class:`veil.fl.strategies.SecAgg` plans each round.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from veil.crypto.identity import SIGNATURE, public_identity, sign, verify
 from veil.crypto.sharing import ShamirShare, combine_bytes, split_bytes
-from veil.errors import CryptoError, ProtocolError
+from veil.errors import ConfigError, CryptoError, ProtocolError
 from veil.fl.messages import Message, decode, encode
 from veil.fl.protocol import Aggregate, ClientProtocol, RoundResult, ServerRound
 from veil.fl.secagg.masks import KEY, agree, channel_info, mask_info, prg, public_key
@@ -66,12 +120,27 @@ from veil.fl.trainer import LocalTrainer
 from veil.random import Generator, noise_rng, secure_rng
 
 if TYPE_CHECKING:
-    from veil.fl.strategies.base import UpdateStrategy
     from veil.fl.strategies.secagg import SecAgg
 
 __all__ = ["SecAggClient", "SecAggServer", "harary"]
 
 log = logging.getLogger(__name__)
+
+#: the stages with the malicious-server checks, and without them (``consistency=False``)
+STAGES = ("setup", "share_keys", "masked_input", "consistency", "unmask")
+SEMI_HONEST_STAGES = ("setup", "share_keys", "masked_input", "unmask")
+
+
+def keys_statement(server_round: int, client: int, c_pk: bytes, s_pk: bytes) -> bytes:
+    """What client ``client`` signs at setup: its two (32-byte) public keys of this round."""
+    return b"veil.secagg.keys|%d|%d|" % (server_round, client) + c_pk + s_pk
+
+
+def survivors_statement(server_round: int, survivors: np.ndarray) -> bytes:
+    """What a client signs in the consistency round: the survivor set U3 it was shown, as
+    the strictly increasing int64 ids the server sends (one canonical byte string)."""
+    return b"veil.secagg.survivors|%d|" % server_round + \
+        np.ascontiguousarray(survivors, dtype="<i8").tobytes()
 
 
 def harary(clients: Sequence[int], degree: int, rng: Generator) -> dict[int, tuple[int, ...]]:
@@ -93,12 +162,15 @@ class SecAggServer(ServerRound):
     """The server's side of one SecAgg+ round (see the module docstring)."""
 
     protocol = "secagg"
-    stages = ("setup", "share_keys", "masked_input", "unmask")
+    stages = STAGES
 
     def __init__(self, strategy: SecAgg, server_round: int, params: np.ndarray,
                  sampled: Sequence[int], rng: Generator) -> None:
         super().__init__(server_round, sampled)
         self.strategy = strategy
+        self.consistency = strategy.consistency
+        if not self.consistency:
+            self.stages = SEMI_HONEST_STAGES  # type: ignore[misc]
         self.params = params
         self.rng = rng
         self.plan = strategy.plan(server_round, params, self.clients)
@@ -110,7 +182,6 @@ class SecAggServer(ServerRound):
         self.masked_sum: np.ndarray | None = None
         self.survivors: tuple[int, ...] = ()
         self.dropped: tuple[int, ...] = ()
-        self._forward: dict[int, dict[int, bytes]] = {}
 
     @property
     def _length(self) -> int:
@@ -131,7 +202,12 @@ class SecAggServer(ServerRound):
     def _check(self, msg: Message) -> Any:
         i = msg.sender
         if self.stage == "setup":
-            return msg.blob("c_pk", size=KEY), msg.blob("s_pk", size=KEY)
+            c_pk, s_pk = msg.blob("c_pk", size=KEY), msg.blob("s_pk", size=KEY)
+            if not self.consistency:
+                return c_pk, s_pk, b""
+            signature = msg.blob("signature", size=SIGNATURE)
+            self._check_signature(msg, signature, keys_statement(self.round, i, c_pk, s_pk))
+            return c_pk, s_pk, signature
         if self.stage == "share_keys":
             cts = msg.table("ciphertexts", allowed=set(self.holders[i]))
             if set(cts) != set(self.holders[i]):
@@ -148,6 +224,10 @@ class SecAggServer(ServerRound):
                 raise msg.error("partners", f"names {len(used)} partners; the threshold is "
                                             f"{self.plan.threshold}")
             return masked, frozenset(used)
+        if self.stage == "consistency":
+            signature = msg.blob("signature", size=SIGNATURE)
+            self._check_signature(msg, signature, self._survivors_statement)
+            return signature
         asked_b, asked_s = self._asked_for[i]
         seeds = msg.table("seed_shares", allowed=set(asked_b))
         keys = msg.table("key_shares", allowed=set(asked_s))
@@ -155,10 +235,16 @@ class SecAggServer(ServerRound):
             raise msg.error("seed_shares", "or 'key_shares' do not answer every request")
         return seeds, keys
 
+    def _check_signature(self, msg: Message, signature: bytes, statement: bytes) -> None:
+        """ProtocolError (the sender is dropped) unless ``signature`` is the sender's."""
+        if not verify(self.strategy.identities.get(msg.sender), signature, statement):
+            raise msg.error("signature", f"is not a valid signature of client {msg.sender} "
+                                         "(identity table) on this round's statement")
+
     def _advance(self, stage: str, answers: dict[int, Any]) -> list[Message]:
         return getattr(self, f"_after_{stage}")(answers)
 
-    def _after_setup(self, answers: dict[int, tuple[bytes, bytes]]) -> list[Message]:
+    def _after_setup(self, answers: dict[int, tuple[bytes, bytes, bytes]]) -> list[Message]:
         # Exclude, until none is left to exclude, every client with fewer than t live
         # neighbours: one exclusion can leave a neighbour short in turn, and a client whose
         # shares went to an excluded holder could not be unmasked later.
@@ -169,11 +255,13 @@ class SecAggServer(ServerRound):
                 self.excluded[i] = "too few neighbours alive to share its secrets"
             alive -= short
         self._enough(sorted(alive), "setup")
-        self.keys = {i: answers[i] for i in alive}
+        self.keys = {i: answers[i][:2] for i in alive}
+        signed = {i: [*answers[i][:2], answers[i][2]] if self.consistency else [*answers[i][:2]]
+                  for i in alive}
         out = []
         for i in sorted(alive):
             self.holders[i] = tuple(j for j in self.graph[i] if j in alive)
-            out.append(self.request(i, keys={j: [*self.keys[j]] for j in self.holders[i]}))
+            out.append(self.request(i, keys={j: signed[j] for j in self.holders[i]}))
         return out
 
     def _after_share_keys(self, answers: dict[int, dict[int, bytes]]) -> list[Message]:
@@ -208,14 +296,32 @@ class SecAggServer(ServerRound):
             total += answers[i][0]
         self.masked_sum = total
         self.dropped = tuple(sorted(self._shared - set(self.survivors)))
+        if not self.consistency:
+            return self._unmask_requests(self.survivors, {})
+        u3 = np.asarray(self.survivors, dtype=np.int64)
+        self._survivors_statement = survivors_statement(self.round, u3)
+        return [self.request(i, survivors=u3) for i in self.survivors]
+
+    def _after_consistency(self, answers: dict[int, bytes]) -> list[Message]:
+        signers = sorted(answers)
+        self._enough(signers, "consistency")
+        return self._unmask_requests(signers, answers)
+
+    def _unmask_requests(self, clients: Sequence[int], signatures: dict[int, bytes]
+                         ) -> list[Message]:
+        """Ask each client for its shares of the secrets of the neighbours it masked with
+        (with the survivor-set signatures of its neighbours, when there is a consistency
+        round)."""
         alive, gone = set(self.survivors), set(self.dropped)
         self._asked_for: dict[int, tuple[list[int], list[int]]] = {}
         out = []
-        for i in self.survivors:
+        for i in clients:
             ask = ([j for j in sorted(self.used[i]) if j in alive],
                    [j for j in sorted(self.used[i]) if j in gone])
             self._asked_for[i] = ask
-            out.append(self.request(i, survivors=ask[0], dropped=ask[1]))
+            extra = {"signatures": {j: signatures[j] for j in self.graph[i]
+                                    if j in signatures}} if self.consistency else {}
+            out.append(self.request(i, survivors=ask[0], dropped=ask[1], **extra))
         return out
 
     def _after_unmask(self, answers: dict[int, tuple[dict, dict]]) -> list[Message]:
@@ -285,13 +391,38 @@ class SecAggClient(ClientProtocol):
     """A client of SecAgg+ (see the module docstring). Secrets live only in this object."""
 
     protocol = "secagg"
-    stages = ("setup", "share_keys", "masked_input", "unmask")
+    stages = STAGES
 
-    def __init__(self, client_id: int, trainer: LocalTrainer, strategy: UpdateStrategy) -> None:
+    def __init__(self, client_id: int, trainer: LocalTrainer, strategy: SecAgg, *,
+                 identity: bytes | None = None,
+                 directory: Mapping[int, bytes] | None = None) -> None:
+        """``identity``: this client's Ed25519 private key; ``directory``: the identity
+        table it trusts (client id -> public key; see the module docstring). Both are
+        needed unless ``strategy.consistency`` is False (a deployed client may get its key
+        later, where it runs: :meth:`use_identity`)."""
         super().__init__(client_id)
         self.trainer = trainer
         self.strategy = strategy
+        self._directory = directory
+        self._identity: bytes | None = None
+        if not strategy.consistency:
+            self.stages = SEMI_HONEST_STAGES  # type: ignore[misc]
+        elif directory is None:
+            raise ConfigError(f"client {client_id} needs its own identity key, whose public "
+                              "key is its entry of the identity table directory=")
+        elif identity is not None:
+            self.use_identity(identity)
         self._new_round()
+
+    def use_identity(self, identity: bytes) -> None:
+        """Take this client's Ed25519 private key (ConfigError unless its public key is the
+        client's entry of its identity table)."""
+        if self._directory is None or \
+                self._directory.get(self.client_id) != public_identity(identity):
+            raise ConfigError(f"client {self.client_id}: this identity key is not its own: "
+                              "its public key is not the client's entry of the identity "
+                              "table")
+        self._identity = identity
 
     def _new_round(self) -> None:
         self._plan: Plan | None = None
@@ -301,6 +432,8 @@ class SecAggClient(ClientProtocol):
         self._keys: dict[int, list[bytes]] = {}
         self._held: dict[int, tuple[bytes, bytes]] = {}
         self._sampled = 0
+        self._survivors: frozenset[int] | None = None   # the U3 this client signed
+        self._statement = b""
 
     def _on_setup(self, msg: Message, rng: Generator) -> list[Message]:
         self._neighbours = msg.ids("neighbours")
@@ -317,13 +450,31 @@ class SecAggClient(ClientProtocol):
         self._config = msg.get("config", dict)
         keys = secure_rng()  # never the run's seed: see veil.random
         self._c_sk, self._s_sk = keys.bytes(KEY), keys.bytes(KEY)
-        return [self.reply(msg, c_pk=public_key(self._c_sk), s_pk=public_key(self._s_sk))]
+        c_pk, s_pk = public_key(self._c_sk), public_key(self._s_sk)
+        if not self.strategy.consistency:
+            return [self.reply(msg, c_pk=c_pk, s_pk=s_pk)]
+        if self._identity is None:
+            raise ProtocolError(f"client {self.client_id} has no identity key to sign with "
+                                "(a deployed client gets it with use_identity): not taking "
+                                "part")
+        signature = sign(self._identity, keys_statement(msg.round, self.client_id, c_pk, s_pk))
+        return [self.reply(msg, c_pk=c_pk, s_pk=s_pk, signature=signature)]
 
     def _on_share_keys(self, msg: Message, rng: Generator) -> list[Message]:
         keys = msg.table("keys", allowed=set(self._neighbours), value=list)
-        for j, pair in keys.items():
-            if len(pair) != 2 or not all(isinstance(k, bytes) and len(k) == KEY for k in pair):
-                raise msg.error("keys", f"entry for client {j} is not two {KEY}-byte keys")
+        signed = self.strategy.consistency
+        for j, entry in keys.items():
+            pair = entry[:2]
+            if len(entry) != 2 + signed or not all(isinstance(k, bytes) and len(k) == KEY
+                                                    for k in pair):
+                raise msg.error("keys", f"entry for client {j} is not two {KEY}-byte keys"
+                                        + (" and a signature" if signed else ""))
+            if signed and not verify(self._directory.get(j), entry[2],
+                                     keys_statement(msg.round, j, *pair)):
+                raise ProtocolError(f"client {self.client_id}, round {msg.round}: the keys "
+                                    f"forwarded for client {j} do not carry its signature "
+                                    "(identity table): refusing to share with them")
+            keys[j] = pair
         t = self._plan.threshold
         if len(keys) < t:
             raise ProtocolError(f"client {self.client_id}: {len(keys)} neighbours alive, "
@@ -386,6 +537,52 @@ class SecAggClient(ClientProtocol):
             return None
         return s_share, b_share
 
+    def _on_consistency(self, msg: Message, rng: Generator) -> list[Message]:
+        u3 = msg.array("survivors", dtype=np.int64)
+        if u3.ndim != 1 or u3.size and (u3[0] < 0 or np.any(u3[1:] <= u3[:-1])):
+            raise msg.error("survivors", "is not a strictly increasing array of client ids")
+        who = f"client {self.client_id}, round {msg.round}"
+        survivors = frozenset(u3.tolist())
+        if self.client_id not in survivors:
+            raise ProtocolError(f"{who}: shown a survivor set without itself: refusing to "
+                                "sign it")
+        if len(u3) > self._sampled:
+            raise ProtocolError(f"{who}: shown {len(u3)} survivors of {self._sampled} "
+                                "sampled clients: refusing to sign")
+        unknown = (survivors & set(self._neighbours)) - set(self._held)
+        if unknown:
+            raise ProtocolError(f"{who}: the survivor set names neighbours {sorted(unknown)}, "
+                                "whose shares it never received: refusing to sign")
+        self._survivors, self._statement = survivors, survivors_statement(msg.round, u3)
+        return [self.reply(msg, signature=sign(self._identity, self._statement))]
+
+    def _check_consistency(self, msg: Message, survivors: list[int],
+                           dropped: list[int]) -> None:
+        """ProtocolError (no share revealed) unless t neighbours signed the survivor set
+        this client signed, and the server's asks agree with that set."""
+        who = f"client {self.client_id}, round {msg.round}"
+        if self._survivors is None:
+            raise ProtocolError(f"{who}: asked to unmask without a consistency round: "
+                                "refusing")
+        signatures = msg.table("signatures")
+        t, valid, neighbours = self._plan.threshold, 0, set(self._neighbours)
+        for j, signature in signatures.items():   # t valid ones suffice
+            if valid == t:
+                break
+            valid += j in neighbours and verify(self._directory.get(j), signature,
+                                                self._statement)
+        if valid < t:
+            raise ProtocolError(f"{who}: {valid} valid signatures of its neighbours on the "
+                                f"survivor set it signed ({len(signatures)} forwarded), "
+                                f"threshold {t}: others may have been shown another set; "
+                                "refusing to unmask")
+        stale = set(dropped) & self._survivors
+        if stale or not set(survivors) <= self._survivors:
+            raise ProtocolError(f"{who}: the unmask request disagrees with the survivor set "
+                                f"it signed (clients "
+                                f"{sorted(stale | (set(survivors) - self._survivors))}): "
+                                "refusing to unmask")
+
     def _on_unmask(self, msg: Message, rng: Generator) -> list[Message]:
         survivors = msg.ids("survivors", allowed=set(self._held))
         dropped = msg.ids("dropped", allowed=set(self._held))
@@ -393,6 +590,8 @@ class SecAggClient(ClientProtocol):
         if both:
             raise ProtocolError(f"client {self.client_id}: the server asked for both secrets "
                                 f"of clients {sorted(both)}; refusing")
+        if self.strategy.consistency:
+            self._check_consistency(msg, survivors, dropped)
         plan = self._plan
         if (plan.rho is not None and plan.degree == self._sampled - 1
                 and len(survivors) + 1 < plan.min_survivors):

@@ -2,9 +2,11 @@
 (Bell, Bonawitz, Gascon, Lepoint & Raykova, CCS 2020). The server learns the sum of the
 surviving clients' updates and nothing else about any single update.
 
-The round's encoding in the ring Z_2^k is :mod:`veil.fl.secagg.ring`, the four-stage
-protocol (and its threat model) :mod:`veil.fl.secagg.protocol`, the key agreement and masks
-:mod:`veil.fl.secagg.masks`; this module holds the strategy that plans each round.
+The round's encoding in the ring Z_2^k is :mod:`veil.fl.secagg.ring`, the five-stage
+protocol (and its threat model: a malicious server, with signed keys and the consistency
+round of Bonawitz et al. section 6) :mod:`veil.fl.secagg.protocol`, the key agreement and
+masks :mod:`veil.fl.secagg.masks`; this module holds the strategy that plans each round and
+the clients' identity table.
 
 Distributed DP (with ``DPFedAvg(noise="distributed")``)
 -------------------------------------------------------
@@ -26,12 +28,14 @@ The modular reduction is post-processing of the exact integer sum.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 
 import dp_accounting
 import numpy as np
 
 from veil._validation import check_choice, check_int, check_positive, check_probability
+from veil.crypto.identity import check_table, make_identities, read_table
 from veil.errors import ConfigError
 from veil.fl.secagg.protocol import SecAggClient, SecAggServer
 from veil.fl.secagg.ring import CLIPPED, MAX_LEVELS, PRGS, WEIGHT, Plan
@@ -62,12 +66,33 @@ class SecAgg(StrategyWrapper):
     min_survivors: fraction of the sampled clients that must survive (default: threshold);
         also the number of noise shares distributed DP counts on.
     prg: "aes-ctr" or "chacha20".
+    consistency: True (the default): the malicious-server variant -- each client signs its
+        keys and the survivor set with its Ed25519 identity key, and reveals shares only
+        for a survivor set t of its neighbours signed (:mod:`veil.fl.secagg.protocol`);
+        False: the semi-honest protocol, four stages (to measure what the checks cost).
+
+    identities: the identity table (client id -> Ed25519 public key) of a deployment, or
+        the path of one (:func:`veil.crypto.identity.write_identities`); each client is
+        then given its private key where it runs (:meth:`SecAggClient.use_identity
+        <veil.fl.secagg.SecAggClient.use_identity>`). None: a simulation, where
+        :meth:`client` makes each client's key pair from the CSPRNG (the runner is the
+        trusted set-up) and records it in :attr:`identities`.
     """
 
     def __init__(self, inner: UpdateStrategy, *, bits: int = 32, clip_range: float = 1.0,
                  neighbours: int | None = None, threshold: float = 0.5,
-                 min_survivors: float | None = None, prg: str = "aes-ctr") -> None:
+                 min_survivors: float | None = None, prg: str = "aes-ctr",
+                 consistency: bool = True,
+                 identities: Mapping[int, bytes] | str | os.PathLike | None = None) -> None:
         super().__init__(inner)
+        if not isinstance(consistency, bool):
+            raise ConfigError(f"consistency={consistency!r} is not allowed: expected True or "
+                              "False")
+        self.consistency = consistency
+        self.deployed = identities is not None
+        self.identities: dict[int, bytes] = {} if identities is None else \
+            check_table(identities) if isinstance(identities, Mapping) else \
+            read_table(identities)
         self.bits = check_int(bits, "bits", low=2, high=64)
         self.clip_range = check_positive(clip_range, "clip_range")
         self.neighbours = None if neighbours is None else check_int(neighbours, "neighbours",
@@ -151,4 +176,14 @@ class SecAgg(StrategyWrapper):
         return SecAggServer(self, server_round, params, sampled, rng)
 
     def client(self, client_id: int, trainer: LocalTrainer) -> SecAggClient:
-        return SecAggClient(client_id, trainer, self)
+        """Client ``client_id``; with the consistency round, its identity key pair is made
+        here (the private key goes to the client only, the public key into
+        :attr:`identities`, which the client reads as its identity table)."""
+        if not self.consistency:
+            return SecAggClient(client_id, trainer, self)
+        if self.deployed:   # its key is on its own machine: SecAggClient.use_identity
+            return SecAggClient(client_id, trainer, self, directory=self.identities)
+        (private,), (public,) = make_identities(1)
+        self.identities[int(client_id)] = public
+        return SecAggClient(client_id, trainer, self, identity=private,
+                            directory=self.identities)

@@ -1,0 +1,323 @@
+"""SecAgg+ against a malicious server: signed keys and the consistency round (Bonawitz et al.
+2017, section 6). A server that shows two clients different survivor sets recovered a
+client's update before the round existed; now no honest client helps it, and bad, foreign or
+replayed signatures drop their sender instead of ending the run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from veil.crypto.identity import make_identities, sign
+from veil.crypto.sharing import ShamirShare, combine_bytes
+from veil.errors import ConfigError, CryptoError, ProtocolError
+from veil.fl import Faults, Federation, LocalRuntime, Message
+from veil.fl.messages import SERVER
+from veil.fl.secagg import SecAggClient
+from veil.fl.secagg.masks import agree, mask_info, prg
+from veil.fl.secagg.protocol import survivors_statement
+from veil.fl.secagg.ring import reduce_ring
+from veil.fl.strategies import SecAgg
+from veil.learn import LogisticRegression
+from veil.random import check_rng
+
+VICTIM, A, B, COLLUDERS = 0, 1, 2, (3, 4)
+
+
+class _Round:
+    """One SecAgg+ round driven by hand, stage by stage (the server's honest object does
+    the bookkeeping; a test plays the malicious server by rewriting its requests)."""
+
+    def __init__(self, data, strategy, seed=0):
+        self.fed = Federation(data, LogisticRegression(), strategy, 1, rng=seed,
+                              classes=[0, 1])
+        self.rng = self.fed._round_rng(0)
+        self.server = strategy.server(0, self.fed.params, sorted(self.fed.clients), self.rng)
+        self.replies: dict[str, dict[int, Message]] = {}
+
+    def ask(self, requests, *, to_server=True):
+        """Deliver requests; each client's answer (or the ProtocolError it raised)."""
+        out = {}
+        for msg in requests:
+            try:
+                (reply,) = self.fed.clients[msg.recipient].handle(msg, self.rng)
+            except ProtocolError as exc:
+                out[msg.recipient] = exc
+                continue
+            out[msg.recipient] = reply
+            self.replies.setdefault(msg.stage, {})[msg.recipient] = reply
+            if to_server:
+                self.server.receive(reply)
+        return out
+
+    def honest_until(self, stage):
+        """Run the honest stages before ``stage``; the server's requests for it."""
+        requests = self.server.start()
+        while requests[0].stage != stage:
+            self.ask(requests)
+            requests = self.server.close_stage()
+        return requests
+
+
+def _request(to, stage, **body):
+    return Message("secagg", 0, stage, SERVER, to, body)
+
+
+def _recover_victim(run, key_shares, seed_shares):
+    """What the server computes from t shares of the victim's mask key and t of its
+    self-mask seed: the victim's encoded update, decoded."""
+    plan, server = run.server.plan, run.server
+    s_v = combine_bytes([ShamirShare.from_bytes(s) for s in key_shares])
+    b_v = combine_bytes([ShamirShare.from_bytes(s) for s in seed_shares])
+    masked = run.replies["masked_input"][VICTIM].body
+    x = masked["masked"].copy()
+    x -= prg(b_v, x.size, plan.bits, plan.prg)
+    for j in masked["partners"]:
+        mask = prg(agree(s_v, server.keys[j][1], mask_info(0, VICTIM, j)), x.size, plan.bits,
+                   plan.prg)
+        x = x - mask if VICTIM < j else x + mask
+    x = reduce_ring(x, plan.bits).astype(np.int64)
+    x[x >= 2 ** (plan.bits - 1)] -= 2 ** plan.bits
+    return x[:run.fed.params.size] / plan.scale
+
+
+def _split_view_attack(run):
+    """The server tells A the victim dropped (asks its mask-key share) and B that it
+    survived (asks its self-mask share); two colluding clients give it both of theirs."""
+    held = {c: run.fed.clients[c]._held[VICTIM] for c in COLLUDERS}
+    key_shares = [held[c][0] for c in COLLUDERS]
+    seed_shares = [held[c][1] for c in COLLUDERS]
+    everyone = np.array(sorted(run.fed.clients))
+    without_victim = everyone[everyone != VICTIM]
+    asks = {A: {"survivors": [], "dropped": [VICTIM]},
+            B: {"survivors": [VICTIM], "dropped": []}}
+    if run.server.consistency:
+        shown = {A: without_victim, B: everyone, VICTIM: everyone}
+        answers = run.ask([_request(c, "consistency", survivors=u3)
+                           for c, u3 in shown.items()], to_server=False)
+        signed = {c: answers[c].body["signature"] for c in shown}
+        for c, view in ((A, without_victim), (B, everyone)):
+            # the colluders sign whatever set the server likes; the honest ones' signatures
+            # are all the server has to forward
+            forged = {k: sign(run.fed.clients[k]._identity, survivors_statement(0, view))
+                      for k in COLLUDERS}
+            asks[c]["signatures"] = {**{k: s for k, s in signed.items() if k != c}, **forged}
+    answers = run.ask([_request(c, "unmask", **body) for c, body in asks.items()],
+                      to_server=False)
+    revealed = {c: a for c, a in answers.items() if isinstance(a, Message)}
+    if A in revealed:
+        key_shares.append(revealed[A].body["key_shares"][VICTIM])
+    if B in revealed:
+        seed_shares.append(revealed[B].body["seed_shares"][VICTIM])
+    return answers, key_shares, seed_shares
+
+
+@pytest.mark.parametrize("consistency", [False, True])
+def test_a_server_showing_two_survivor_sets_recovers_an_update_only_without_the_round(
+        clients, known_updates, consistency):
+    """5 clients, complete graph, t = 3 of 4; the server colludes with 2 clients (below t).
+    Without the consistency round (the protocol before it) the server unmasks the victim's
+    update; with it, A holds 2 valid signatures on the set it was shown and refuses."""
+    data = clients(5)
+    inner = known_updates(scale=0.5, weighted=False)
+    run = _Round(data, SecAgg(inner, bits=32, consistency=consistency))
+    run.honest_until("consistency" if consistency else "unmask")
+    assert run.server.plan.threshold == 3
+    answers, key_shares, seed_shares = _split_view_attack(run)
+    truth = np.clip(inner.delta(*data[VICTIM]), -1, 1)
+    if not consistency:
+        recovered = _recover_victim(run, key_shares, seed_shares)
+        np.testing.assert_allclose(recovered, truth, atol=1 / run.server.plan.scale)
+        return
+    assert isinstance(answers[A], ProtocolError)
+    assert "2 valid signatures" in str(answers[A]) and "refusing to unmask" in str(answers[A])
+    assert len(key_shares) == 2          # the colluders' only: below t
+    with pytest.raises(CryptoError):
+        _recover_victim(run, key_shares, seed_shares)
+
+
+def test_a_client_refuses_to_sign_a_survivor_set_without_itself(clients, known_updates):
+    run = _Round(clients(5), SecAgg(known_updates(weighted=False)))
+    run.honest_until("consistency")
+    for shown, why in (([1, 2, 3, 4], "without itself"), ([0, 1, 1, 2], "strictly"),
+                       ([1, 0, 2], "strictly"), ([-1, 0], "strictly")):
+        (answer,) = run.ask([_request(VICTIM, "consistency", survivors=np.array(shown))],
+                            to_server=False).values()
+        assert isinstance(answer, ProtocolError) and why in str(answer)
+
+
+def test_a_client_refuses_to_unmask_when_the_round_is_skipped(clients, known_updates):
+    run = _Round(clients(5), SecAgg(known_updates(weighted=False)))
+    run.honest_until("consistency")
+    (answer,) = run.ask([_request(A, "unmask", survivors=[0], dropped=[], signatures={})],
+                        to_server=False).values()
+    assert isinstance(answer, ProtocolError) and "without a consistency round" in str(answer)
+
+
+def test_an_unmask_request_must_agree_with_the_signed_set(clients, known_updates):
+    run = _Round(clients(5), SecAgg(known_updates(weighted=False)))
+    requests = run.honest_until("consistency")
+    run.ask(requests)
+    honest = {m.recipient: m for m in run.server.close_stage()}
+    body = {**honest[A].body, "survivors": [], "dropped": [VICTIM]}   # VICTIM is in U3
+    (answer,) = run.ask([_request(A, "unmask", **body)], to_server=False).values()
+    assert isinstance(answer, ProtocolError) and "disagrees" in str(answer)
+
+
+def test_signatures_of_non_neighbours_and_garbage_do_not_count(clients, known_updates):
+    """Degree 4 of 10: valid signatures on the right set, but from clients that are not
+    this client's neighbours, and garbled ones, are not counted (and never crash)."""
+    run = _Round(clients(10), SecAgg(known_updates(weighted=False), neighbours=4))
+    run.ask(run.honest_until("consistency"))
+    signatures = {c: r.body["signature"] for c, r in run.replies["consistency"].items()}
+    honest = {m.recipient: m for m in run.server.close_stage()}
+    target = min(honest)
+    neighbours = set(run.server.graph[target])
+    strangers = {c: s for c, s in signatures.items() if c not in neighbours | {target}}
+    garbage = {c: b"\x01" * len(s) for c, s in signatures.items() if c in neighbours}
+    for forwarded in (strangers, garbage, {**strangers, **garbage}, {c: b"" for c in
+                                                                      neighbours}):
+        body = {**honest[target].body, "signatures": forwarded}
+        (answer,) = run.ask([_request(target, "unmask", **body)], to_server=False).values()
+        assert isinstance(answer, ProtocolError) and "0 valid signatures" in str(answer)
+        run.fed.clients[target]._stage = 3     # the same request again (consistency done)
+    (answer,) = run.ask([honest[target]], to_server=False).values()
+    assert isinstance(answer, Message)    # the honest request is answered
+
+
+def test_a_swapped_key_at_setup_is_refused(clients, known_updates):
+    """The server puts its own X25519 key in place of a neighbour's (to read the shares
+    sent to it): the key does not carry the neighbour's signature, the client refuses."""
+    run = _Round(clients(5), SecAgg(known_updates(weighted=False)))
+    requests = run.honest_until("share_keys")
+    to_a = next(m for m in requests if m.recipient == A)
+    keys = dict(to_a.body["keys"])
+    c_pk, s_pk, signature = keys[B]
+    keys[B] = [bytes(reversed(c_pk)), s_pk, signature]
+    (answer,) = run.ask([_request(A, "share_keys", keys=keys)], to_server=False).values()
+    assert isinstance(answer, ProtocolError) and "do not carry its signature" in str(answer)
+
+
+class _BadSignature(SecAggClient):
+    """Signs garbage (``how="garbled"``) or replays its previous round's signature of the
+    survivor set (``how="replay"``)."""
+
+    how = "garbled"
+    kept: dict[int, bytes] = {}
+
+    def _on_consistency(self, msg, rng):
+        (reply,) = super()._on_consistency(msg, rng)
+        signature = reply.body["signature"]
+        if self.how == "garbled":
+            signature = bytes(64)
+        elif self.how == "replay":
+            signature = self.kept.get(self.client_id, signature)
+            self.kept[self.client_id] = reply.body["signature"]
+        return [Message(reply.protocol, reply.round, reply.stage, reply.sender, SERVER,
+                        {"signature": signature})]
+
+
+class _BadKeySignature(SecAggClient):
+    """Signs its setup keys with garbage."""
+
+    def _on_setup(self, msg, rng):
+        (reply,) = super()._on_setup(msg, rng)
+        return [Message(reply.protocol, reply.round, reply.stage, reply.sender, SERVER,
+                        {**reply.body, "signature": b"\x07" * 64})]
+
+
+def _swap(fed, i, cls):
+    old = fed.clients[i]
+    fed.clients[i] = cls(i, old.trainer, old.strategy, identity=old._identity,
+                         directory=old._directory)
+
+
+@pytest.mark.parametrize("how", ["garbled", "replay"])
+def test_a_bad_or_replayed_signature_drops_its_sender_not_the_round(clients, known_updates,
+                                                                    how):
+    data = clients(6)
+    inner = known_updates(weighted=False)
+    strategy = SecAgg(inner, bits=32)
+    fed = Federation(data, LogisticRegression(), strategy, 2, rng=0, classes=[0, 1])
+    _swap(fed, 3, type("Bad", (_BadSignature,), {"how": how, "kept": {}}))
+    history = fed.run()
+    statuses = [r["status"] for r in history.rounds]
+    assert statuses == ["ok", "ok"], [r.get("error") for r in history.rounds]
+    # client 3's masked input is in the sums (it is in U3); its seed comes from its holders
+    assert [r["aggregated"] for r in history.rounds] == [6, 6]
+
+
+def test_identity_configuration_errors(clients, known_updates):
+    strategy = SecAgg(known_updates(weighted=False))
+    fed = Federation(clients(3), LogisticRegression(), strategy, 1, rng=0, classes=[0, 1])
+    old = fed.clients[0]
+    (other,), _ = make_identities(1)
+    with pytest.raises(ConfigError, match="identity key"):
+        SecAggClient(0, old.trainer, strategy, identity=other, directory=old._directory)
+    with pytest.raises(ConfigError, match="identity key"):
+        SecAggClient(0, old.trainer, strategy)
+    with pytest.raises(ConfigError, match="consistency"):
+        SecAgg(known_updates(weighted=False), consistency="yes")
+
+
+@pytest.mark.parametrize("consistency", [False, True])
+def test_both_variants_give_the_exact_sum_under_dropouts_at_every_stage(
+        clients, known_updates, consistency):
+    data = clients(10)
+    inner = known_updates(scale=0.8, weighted=False)
+    strategy = SecAgg(inner, bits=32, neighbours=6, consistency=consistency)
+    stages = strategy.server(0, np.zeros(7), range(10), check_rng(0)).stages
+    assert ("consistency" in stages) == consistency
+    for seed, stage in enumerate(stages[2:]):
+        fed = Federation(data, LogisticRegression(), strategy, 1, rng=seed, classes=[0, 1])
+        rng = fed._round_rng(0)
+        server = strategy.server(0, fed.params, sorted(fed.clients), rng)
+        report = LocalRuntime(Faults(dropout=0.2, dropout_exact=True, dropout_stage=stage)
+                              ).run_round(server, fed.clients, rng)
+        assert report.completed, report.error
+        assert report.dropped and set(report.dropped.values()) == {stage}
+        survivors = report.result.clients
+        exact = fed.initial_params + np.mean([np.clip(inner.delta(*data[i]), -1, 1)
+                                              for i in survivors], axis=0)
+        np.testing.assert_allclose(report.result.params, exact, atol=1e-6)
+
+
+def test_the_run_config_sets_the_variant_and_the_identity_table(tmp_path):
+    from veil.crypto.identity import write_identities
+    from veil.experiments.fl_config import load_config
+
+    write_identities(tmp_path / "keys", 3)
+    base = ('[data]\ndataset = "digits"\nclients = 3\n[model]\ntype = "softmax_regression"\n'
+            "[training]\nrounds = 1\n[run]\nseed = 0\n[secagg]\n")
+    config = tmp_path / "run.toml"
+    config.write_text(base + "consistency = false\n")
+    cfg = load_config(config)
+    assert cfg.strategy(cfg.data(0)[0]).consistency is False
+    config.write_text(base + 'identities = "keys/identities.json"\n')  # beside the config
+    cfg = load_config(config)
+    strategy = cfg.strategy(cfg.data(0)[0])
+    assert strategy.consistency and strategy.deployed and sorted(strategy.identities) == [0, 1, 2]
+
+
+def test_the_cli_makes_identity_keys(tmp_path):
+    from veil.cli.main import main
+    from veil.crypto.identity import public_identity, read_key, read_table
+
+    assert main(["fl", "identities", str(tmp_path / "keys"), "--parties", "2"]) == 0
+    table = read_table(tmp_path / "keys" / "identities.json")
+    assert public_identity(read_key(tmp_path / "keys" / "identity-1.key")) == table[1]
+    assert main(["fl", "identities", str(tmp_path / "none"), "--parties", "0"]) == 2
+
+
+def test_a_bad_key_signature_at_setup_drops_its_sender(clients, known_updates):
+    data = clients(6)
+    inner = known_updates(weighted=False)
+    fed = Federation(data, LogisticRegression(), SecAgg(inner, bits=32), 1, rng=0,
+                     classes=[0, 1])
+    _swap(fed, 2, _BadKeySignature)
+    history = fed.run()
+    assert history.rounds[0]["status"] == "ok", history.rounds[0].get("error")
+    assert history.rounds[0]["aggregated"] == 5
+    survivors = [0, 1, 3, 4, 5]
+    exact = fed.initial_params + np.mean([inner.delta(*data[i]) for i in survivors], axis=0)
+    np.testing.assert_allclose(history.params, exact, atol=1e-6)
