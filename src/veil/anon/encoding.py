@@ -59,19 +59,27 @@ def classify(codes: np.ndarray, radices: np.ndarray) -> tuple[np.ndarray, np.nda
     if not _fits(radices):                     # keys would overflow: group the tuples
         unique, inverse = np.unique(codes, axis=0, return_inverse=True)
         return inverse.ravel(), unique
-    return classify_keys(codes @ _strides(radices), radices)
+    inverse, first = classify_keys(codes @ _strides(radices), radices)
+    return inverse, codes[first]
 
 
 def classify_keys(key: np.ndarray, radices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`classify` of rows given by their keys (``codes @ strides``)."""
-    strides = _strides(radices)
+    """Class index (in key order) of every row given by its key (``codes @ strides``), and
+    one row of each class (its representative: the class's codes are that row's)."""
     space = math.prod(int(r) for r in radices)
     if space <= min(_DENSE_LIMIT, 8 * key.size + 4096):
-        occupied = np.bincount(key, minlength=space) > 0
-        present = np.flatnonzero(occupied)
-        return (np.cumsum(occupied) - 1)[key], (present[:, None] // strides) % radices
-    present, inverse = np.unique(key, return_inverse=True)
-    return inverse.ravel(), (present[:, None] // strides) % radices
+        seen = np.zeros(space, dtype=bool)
+        seen[key] = True
+        present = np.flatnonzero(seen)
+        rank = np.empty(space, dtype=np.int64)
+        rank[present] = np.arange(present.size)
+        inverse = rank[key]
+    else:
+        present, inverse = np.unique(key, return_inverse=True)
+        inverse = inverse.ravel()
+    first = np.empty(present.size, dtype=np.int64)
+    first[inverse] = np.arange(key.size)
+    return inverse, first
 
 
 def group(codes: np.ndarray, radices: np.ndarray, counts: np.ndarray | None = None,
@@ -88,18 +96,21 @@ def group(codes: np.ndarray, radices: np.ndarray, counts: np.ndarray | None = No
 def _merge(inverse: np.ndarray, new_codes: np.ndarray, counts: np.ndarray | None,
            hist: np.ndarray | None, sensitive: np.ndarray | None,
            n_sensitive: int) -> ClassTable:
+    """The class table of rows merged by ``inverse``. Codes and histograms are stored
+    column-major, so that one column (a roll-up's gather, a bincount's weights) is
+    contiguous."""
     size = new_codes.shape[0]
     new_counts = np.bincount(inverse, weights=counts, minlength=size).astype(np.int64)
     new_hist = None
-    if hist is not None:                       # one bincount for all sensitive values
-        m = hist.shape[1]
-        cells = (inverse[:, None] * m + np.arange(m)).ravel()
-        new_hist = np.bincount(cells, weights=hist.ravel(), minlength=size * m).reshape(
-            size, m).astype(np.int64)
+    if hist is not None:                       # one bincount per sensitive value
+        new_hist = np.empty((size, hist.shape[1]), dtype=np.int64, order="F")
+        for v in range(hist.shape[1]):
+            new_hist[:, v] = np.bincount(inverse, weights=hist[:, v], minlength=size)
     elif sensitive is not None:
-        new_hist = np.bincount(inverse * n_sensitive + sensitive,
-                               minlength=size * n_sensitive).reshape(size, n_sensitive)
-    return ClassTable(new_codes, new_counts, new_hist)
+        new_hist = np.asfortranarray(np.bincount(
+            inverse * n_sensitive + sensitive, minlength=size * n_sensitive).reshape(
+                size, n_sensitive))
+    return ClassTable(np.asfortranarray(new_codes), new_counts, new_hist)
 
 
 class EncodedColumn:
@@ -214,9 +225,12 @@ class EncodedTable:
             return group(codes, radices, table.counts, table.hist)
         key = np.zeros(len(table), dtype=np.int64)   # the lifted codes' keys, directly
         for j, (a, b, stride) in enumerate(zip(source, target, _strides(radices))):
-            lifted = self.columns[j].lift(int(a), int(b)) * stride
-            key += lifted[table.codes[:, j]]
-        return _merge(*classify_keys(key, radices), table.counts, table.hist, None, 0)
+            key += (self.columns[j].lift(int(a), int(b)) * stride).take(table.codes[:, j])
+        inverse, first = classify_keys(key, radices)
+        codes = np.empty((first.size, len(self.columns)), dtype=np.int64, order="F")
+        for j, (a, b) in enumerate(zip(source, target)):
+            codes[:, j] = self.columns[j].lift(int(a), int(b)).take(table.codes[first, j])
+        return _merge(inverse, codes, table.counts, table.hist, None, 0)
 
     def row_codes(self, levels: np.ndarray) -> np.ndarray:
         """Codes of every row at ``levels`` (rows x columns)."""

@@ -111,6 +111,9 @@ class LatticeSearch:
                               f"(more than {MAX_NODES:,}): use fewer quasi-identifiers, "
                               "shorter hierarchies, or algorithm='mondrian'")
         self.nodes = np.indices(shape).reshape(len(shape), -1).T.astype(np.int64)
+        # the same levels in the smallest integer type, for the masks of generalizations
+        # and specializations (a comparison over the lattice runs several times faster)
+        self._grid = self.nodes.astype(np.min_scalar_type(int(enc.heights.max())))
         self.strides = np.array([math.prod(int(s) for s in shape[j + 1:])
                                  for j in range(len(shape))], dtype=np.int64)
         self.height = self.nodes.sum(axis=1)
@@ -197,10 +200,10 @@ class LatticeSearch:
         self._evaluated[idx] = ev
         self._cache(idx, ev)
         above = self._above(levels)
+        below = self._below(levels)
         if mono_ok:
             self.monotone[above] = 1
         else:
-            below = (self.nodes <= levels).all(axis=1)
             self.monotone[below] = -1
             self.status[below] = -1
         if self.tagging:
@@ -210,12 +213,13 @@ class LatticeSearch:
         lift = self.objective.lift_bound(table, self.k)
         if lift is not None:
             self._raise(above, lift)
-        if forced:
-            # every specialization suppresses at least ``forced`` records, among them all
-            # those the monotone models suppress here (their classes only split)
-            below = (self.nodes <= levels).all(axis=1)
-            if forced > self.max_suppressed:
-                self.status[below] = -1
+        if forced > self.max_suppressed:
+            # every specialization suppresses at least ``forced`` records: none is anonymous
+            # (so their bounds no longer matter)
+            self.status[below] = -1
+        elif forced:
+            # ... among them all those the monotone models suppress here (their classes
+            # only split)
             cost = self.objective.suppression_bound(table, ~mono_kept)
             np.maximum(self.penalty, cost, out=self.penalty, where=below)
             self._raise(below, self.objective.suppression_floor(forced, self.k))
@@ -243,7 +247,11 @@ class LatticeSearch:
 
     def _above(self, levels: np.ndarray) -> np.ndarray:
         """Mask of the generalizations of ``levels`` (itself included)."""
-        return (self.nodes >= levels).all(axis=1)
+        return (self._grid >= levels.astype(self._grid.dtype)).all(axis=1)
+
+    def _below(self, levels: np.ndarray) -> np.ndarray:
+        """Mask of the specializations of ``levels`` (itself included)."""
+        return (self._grid <= levels.astype(self._grid.dtype)).all(axis=1)
 
     def _raise(self, mask: np.ndarray, value: float) -> None:
         np.maximum(self.lower, value, out=self.lower, where=mask)
@@ -251,23 +259,31 @@ class LatticeSearch:
     def _resolve(self, idx: int) -> None:
         """Find out whether ``idx`` is anonymous, checking as few nodes as possible.
 
-        The monotone models are resolved Flash-style: a path is built upwards from
-        ``idx`` through nodes unknown to them (cheapest bound first) and binary-searched
-        for its lowest node that satisfies them; the other models, if any, by checking
-        the node itself.
+        The monotone models are resolved Flash-style along a path built upwards from
+        ``idx`` through nodes unknown to them (cheapest bound first), binary-searched for
+        its lowest node that satisfies them. With a monotone loss the path runs to the
+        top, as in Flash: the anonymous node found bounds the loss of all above it.
+        Otherwise (suppression with a non-monotonic metric) the path stops where the
+        bounds leave the race, and its top is checked first: most nodes that matter are
+        then non-anonymous, and a top that fails the monotone models proves the whole
+        path (and all below it) non-anonymous in one check. The other models, if any,
+        are resolved by checking the node itself.
         """
         if self.monotone[idx] == 0:
             path = [idx]
-            node = idx
             while True:
+                node = path[-1]
                 up = [node + self.strides[j] for j in range(len(self.strides))
                       if self.nodes[node, j] < self.enc.heights[j]]
-                up = [u for u in up if self.monotone[u] == 0]
+                up = [u for u in up if self.monotone[u] == 0
+                      and (self.monotone_loss or self._promising(u))]
                 if not up:
                     break
-                node = min(up, key=lambda u: (self.bound[u], u))
-                path.append(node)
+                path.append(min(up, key=lambda u: (self.bound[u], u)))
             lo, hi = 0, len(path) - 1
+            if not self.monotone_loss:
+                self.evaluate(path[hi])
+                lo, hi = (hi + 1, hi) if self.monotone[path[hi]] < 0 else (0, hi - 1)
             while lo <= hi:
                 mid = (lo + hi) // 2
                 if self.monotone[path[mid]] == 0:
