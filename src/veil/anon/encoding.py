@@ -14,7 +14,7 @@ computed from the finer node's (small) class table by lifting its codes, not fro
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -27,15 +27,33 @@ __all__ = ["ClassTable", "EncodedColumn", "EncodedTable", "SensitiveDomain", "cl
 
 #: largest key space grouped with a dense bincount instead of a sort
 _DENSE_LIMIT = 1 << 21
+#: largest key space a roll-up groups through a slot per key instead of a sort
+_SLOT_LIMIT = 1 << 22
+#: largest joint domain of a block of columns that a roll-up lifts with one table
+_BLOCK_LIMIT = 1 << 14
 
 
-@dataclass
 class ClassTable:
-    """Equivalence classes: ``codes`` (classes x columns), ``counts``, sensitive ``hist``."""
+    """Equivalence classes: ``codes`` (classes x columns), ``counts``, sensitive ``hist``.
 
-    codes: np.ndarray
-    counts: np.ndarray
-    hist: np.ndarray | None = None
+    A roll-up gives the codes as ``blocks`` (:meth:`EncodedTable.rollup`) and ``decode``,
+    which turns them into ``codes`` on first use.
+    """
+
+    def __init__(self, codes: np.ndarray | None, counts: np.ndarray,
+                 hist: np.ndarray | None = None, blocks: list[np.ndarray] | None = None,
+                 decode: Callable[[list[np.ndarray]], np.ndarray] | None = None) -> None:
+        self._codes = codes
+        self.counts = counts
+        self.hist = hist
+        self.blocks = blocks
+        self._decode = decode
+
+    @property
+    def codes(self) -> np.ndarray:
+        if self._codes is None:
+            self._codes = self._decode(self.blocks)
+        return self._codes
 
     def __len__(self) -> int:
         return self.counts.shape[0]
@@ -93,13 +111,13 @@ def group(codes: np.ndarray, radices: np.ndarray, counts: np.ndarray | None = No
     return _merge(*classify(codes, radices), counts, hist, sensitive, n_sensitive)
 
 
-def _merge(inverse: np.ndarray, new_codes: np.ndarray, counts: np.ndarray | None,
+def _merge(inverse: np.ndarray, new_codes: np.ndarray | None, counts: np.ndarray | None,
            hist: np.ndarray | None, sensitive: np.ndarray | None,
-           n_sensitive: int) -> ClassTable:
-    """The class table of rows merged by ``inverse``. Codes and histograms are stored
-    column-major, so that one column (a roll-up's gather, a bincount's weights) is
-    contiguous."""
-    size = new_codes.shape[0]
+           n_sensitive: int, size: int | None = None) -> ClassTable:
+    """The class table of rows merged by ``inverse`` (``size`` classes, by default one
+    per row of ``new_codes``). Codes and histograms are stored column-major, so that one
+    column (a bincount's weights) is contiguous."""
+    size = new_codes.shape[0] if size is None else size
     new_counts = np.bincount(inverse, weights=counts, minlength=size).astype(np.int64)
     new_hist = None
     if hist is not None:                       # one bincount per sensitive value
@@ -110,7 +128,8 @@ def _merge(inverse: np.ndarray, new_codes: np.ndarray, counts: np.ndarray | None
         new_hist = np.asfortranarray(np.bincount(
             inverse * n_sensitive + sensitive, minlength=size * n_sensitive).reshape(
                 size, n_sensitive))
-    return ClassTable(np.asfortranarray(new_codes), new_counts, new_hist)
+    codes = None if new_codes is None else np.asfortranarray(new_codes)
+    return ClassTable(codes, new_counts, new_hist)
 
 
 class EncodedColumn:
@@ -200,6 +219,18 @@ class EncodedTable:
         self.sensitive = sensitive
         self.histograms = histograms and sensitive is not None
         self._bottom: ClassTable | None = None
+        self._slots = np.empty(0, dtype=np.intp)
+        # runs of consecutive columns whose level-0 codes jointly take at most
+        # _BLOCK_LIMIT values: a roll-up lifts each run with one table look-up
+        self.blocks: list[tuple[int, int]] = []
+        for j in range(len(self.columns)):
+            if self.blocks and math.prod(int(c.sizes[0]) for c in self.columns[
+                    self.blocks[-1][0]:j + 1]) <= _BLOCK_LIMIT:
+                self.blocks[-1] = (self.blocks[-1][0], j + 1)
+            else:
+                self.blocks.append((j, j + 1))
+        self._block_lifts: dict[tuple, np.ndarray] = {}
+        self._block_digits: dict[tuple, np.ndarray] = {}
 
     def bottom(self) -> ClassTable:
         """Classes of the identity transformation (every column at level 0)."""
@@ -223,14 +254,81 @@ class EncodedTable:
                 if a != b:
                     codes[:, j] = self.columns[j].lift(int(a), int(b))[codes[:, j]]
             return group(codes, radices, table.counts, table.hist)
-        key = np.zeros(len(table), dtype=np.int64)   # the lifted codes' keys, directly
-        for j, (a, b, stride) in enumerate(zip(source, target, _strides(radices))):
-            key += (self.columns[j].lift(int(a), int(b)) * stride).take(table.codes[:, j])
-        inverse, first = classify_keys(key, radices)
-        codes = np.empty((first.size, len(self.columns)), dtype=np.int64, order="F")
-        for j, (a, b) in enumerate(zip(source, target)):
-            codes[:, j] = self.columns[j].lift(int(a), int(b)).take(table.codes[first, j])
-        return _merge(inverse, codes, table.counts, table.hist, None, 0)
+        # the key of a class's lifted codes, block by block: a block's code at the
+        # source levels is looked up in its lift table, giving its code at the target
+        # levels, which is the block's digit of the mixed-radix key
+        strides = _strides(radices)
+        key = np.zeros(len(table), dtype=np.int64)
+        lifted = []
+        for (lo, hi), codes in zip(self.blocks, self._blocks_of(table, source)):
+            part = self._block_lift(lo, hi, source, target).take(codes)
+            lifted.append(part)
+            key += part * strides[hi - 1]
+        inverse, first = self._group_keys(key, radices)
+        levels = target.copy()
+        merged = _merge(inverse, None, table.counts, table.hist, None, 0, size=first.size)
+        merged.blocks = [part.take(first) for part in lifted]
+        merged._decode = lambda blocks: self._decode(blocks, levels)
+        return merged
+
+    def _blocks_of(self, table: ClassTable, levels: np.ndarray) -> list[np.ndarray]:
+        """The codes of ``table`` (classes at ``levels``) block by block (mixed radix)."""
+        if table.blocks is None:
+            table.blocks = []
+            for lo, hi in self.blocks:
+                code = table.codes[:, lo].copy()
+                for j in range(lo + 1, hi):
+                    code *= self.columns[j].sizes[levels[j]]
+                    code += table.codes[:, j]
+                table.blocks.append(code)
+        return table.blocks
+
+    def _block_lift(self, lo: int, hi: int, source: np.ndarray,
+                    target: np.ndarray) -> np.ndarray:
+        """Map of a block's codes at ``source`` levels to its codes at ``target`` levels."""
+        name = (lo, tuple(source[lo:hi].tolist()), tuple(target[lo:hi].tolist()))
+        lift = self._block_lifts.get(name)
+        if lift is None:
+            lift = np.zeros(1, dtype=np.int64)
+            for j in range(lo, hi):
+                col = self.columns[j]
+                lift = (lift[:, None] * col.sizes[target[j]]
+                        + col.lift(int(source[j]), int(target[j]))).ravel()
+            self._block_lifts[name] = lift
+        return lift
+
+    def _decode(self, blocks: list[np.ndarray], levels: np.ndarray) -> np.ndarray:
+        """Codes (classes x columns, column-major) from their blocks at ``levels``."""
+        codes = np.empty((blocks[0].size, len(self.columns)), dtype=np.int64, order="F")
+        for (lo, hi), block in zip(self.blocks, blocks):
+            name = (lo, tuple(levels[lo:hi].tolist()))
+            digits = self._block_digits.get(name)
+            if digits is None:
+                digits = np.indices(self.radices(levels)[lo:hi]).reshape(hi - lo, -1)
+                self._block_digits[name] = digits
+            for j in range(lo, hi):
+                codes[:, j] = digits[j - lo].take(block)
+        return codes
+
+    def _group_keys(self, key: np.ndarray, radices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:func:`classify_keys` in O(rows), without a sort or a pass over the key space:
+        every row writes its index into its key's slot, so the rows that read their own
+        index back are one per key (the representatives, whichever write won); they
+        then number the classes (in order of their rows) through the same slots. The
+        slots are kept between roll-ups and never need clearing: each is written before
+        it is read."""
+        space = math.prod(int(r) for r in radices)
+        if space > _SLOT_LIMIT:
+            return classify_keys(key, radices)
+        if self._slots.size < space:
+            self._slots = np.empty(max(space, min(2 * self._slots.size, _SLOT_LIMIT)),
+                                   dtype=np.intp)
+        slots = self._slots
+        rows = np.arange(key.size)
+        slots[key] = rows
+        first = np.flatnonzero(slots[key] == rows)
+        slots[key[first]] = np.arange(first.size)
+        return slots[key], first
 
     def row_codes(self, levels: np.ndarray) -> np.ndarray:
         """Codes of every row at ``levels`` (rows x columns)."""
