@@ -220,6 +220,7 @@ class EncodedTable:
         self.histograms = histograms and sensitive is not None
         self._bottom: ClassTable | None = None
         self._slots = np.empty(0, dtype=np.intp)
+        self._rows = np.arange(0)
         # runs of consecutive columns whose level-0 codes jointly take at most
         # _BLOCK_LIMIT values: a roll-up lifts each run with one table look-up
         self.blocks: list[tuple[int, int]] = []
@@ -255,19 +256,26 @@ class EncodedTable:
                     codes[:, j] = self.columns[j].lift(int(a), int(b))[codes[:, j]]
             return group(codes, radices, table.counts, table.hist)
         # the key of a class's lifted codes, block by block: a block's code at the
-        # source levels is looked up in its lift table, giving its code at the target
-        # levels, which is the block's digit of the mixed-radix key
+        # source levels is looked up in its lift table (scaled by the block's place
+        # value), giving its digit of the mixed-radix key at the target levels
         strides = _strides(radices)
-        key = np.zeros(len(table), dtype=np.int64)
-        lifted = []
-        for (lo, hi), codes in zip(self.blocks, self._blocks_of(table, source)):
-            part = self._block_lift(lo, hi, source, target).take(codes)
-            lifted.append(part)
-            key += part * strides[hi - 1]
+        blocks = self._blocks_of(table, source)
+        lifts = [self._block_lift(lo, hi, source, target) for lo, hi in self.blocks]
+        key = None
+        for (_, hi), lift, codes in zip(self.blocks, lifts, blocks):
+            if codes.size >= lift.size:
+                part = (lift * strides[hi - 1]).take(codes)
+            else:
+                part = lift.take(codes)
+                part *= strides[hi - 1]
+            if key is None:
+                key = part
+            else:
+                key += part
         inverse, first = self._group_keys(key, radices)
         levels = target.copy()
         merged = _merge(inverse, None, table.counts, table.hist, None, 0, size=first.size)
-        merged.blocks = [part.take(first) for part in lifted]
+        merged.blocks = [lift.take(codes.take(first)) for lift, codes in zip(lifts, blocks)]
         merged._decode = lambda blocks: self._decode(blocks, levels)
         return merged
 
@@ -324,7 +332,9 @@ class EncodedTable:
             self._slots = np.empty(max(space, min(2 * self._slots.size, _SLOT_LIMIT)),
                                    dtype=np.intp)
         slots = self._slots
-        rows = np.arange(key.size)
+        if self._rows.size < key.size:
+            self._rows = np.arange(key.size)
+        rows = self._rows[:key.size]
         slots[key] = rows
         first = np.flatnonzero(slots[key] == rows)
         slots[key[first]] = np.arange(first.size)
