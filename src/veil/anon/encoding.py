@@ -320,25 +320,25 @@ class EncodedTable:
 
     def _group_keys(self, key: np.ndarray, radices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """:func:`classify_keys` in O(rows), without a sort or a pass over the key space:
-        every row writes its index into its key's slot, so the rows that read their own
-        index back are one per key (the representatives, whichever write won); they
-        then number the classes (in order of their rows) through the same slots. The
-        slots are kept between roll-ups and never need clearing: each is written before
-        it is read."""
+        every row writes its index into its key's slot and reads back its key's
+        representative (whichever write won); the rows that read their own index are one
+        per key, and number the classes in order of their rows. The slots are kept
+        between roll-ups and never need clearing: each is written before it is read."""
         space = math.prod(int(r) for r in radices)
         if space > _SLOT_LIMIT:
             return classify_keys(key, radices)
         if self._slots.size < space:
             self._slots = np.empty(max(space, min(2 * self._slots.size, _SLOT_LIMIT)),
                                    dtype=np.intp)
-        slots = self._slots
         if self._rows.size < key.size:
             self._rows = np.arange(key.size)
         rows = self._rows[:key.size]
-        slots[key] = rows
-        first = np.flatnonzero(slots[key] == rows)
-        slots[key[first]] = np.arange(first.size)
-        return slots[key], first
+        self._slots[key] = rows
+        representative = self._slots.take(key)
+        first = np.flatnonzero(representative == rows)
+        label = np.empty(key.size, dtype=np.intp)
+        label[first] = np.arange(first.size)
+        return label.take(representative), first
 
     def row_codes(self, levels: np.ndarray) -> np.ndarray:
         """Codes of every row at ``levels`` (rows x columns)."""

@@ -117,6 +117,10 @@ class LatticeSearch:
         self.strides = np.array([math.prod(int(s) for s in shape[j + 1:])
                                  for j in range(len(shape))], dtype=np.int64)
         self.height = self.nodes.sum(axis=1)
+        # the direct generalizations of each node (one level up in one attribute), in
+        # increasing index order, -1 where an attribute is at its top
+        raised = np.arange(size)[:, None] + self.strides[::-1]
+        self._successors = np.where(self.nodes[:, ::-1] < enc.heights[::-1], raised, -1)
         # 1 / -1 / 0: anonymous / not / unknown, for all models (status) and for the models
         # that stay monotone under the suppression limit (monotone: always safe to tag)
         self.status = np.zeros(size, dtype=np.int8)
@@ -126,38 +130,42 @@ class LatticeSearch:
         self._other_models = [m for m in self.models if m not in self._mono_models]
         self.tagging = not self._other_models
         self.k = max([m.k for m in self.models if isinstance(m, KAnonymity)], default=1)
-        # static lower bounds of the loss, and the bounds raised by checked nodes
+        # static lower bounds of the loss, a lower bound of what suppression adds to them
+        # (see evaluate), and the best lower bound known: the larger of ``bound +
+        # penalty`` and the bounds raised by checked nodes
         self.bound = objective.static_bounds(self.nodes, self.k, self.max_suppressed)
-        self.lower = self.bound.astype(np.float64)
-        # a lower bound of the loss that suppression adds to ``bound`` (see evaluate)
         self.penalty = np.zeros(size)
+        self.lower = self.bound.astype(np.float64)
         self.monotone_loss = objective.monotone(self.max_suppressed)
         # the best anonymous node checked so far: (loss, height, index)
         self.best: tuple[float, int, int] = (math.inf, 0, -1)
         self._scored: set[int] = set()
         self._evaluated: dict[int, Evaluation] = {}
-        self._cached_levels = np.empty((0, len(shape)), dtype=np.int64)
+        self._cached_levels = np.empty((0, len(shape)), dtype=self._grid.dtype)
         self._cached_ids: list[int] = []
         self._cached_sizes: list[int] = []
 
     # -- checking one node ----------------------------------------------------------------
-    def _classes(self, levels: np.ndarray) -> tuple[ClassTable, np.ndarray, np.ndarray, int]:
+    def _classes(self, levels: np.ndarray) -> tuple[ClassTable, np.ndarray, np.ndarray, int,
+                                                    int, int]:
         """Classes at ``levels`` (rolled up from the smallest cached specialization), which
-        classes all models keep, which the monotone models alone keep, and how many
-        records every specialization must suppress (:meth:`PrivacyModel.assess`)."""
-        below = np.flatnonzero((self._cached_levels <= levels).all(axis=1))
+        classes all models keep, which the monotone models alone keep, the records these
+        suppress, the records all models suppress, and how many records every
+        specialization must suppress (:meth:`PrivacyModel.assess`)."""
+        below = np.flatnonzero((self._cached_levels <= levels.astype(
+            self._grid.dtype)).all(axis=1))
         if below.size:
             source = self._evaluated[self._cached_ids[below[np.argmin(
                 np.asarray(self._cached_sizes)[below])]]]
             table = self.enc.rollup(source.table, source.levels, levels)
         else:
-            table = self.enc.rollup(self.enc.bottom(), np.zeros_like(levels), levels)
+            table = self.enc.rollup(self.enc.bottom(), self.nodes[0], levels)
         domain = self.enc.sensitive
         kept = np.ones(len(table), dtype=bool)
         for model in self._mono_models:
             kept &= model.satisfied(table.counts, table.hist, domain)
-        mono_kept = kept.copy()
-        forced = int(table.counts[~kept].sum())
+        mono_kept = kept.copy() if self._other_models else kept
+        forced = mono_gone = suppressed = int(table.counts.sum(where=~kept))
         if self._other_models and forced <= self.max_suppressed:
             # the other models only decide among the classes the monotone ones keep
             rows = np.flatnonzero(kept)
@@ -170,11 +178,13 @@ class LatticeSearch:
                 least = np.maximum(least, least_m)
             kept[rows[~ok]] = False
             forced += int(least.sum())
-        return table, kept, mono_kept, forced
+            suppressed = int(table.counts.sum(where=~kept))
+        return table, kept, mono_kept, mono_gone, suppressed, forced
 
     def _cache(self, idx: int, ev: Evaluation) -> None:
         """Keep ``ev``'s table as a roll-up source, dropping the largest ones over budget."""
-        self._cached_levels = np.vstack([self._cached_levels, ev.levels])
+        self._cached_levels = np.vstack([self._cached_levels,
+                                         ev.levels.astype(self._grid.dtype)])
         self._cached_ids.append(idx)
         self._cached_sizes.append(len(ev.table))
         while sum(self._cached_sizes) > CACHE_ROWS and len(self._cached_ids) > 1:
@@ -189,13 +199,12 @@ class LatticeSearch:
         ev = self._evaluated.get(idx)
         if ev is not None:
             if ev.table is None:
-                ev.table, ev.kept, _, _ = self._classes(ev.levels)
+                ev.table, ev.kept = self._classes(ev.levels)[:2]
                 self._cache(idx, ev)
             return ev
         levels = self.nodes[idx]
-        table, kept, mono_kept, forced = self._classes(levels)
-        mono_ok = int(table.counts[~mono_kept].sum()) <= self.max_suppressed
-        suppressed = int(table.counts[~kept].sum())
+        table, kept, mono_kept, mono_gone, suppressed, forced = self._classes(levels)
+        mono_ok = mono_gone <= self.max_suppressed
         ev = Evaluation(levels, table, kept, suppressed, suppressed <= self.max_suppressed)
         self._evaluated[idx] = ev
         self._cache(idx, ev)
@@ -222,6 +231,7 @@ class LatticeSearch:
             # only split)
             cost = self.objective.suppression_bound(table, ~mono_kept)
             np.maximum(self.penalty, cost, out=self.penalty, where=below)
+            np.maximum(self.lower, self.bound + self.penalty, out=self.lower, where=below)
             self._raise(below, self.objective.suppression_floor(forced, self.k))
         self._score(idx)
         return ev
@@ -242,8 +252,7 @@ class LatticeSearch:
             self._raise(self._above(ev.levels), loss)
 
     def _promising(self, idx: int) -> bool:
-        lower = max(self.lower[idx], self.bound[idx] + self.penalty[idx])
-        return (lower, int(self.height[idx])) < self.best[:2]
+        return (self.lower[idx], int(self.height[idx])) < self.best[:2]
 
     def _above(self, levels: np.ndarray) -> np.ndarray:
         """Mask of the generalizations of ``levels`` (itself included)."""
@@ -272,14 +281,18 @@ class LatticeSearch:
         if self.monotone[idx] == 0:
             path = [idx]
             while True:
-                node = path[-1]
-                up = [node + self.strides[j] for j in range(len(self.strides))
-                      if self.nodes[node, j] < self.enc.heights[j]]
-                up = [u for u in up if self.monotone[u] == 0
-                      and (self.monotone_loss or self._promising(u))]
-                if not up:
+                up = self._successors[path[-1]]
+                up = up[up >= 0]
+                keep = self.monotone[up] == 0
+                if not self.monotone_loss:
+                    best_loss, best_height, _ = self.best
+                    lower = self.lower[up]
+                    keep &= (lower < best_loss) | ((lower == best_loss)
+                                                   & (self.height[up] < best_height))
+                up = up[keep]
+                if not up.size:
                     break
-                path.append(min(up, key=lambda u: (self.bound[u], u)))
+                path.append(int(up[np.argmin(self.bound[up])]))    # ties: the least index
             lo, hi = 0, len(path) - 1
             if not self.monotone_loss:
                 self.evaluate(path[hi])
@@ -310,7 +323,7 @@ class LatticeSearch:
             # best first: the open node with the least lower bound (then the least height)
             # that is not known to be non-anonymous and may still beat the best
             best_loss, best_height, _ = self.best
-            lower = np.maximum(self.lower, self.bound + self.penalty)
+            lower = self.lower
             relevant = (lower < best_loss) | ((lower == best_loss) & (
                 self.height < best_height))
             ids = np.flatnonzero(open_ & (self.status >= 0) & relevant)
