@@ -226,6 +226,21 @@ def test_search_is_exact_when_tables_are_evicted(make_table, monkeypatch, models
     assert sum(result.levels.values()) == height
 
 
+@pytest.mark.parametrize(("models", "limit", "metric"), [CASES[5], CASES[8], CASES[15]])
+def test_search_is_exact_with_column_blocks_and_sorted_keys(make_table, monkeypatch, models,
+                                                            limit, metric):
+    """Roll-ups that lift every column alone and group keys by sorting give the same
+    optimum as the default (one block, a slot per key)."""
+    monkeypatch.setattr("veil.anon.encoding._BLOCK_LIMIT", 1)
+    monkeypatch.setattr("veil.anon.encoding._SLOT_LIMIT", 1)
+    df, hierarchies = make_table(n=300, seed=11)
+    result = anonymize(df, hierarchies, "disease", models, suppression_limit=limit,
+                       metric=metric)
+    loss, height, _ = _exhaustive(df, hierarchies, "disease", models, limit, metric)
+    assert result.metrics[metric] == pytest.approx(loss, rel=1e-12, abs=1e-9)
+    assert sum(result.levels.values()) == height
+
+
 def test_unsatisfiable_reports_the_best_achievable(make_table):
     df, hierarchies = make_table(n=60, seed=1)
     women = int((df["sex"] == "F").sum())
