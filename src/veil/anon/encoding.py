@@ -9,6 +9,10 @@ summing counts and the histograms of the sensitive attribute.
 Roll-up (the optimisation of Incognito/Flash/ARX): because hierarchies are trees, the
 classes of a coarser transformation are unions of the classes of a finer one, so they are
 computed from the finer node's (small) class table by lifting its codes, not from the rows.
+A roll-up costs a few passes over the finer table: runs of consecutive columns with a small
+joint domain ("blocks") are lifted together by one table look-up that gives their digit of
+the coarser key directly, classes are numbered through one slot per key (no sort), and the
+coarser table keeps its codes block by block, decoding them into columns only when asked.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ _DENSE_LIMIT = 1 << 21
 _SLOT_LIMIT = 1 << 22
 #: largest joint domain of a block of columns that a roll-up lifts with one table
 _BLOCK_LIMIT = 1 << 14
+#: entries of the block lift tables kept (beyond it they are dropped and rebuilt on use)
+_LIFT_CACHE = 1 << 23
 
 
 class ClassTable:
@@ -231,6 +237,7 @@ class EncodedTable:
             else:
                 self.blocks.append((j, j + 1))
         self._block_lifts: dict[tuple, np.ndarray] = {}
+        self._lift_entries = 0
         self._block_digits: dict[tuple, np.ndarray] = {}
 
     def bottom(self) -> ClassTable:
@@ -302,6 +309,10 @@ class EncodedTable:
                 col = self.columns[j]
                 lift = (lift[:, None] * col.sizes[target[j]]
                         + col.lift(int(source[j]), int(target[j]))).ravel()
+            self._lift_entries += lift.size
+            if self._lift_entries > _LIFT_CACHE:
+                self._block_lifts.clear()
+                self._lift_entries = lift.size
             self._block_lifts[name] = lift
         return lift
 

@@ -17,10 +17,12 @@ lower lattice height (as ARX does). It is exact, and prunes in four ways:
   fail (and so non-anonymous whatever the other models say). An unknown node is resolved
   Flash-style: a path is built upwards from it through unknown nodes and binary-searched
   for the lowest node that satisfies the monotone models, so that few nodes are ever
-  checked. The other models (entropy or recursive l-diversity, t-closeness under
-  suppression) are checked only on nodes that pass the monotone ones, and only on the
-  classes those keep. They are not monotone, but a class that fails one still forces
-  suppression below it: split into parts, the parts that satisfy entropy l-diversity
+  checked (under suppression with a non-monotonic metric the path stops where the bounds
+  leave the race and its top is checked first: see :meth:`LatticeSearch._resolve`). The
+  other models (entropy or recursive l-diversity, t-closeness under suppression) are
+  checked only on nodes that pass the monotone ones, and only on the classes those keep.
+  They are not monotone, but a class that fails one still forces suppression below it:
+  split into parts, the parts that satisfy entropy l-diversity
   (concave) or t-closeness (convex EMD) can hold only part of its records
   (:meth:`~veil.anon.models.PrivacyModel.assess`), so a node whose forced suppression
   exceeds the limit makes all its specializations non-anonymous too.
@@ -37,7 +39,9 @@ lower lattice height (as ARX does). It is exact, and prunes in four ways:
   ARX's monotonic variants), an anonymous node's loss bounds all its generalizations, and
   a node with an anonymous direct specialization is skipped.
 * **roll-up** (Incognito, LeFevre et al. 2005) — a node's classes are computed from the
-  smallest class table of an already checked specialization, not from the rows.
+  smallest class table of an already checked specialization, not from the rows
+  (:meth:`~veil.anon.encoding.EncodedTable.rollup`: a few table look-ups and a grouping
+  in O(classes) per check).
 """
 
 from __future__ import annotations
