@@ -22,8 +22,8 @@ lower lattice height (as ARX does). It is exact, and prunes in four ways:
   other models (entropy or recursive l-diversity, t-closeness under suppression) are
   checked only on nodes that pass the monotone ones, and only on the classes those keep.
   They are not monotone, but a class that fails one still forces suppression below it:
-  split into parts, the parts that satisfy entropy l-diversity
-  (concave) or t-closeness (convex EMD) can hold only part of its records
+  split into parts, the parts that satisfy entropy l-diversity (concave) or t-closeness
+  (convex EMD) can hold only part of its records
   (:meth:`~veil.anon.models.PrivacyModel.assess`), so a node whose forced suppression
   exceeds the limit makes all its specializations non-anonymous too.
 * **utility bounds** — best first: the next node is the one with the least lower bound of
