@@ -145,22 +145,21 @@ class LatticeSearch:
         self.best: tuple[float, int, int] = (math.inf, 0, -1)
         self._scored: set[int] = set()
         self._evaluated: dict[int, Evaluation] = {}
-        self._cached_levels = np.empty((0, len(shape)), dtype=self._grid.dtype)
-        self._cached_ids: list[int] = []
-        self._cached_sizes: list[int] = []
+        # the nodes whose class tables are kept as roll-up sources, and their sizes
+        self._cached = np.zeros(size, dtype=bool)
+        self._cached_rows = np.zeros(size, dtype=np.int64)
+        self._cached_total = 0
 
     # -- checking one node ----------------------------------------------------------------
-    def _classes(self, levels: np.ndarray) -> tuple[ClassTable, np.ndarray, np.ndarray, int,
-                                                    int, int]:
-        """Classes at ``levels`` (rolled up from the smallest cached specialization), which
-        classes all models keep, which the monotone models alone keep, the records these
-        suppress, the records all models suppress, and how many records every
-        specialization must suppress (:meth:`PrivacyModel.assess`)."""
-        below = np.flatnonzero((self._cached_levels <= levels.astype(
-            self._grid.dtype)).all(axis=1))
-        if below.size:
-            source = self._evaluated[self._cached_ids[below[np.argmin(
-                np.asarray(self._cached_sizes)[below])]]]
+    def _classes(self, levels: np.ndarray, below: np.ndarray) -> tuple[
+            ClassTable, np.ndarray, np.ndarray, int, int, int]:
+        """Classes at ``levels`` (rolled up from the smallest cached specialization, among
+        ``below``), which classes all models keep, which the monotone models alone keep,
+        the records these suppress, the records all models suppress, and how many records
+        every specialization must suppress (:meth:`PrivacyModel.assess`)."""
+        sources = np.flatnonzero(self._cached & below)
+        if sources.size:
+            source = self._evaluated[int(sources[np.argmin(self._cached_rows[sources])])]
             table = self.enc.rollup(source.table, source.levels, levels)
         else:
             table = self.enc.rollup(self.enc.bottom(), self.nodes[0], levels)
@@ -187,33 +186,37 @@ class LatticeSearch:
 
     def _cache(self, idx: int, ev: Evaluation) -> None:
         """Keep ``ev``'s table as a roll-up source, dropping the largest ones over budget."""
-        self._cached_levels = np.vstack([self._cached_levels,
-                                         ev.levels.astype(self._grid.dtype)])
-        self._cached_ids.append(idx)
-        self._cached_sizes.append(len(ev.table))
-        while sum(self._cached_sizes) > CACHE_ROWS and len(self._cached_ids) > 1:
-            drop = int(np.argmax(self._cached_sizes[:-1]))      # never the newest
-            old = self._evaluated[self._cached_ids.pop(drop)]
+        self._cached[idx] = True
+        self._cached_rows[idx] = len(ev.table)
+        self._cached_total += len(ev.table)
+        while self._cached_total > CACHE_ROWS:
+            sizes = np.where(self._cached, self._cached_rows, -1)
+            sizes[idx] = -1                                      # never the newest
+            drop = int(np.argmax(sizes))
+            if sizes[drop] < 0:
+                break
+            old = self._evaluated[drop]
             old.table = old.kept = None
-            self._cached_sizes.pop(drop)
-            self._cached_levels = np.delete(self._cached_levels, drop, axis=0)
+            self._cached[drop] = False
+            self._cached_total -= int(self._cached_rows[drop])
 
     def evaluate(self, idx: int) -> Evaluation:
         """Check node ``idx``: its classes, suppression and anonymity; tag what follows."""
         ev = self._evaluated.get(idx)
         if ev is not None:
             if ev.table is None:
-                ev.table, ev.kept = self._classes(ev.levels)[:2]
+                ev.table, ev.kept = self._classes(ev.levels, self._below(ev.levels))[:2]
                 self._cache(idx, ev)
             return ev
         levels = self.nodes[idx]
-        table, kept, mono_kept, mono_gone, suppressed, forced = self._classes(levels)
+        below = self._below(levels)
+        table, kept, mono_kept, mono_gone, suppressed, forced = self._classes(levels, below)
         mono_ok = mono_gone <= self.max_suppressed
         ev = Evaluation(levels, table, kept, suppressed, suppressed <= self.max_suppressed)
         self._evaluated[idx] = ev
         self._cache(idx, ev)
-        above = self._above(levels)
-        below = self._below(levels)
+        lift = self.objective.lift_bound(table, self.k)
+        above = self._above(levels) if mono_ok or lift is not None else None
         if mono_ok:
             self.monotone[above] = 1
         else:
@@ -223,7 +226,6 @@ class LatticeSearch:
             self.status[:] = self.monotone
         else:
             self.status[idx] = 1 if ev.anonymous else -1
-        lift = self.objective.lift_bound(table, self.k)
         if lift is not None:
             self._raise(above, lift)
         if forced > self.max_suppressed:
