@@ -119,17 +119,26 @@ def group(codes: np.ndarray, radices: np.ndarray, counts: np.ndarray | None = No
 
 def _merge(inverse: np.ndarray, new_codes: np.ndarray | None, counts: np.ndarray | None,
            hist: np.ndarray | None, sensitive: np.ndarray | None,
-           n_sensitive: int, size: int | None = None) -> ClassTable:
-    """The class table of rows merged by ``inverse`` (``size`` classes, by default one
-    per row of ``new_codes``). Codes and histograms are stored column-major, so that one
-    column (a bincount's weights) is contiguous."""
-    size = new_codes.shape[0] if size is None else size
-    new_counts = np.bincount(inverse, weights=counts, minlength=size).astype(np.int64)
+           n_sensitive: int, bins: np.ndarray | None = None) -> ClassTable:
+    """The class table of rows merged by ``inverse``: one class per row of ``new_codes``,
+    or, given ``bins``, one per bin of ``inverse`` listed there (``inverse`` may then
+    name any bin below the number of rows). Codes and histograms are stored
+    column-major, so that one column (a bincount's weights) is contiguous."""
+    if bins is None:
+        size = new_codes.shape[0]
+        bins = slice(None)
+    else:
+        size = inverse.size
+
+    def total(weights: np.ndarray | None) -> np.ndarray:
+        return np.bincount(inverse, weights=weights, minlength=size)[bins]
+
+    new_counts = total(counts).astype(np.int64)
     new_hist = None
     if hist is not None:                       # one bincount per sensitive value
-        new_hist = np.empty((size, hist.shape[1]), dtype=np.int64, order="F")
+        new_hist = np.empty((new_counts.size, hist.shape[1]), dtype=np.int64, order="F")
         for v in range(hist.shape[1]):
-            new_hist[:, v] = np.bincount(inverse, weights=hist[:, v], minlength=size)
+            new_hist[:, v] = total(hist[:, v])
     elif sensitive is not None:
         new_hist = np.asfortranarray(np.bincount(
             inverse * n_sensitive + sensitive, minlength=size * n_sensitive).reshape(
@@ -279,9 +288,9 @@ class EncodedTable:
                 key = part
             else:
                 key += part
-        inverse, first = self._group_keys(key, radices)
+        representative, first = self._group_keys(key, radices)
         levels = target.copy()
-        merged = _merge(inverse, None, table.counts, table.hist, None, 0, size=first.size)
+        merged = _merge(representative, None, table.counts, table.hist, None, 0, bins=first)
         merged.blocks = [lift.take(codes.take(first)) for lift, codes in zip(lifts, blocks)]
         merged._decode = lambda blocks: self._decode(blocks, levels)
         return merged
@@ -330,14 +339,16 @@ class EncodedTable:
         return codes
 
     def _group_keys(self, key: np.ndarray, radices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """:func:`classify_keys` in O(rows), without a sort or a pass over the key space:
-        every row writes its index into its key's slot and reads back its key's
-        representative (whichever write won); the rows that read their own index are one
-        per key, and number the classes in order of their rows. The slots are kept
-        between roll-ups and never need clearing: each is written before it is read."""
+        """The representative row of every row's key, and the representatives (one per
+        key, in row order). In O(rows), without a sort or a pass over the key space:
+        every row writes its index into its key's slot and reads back whichever write won.
+        The slots are kept between roll-ups and never need clearing: each is written
+        before it is read. Key spaces beyond the slots are sorted
+        (:func:`classify_keys`)."""
         space = math.prod(int(r) for r in radices)
         if space > _SLOT_LIMIT:
-            return classify_keys(key, radices)
+            inverse, first = classify_keys(key, radices)
+            return first.take(inverse), first
         if self._slots.size < space:
             self._slots = np.empty(max(space, min(2 * self._slots.size, _SLOT_LIMIT)),
                                    dtype=np.intp)
@@ -346,10 +357,7 @@ class EncodedTable:
         rows = self._rows[:key.size]
         self._slots[key] = rows
         representative = self._slots.take(key)
-        first = np.flatnonzero(representative == rows)
-        label = np.empty(key.size, dtype=np.intp)
-        label[first] = np.arange(first.size)
-        return label.take(representative), first
+        return representative, np.flatnonzero(representative == rows)
 
     def row_codes(self, levels: np.ndarray) -> np.ndarray:
         """Codes of every row at ``levels`` (rows x columns)."""
