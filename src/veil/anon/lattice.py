@@ -328,15 +328,12 @@ class LatticeSearch:
         while True:
             # best first: the open node with the least lower bound (then the least height)
             # that is not known to be non-anonymous and may still beat the best
-            best_loss, best_height, _ = self.best
-            lower = self.lower
-            relevant = (lower < best_loss) | ((lower == best_loss) & (
-                self.height < best_height))
-            ids = np.flatnonzero(open_ & (self.status >= 0) & relevant)
-            if not ids.size:
-                break
-            ids = ids[lower[ids] == lower[ids].min()]
+            lower = np.where(open_ & (self.status >= 0), self.lower, math.inf)
+            least = lower.min()
+            ids = np.flatnonzero(lower == least)
             idx = int(ids[np.argmin(self.height[ids])])
+            if least == math.inf or (least, int(self.height[idx])) >= self.best[:2]:
+                break
             if self.status[idx] == 0:
                 self._resolve(idx)        # may raise bounds: choose again
                 continue
