@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 
 from veil.anon.encoding import EncodedTable, SensitiveDomain, classify, group
 
@@ -9,9 +10,17 @@ def _as_dict(table):
                                                      table.hist.tolist())}
 
 
-def test_rollup_equals_grouping_the_rows(table):
+# blocks: all four columns in one (age 60 x zip 8 x sex 2 x job 5 values), three, or
+# one each; slots: grouped through a slot per key, or sorted
+@pytest.mark.parametrize(("block_limit", "blocks"), [
+    (1 << 14, [(0, 4)]), (64, [(0, 1), (1, 3), (3, 4)]), (1, [(0, 1), (1, 2), (2, 3), (3, 4)])])
+@pytest.mark.parametrize("slot_limit", [1 << 22, 1])
+def test_rollup_equals_grouping_the_rows(table, monkeypatch, block_limit, blocks, slot_limit):
+    monkeypatch.setattr("veil.anon.encoding._BLOCK_LIMIT", block_limit)
+    monkeypatch.setattr("veil.anon.encoding._SLOT_LIMIT", slot_limit)
     df, hierarchies = table
     enc = EncodedTable(df, hierarchies, SensitiveDomain("disease", df["disease"]))
+    assert enc.blocks == blocks
     finer = np.array([1, 2, 0, 1])
     coarser = np.array([2, 4, 1, 1])
     table_finer = enc.rollup(enc.bottom(), np.zeros(4, dtype=np.int64), finer)

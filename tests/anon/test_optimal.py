@@ -53,6 +53,17 @@ def test_adult_dm_star_optimum_is_the_same_node(adult):
     assert list(result.levels.values()) == [1, 1, 1, 1, 3, 2, 2, 1]
 
 
+def test_adult_with_suppression_checks_few_nodes(adult):
+    """Under suppression most nodes that could beat the best are non-anonymous: the search
+    settles them by checking the top of each promising path (361 checks before)."""
+    df, hierarchies = adult
+    result = anonymize(df, hierarchies, "occupation", [KAnonymity(5)], suppression_limit=0.04)
+    assert list(result.levels.values()) == [0, 0, 1, 1, 2, 2, 2, 0]
+    assert result.metrics["entropy"] == pytest.approx(180132.4084824471, abs=1e-6)
+    assert 0 < result.suppressed <= 0.04 * len(df)
+    assert result.search["checked"] <= 260
+
+
 # -- exhaustive search on small tables ---------------------------------------------------
 def _exhaustive(df, hierarchies, sensitive, models, limit, metric, monotonic=False):
     """Evaluate every transformation directly from the rows (no roll-up, no pruning).
@@ -218,6 +229,21 @@ def test_arx_monotonic_entropy_with_suppression(adult):
 def test_search_is_exact_when_tables_are_evicted(make_table, monkeypatch, models, limit,
                                                  metric):
     monkeypatch.setattr("veil.anon.lattice.CACHE_ROWS", 1)    # keep only the newest table
+    df, hierarchies = make_table(n=300, seed=11)
+    result = anonymize(df, hierarchies, "disease", models, suppression_limit=limit,
+                       metric=metric)
+    loss, height, _ = _exhaustive(df, hierarchies, "disease", models, limit, metric)
+    assert result.metrics[metric] == pytest.approx(loss, rel=1e-12, abs=1e-9)
+    assert sum(result.levels.values()) == height
+
+
+@pytest.mark.parametrize(("models", "limit", "metric"), [CASES[5], CASES[8], CASES[15]])
+def test_search_is_exact_with_column_blocks_and_sorted_keys(make_table, monkeypatch, models,
+                                                            limit, metric):
+    """Roll-ups that lift every column alone and group keys by sorting give the same
+    optimum as the default (one block, a slot per key)."""
+    monkeypatch.setattr("veil.anon.encoding._BLOCK_LIMIT", 1)
+    monkeypatch.setattr("veil.anon.encoding._SLOT_LIMIT", 1)
     df, hierarchies = make_table(n=300, seed=11)
     result = anonymize(df, hierarchies, "disease", models, suppression_limit=limit,
                        metric=metric)

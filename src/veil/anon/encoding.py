@@ -9,12 +9,16 @@ summing counts and the histograms of the sensitive attribute.
 Roll-up (the optimisation of Incognito/Flash/ARX): because hierarchies are trees, the
 classes of a coarser transformation are unions of the classes of a finer one, so they are
 computed from the finer node's (small) class table by lifting its codes, not from the rows.
+A roll-up costs a few passes over the finer table: runs of consecutive columns with a small
+joint domain ("blocks") are lifted together by one table look-up that gives their digit of
+the coarser key directly, classes are numbered through one slot per key (no sort), and the
+coarser table keeps its codes block by block, decoding them into columns only when asked.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -27,15 +31,35 @@ __all__ = ["ClassTable", "EncodedColumn", "EncodedTable", "SensitiveDomain", "cl
 
 #: largest key space grouped with a dense bincount instead of a sort
 _DENSE_LIMIT = 1 << 21
+#: largest key space a roll-up groups through a slot per key instead of a sort
+_SLOT_LIMIT = 1 << 22
+#: largest joint domain of a block of columns that a roll-up lifts with one table
+_BLOCK_LIMIT = 1 << 14
+#: entries of the block lift tables kept (beyond it they are dropped and rebuilt on use)
+_LIFT_CACHE = 1 << 23
 
 
-@dataclass
 class ClassTable:
-    """Equivalence classes: ``codes`` (classes x columns), ``counts``, sensitive ``hist``."""
+    """Equivalence classes: ``codes`` (classes x columns), ``counts``, sensitive ``hist``.
 
-    codes: np.ndarray
-    counts: np.ndarray
-    hist: np.ndarray | None = None
+    A roll-up gives the codes as ``blocks`` (:meth:`EncodedTable.rollup`) and ``decode``,
+    which turns them into ``codes`` on first use.
+    """
+
+    def __init__(self, codes: np.ndarray | None, counts: np.ndarray,
+                 hist: np.ndarray | None = None, blocks: list[np.ndarray] | None = None,
+                 decode: Callable[[list[np.ndarray]], np.ndarray] | None = None) -> None:
+        self._codes = codes
+        self.counts = counts
+        self.hist = hist
+        self.blocks = blocks
+        self._decode = decode
+
+    @property
+    def codes(self) -> np.ndarray:
+        if self._codes is None:
+            self._codes = self._decode(self.blocks)
+        return self._codes
 
     def __len__(self) -> int:
         return self.counts.shape[0]
@@ -59,19 +83,27 @@ def classify(codes: np.ndarray, radices: np.ndarray) -> tuple[np.ndarray, np.nda
     if not _fits(radices):                     # keys would overflow: group the tuples
         unique, inverse = np.unique(codes, axis=0, return_inverse=True)
         return inverse.ravel(), unique
-    return classify_keys(codes @ _strides(radices), radices)
+    inverse, first = classify_keys(codes @ _strides(radices), radices)
+    return inverse, codes[first]
 
 
 def classify_keys(key: np.ndarray, radices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`classify` of rows given by their keys (``codes @ strides``)."""
-    strides = _strides(radices)
+    """Class index (in key order) of every row given by its key (``codes @ strides``), and
+    one row of each class (its representative: the class's codes are that row's)."""
     space = math.prod(int(r) for r in radices)
     if space <= min(_DENSE_LIMIT, 8 * key.size + 4096):
-        occupied = np.bincount(key, minlength=space) > 0
-        present = np.flatnonzero(occupied)
-        return (np.cumsum(occupied) - 1)[key], (present[:, None] // strides) % radices
-    present, inverse = np.unique(key, return_inverse=True)
-    return inverse.ravel(), (present[:, None] // strides) % radices
+        seen = np.zeros(space, dtype=bool)
+        seen[key] = True
+        present = np.flatnonzero(seen)
+        rank = np.empty(space, dtype=np.int64)
+        rank[present] = np.arange(present.size)
+        inverse = rank[key]
+    else:
+        present, inverse = np.unique(key, return_inverse=True)
+        inverse = inverse.ravel()
+    first = np.empty(present.size, dtype=np.int64)
+    first[inverse] = np.arange(key.size)
+    return inverse, first
 
 
 def group(codes: np.ndarray, radices: np.ndarray, counts: np.ndarray | None = None,
@@ -85,21 +117,34 @@ def group(codes: np.ndarray, radices: np.ndarray, counts: np.ndarray | None = No
     return _merge(*classify(codes, radices), counts, hist, sensitive, n_sensitive)
 
 
-def _merge(inverse: np.ndarray, new_codes: np.ndarray, counts: np.ndarray | None,
+def _merge(inverse: np.ndarray, new_codes: np.ndarray | None, counts: np.ndarray | None,
            hist: np.ndarray | None, sensitive: np.ndarray | None,
-           n_sensitive: int) -> ClassTable:
-    size = new_codes.shape[0]
-    new_counts = np.bincount(inverse, weights=counts, minlength=size).astype(np.int64)
+           n_sensitive: int, bins: np.ndarray | None = None) -> ClassTable:
+    """The class table of rows merged by ``inverse``: one class per row of ``new_codes``,
+    or, given ``bins``, one per bin of ``inverse`` listed there (``inverse`` may then
+    name any bin below the number of rows). Codes and histograms are stored
+    column-major, so that one column (a bincount's weights) is contiguous."""
+    if bins is None:
+        size = new_codes.shape[0]
+        bins = slice(None)
+    else:
+        size = inverse.size
+
+    def total(weights: np.ndarray | None) -> np.ndarray:
+        return np.bincount(inverse, weights=weights, minlength=size)[bins]
+
+    new_counts = total(counts).astype(np.int64)
     new_hist = None
-    if hist is not None:                       # one bincount for all sensitive values
-        m = hist.shape[1]
-        cells = (inverse[:, None] * m + np.arange(m)).ravel()
-        new_hist = np.bincount(cells, weights=hist.ravel(), minlength=size * m).reshape(
-            size, m).astype(np.int64)
+    if hist is not None:                       # one bincount per sensitive value
+        new_hist = np.empty((new_counts.size, hist.shape[1]), dtype=np.int64, order="F")
+        for v in range(hist.shape[1]):
+            new_hist[:, v] = total(hist[:, v])
     elif sensitive is not None:
-        new_hist = np.bincount(inverse * n_sensitive + sensitive,
-                               minlength=size * n_sensitive).reshape(size, n_sensitive)
-    return ClassTable(new_codes, new_counts, new_hist)
+        new_hist = np.asfortranarray(np.bincount(
+            inverse * n_sensitive + sensitive, minlength=size * n_sensitive).reshape(
+                size, n_sensitive))
+    codes = None if new_codes is None else np.asfortranarray(new_codes)
+    return ClassTable(codes, new_counts, new_hist)
 
 
 class EncodedColumn:
@@ -189,6 +234,20 @@ class EncodedTable:
         self.sensitive = sensitive
         self.histograms = histograms and sensitive is not None
         self._bottom: ClassTable | None = None
+        self._slots = np.empty(0, dtype=np.intp)
+        self._rows = np.arange(0)
+        # runs of consecutive columns whose level-0 codes jointly take at most
+        # _BLOCK_LIMIT values: a roll-up lifts each run with one table look-up
+        self.blocks: list[tuple[int, int]] = []
+        for j in range(len(self.columns)):
+            if self.blocks and math.prod(int(c.sizes[0]) for c in self.columns[
+                    self.blocks[-1][0]:j + 1]) <= _BLOCK_LIMIT:
+                self.blocks[-1] = (self.blocks[-1][0], j + 1)
+            else:
+                self.blocks.append((j, j + 1))
+        self._block_lifts: dict[tuple, np.ndarray] = {}
+        self._lift_entries = 0
+        self._block_digits: dict[tuple, np.ndarray] = {}
 
     def bottom(self) -> ClassTable:
         """Classes of the identity transformation (every column at level 0)."""
@@ -212,11 +271,93 @@ class EncodedTable:
                 if a != b:
                     codes[:, j] = self.columns[j].lift(int(a), int(b))[codes[:, j]]
             return group(codes, radices, table.counts, table.hist)
-        key = np.zeros(len(table), dtype=np.int64)   # the lifted codes' keys, directly
-        for j, (a, b, stride) in enumerate(zip(source, target, _strides(radices))):
-            lifted = self.columns[j].lift(int(a), int(b)) * stride
-            key += lifted[table.codes[:, j]]
-        return _merge(*classify_keys(key, radices), table.counts, table.hist, None, 0)
+        # the key of a class's lifted codes, block by block: a block's code at the
+        # source levels is looked up in its lift table (scaled by the block's place
+        # value), giving its digit of the mixed-radix key at the target levels
+        strides = _strides(radices)
+        blocks = self._blocks_of(table, source)
+        lifts = [self._block_lift(lo, hi, source, target) for lo, hi in self.blocks]
+        key = None
+        for (_, hi), lift, codes in zip(self.blocks, lifts, blocks):
+            if codes.size >= lift.size:
+                part = (lift * strides[hi - 1]).take(codes)
+            else:
+                part = lift.take(codes)
+                part *= strides[hi - 1]
+            if key is None:
+                key = part
+            else:
+                key += part
+        representative, first = self._group_keys(key, radices)
+        levels = target.copy()
+        merged = _merge(representative, None, table.counts, table.hist, None, 0, bins=first)
+        merged.blocks = [lift.take(codes.take(first)) for lift, codes in zip(lifts, blocks)]
+        merged._decode = lambda blocks: self._decode(blocks, levels)
+        return merged
+
+    def _blocks_of(self, table: ClassTable, levels: np.ndarray) -> list[np.ndarray]:
+        """The codes of ``table`` (classes at ``levels``) block by block (mixed radix)."""
+        if table.blocks is None:
+            table.blocks = []
+            for lo, hi in self.blocks:
+                code = table.codes[:, lo].copy()
+                for j in range(lo + 1, hi):
+                    code *= self.columns[j].sizes[levels[j]]
+                    code += table.codes[:, j]
+                table.blocks.append(code)
+        return table.blocks
+
+    def _block_lift(self, lo: int, hi: int, source: np.ndarray,
+                    target: np.ndarray) -> np.ndarray:
+        """Map of a block's codes at ``source`` levels to its codes at ``target`` levels."""
+        name = (lo, tuple(source[lo:hi].tolist()), tuple(target[lo:hi].tolist()))
+        lift = self._block_lifts.get(name)
+        if lift is None:
+            lift = np.zeros(1, dtype=np.int64)
+            for j in range(lo, hi):
+                col = self.columns[j]
+                lift = (lift[:, None] * col.sizes[target[j]]
+                        + col.lift(int(source[j]), int(target[j]))).ravel()
+            self._lift_entries += lift.size
+            if self._lift_entries > _LIFT_CACHE:
+                self._block_lifts.clear()
+                self._lift_entries = lift.size
+            self._block_lifts[name] = lift
+        return lift
+
+    def _decode(self, blocks: list[np.ndarray], levels: np.ndarray) -> np.ndarray:
+        """Codes (classes x columns, column-major) from their blocks at ``levels``."""
+        codes = np.empty((blocks[0].size, len(self.columns)), dtype=np.int64, order="F")
+        for (lo, hi), block in zip(self.blocks, blocks):
+            name = (lo, tuple(levels[lo:hi].tolist()))
+            digits = self._block_digits.get(name)
+            if digits is None:
+                digits = np.indices(self.radices(levels)[lo:hi]).reshape(hi - lo, -1)
+                self._block_digits[name] = digits
+            for j in range(lo, hi):
+                codes[:, j] = digits[j - lo].take(block)
+        return codes
+
+    def _group_keys(self, key: np.ndarray, radices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The representative row of every row's key, and the representatives (one per
+        key, in row order). In O(rows), without a sort or a pass over the key space:
+        every row writes its index into its key's slot and reads back whichever write won.
+        The slots are kept between roll-ups and never need clearing: each is written
+        before it is read. Key spaces beyond the slots are sorted
+        (:func:`classify_keys`)."""
+        space = math.prod(int(r) for r in radices)
+        if space > _SLOT_LIMIT:
+            inverse, first = classify_keys(key, radices)
+            return first.take(inverse), first
+        if self._slots.size < space:
+            self._slots = np.empty(max(space, min(2 * self._slots.size, _SLOT_LIMIT)),
+                                   dtype=np.intp)
+        if self._rows.size < key.size:
+            self._rows = np.arange(key.size)
+        rows = self._rows[:key.size]
+        self._slots[key] = rows
+        representative = self._slots.take(key)
+        return representative, np.flatnonzero(representative == rows)
 
     def row_codes(self, levels: np.ndarray) -> np.ndarray:
         """Codes of every row at ``levels`` (rows x columns)."""

@@ -17,11 +17,13 @@ lower lattice height (as ARX does). It is exact, and prunes in four ways:
   fail (and so non-anonymous whatever the other models say). An unknown node is resolved
   Flash-style: a path is built upwards from it through unknown nodes and binary-searched
   for the lowest node that satisfies the monotone models, so that few nodes are ever
-  checked. The other models (entropy or recursive l-diversity, t-closeness under
-  suppression) are checked only on nodes that pass the monotone ones, and only on the
-  classes those keep. They are not monotone, but a class that fails one still forces
-  suppression below it: split into parts, the parts that satisfy entropy l-diversity
-  (concave) or t-closeness (convex EMD) can hold only part of its records
+  checked (under suppression with a non-monotonic metric the path stops where the bounds
+  leave the race and its top is checked first: see :meth:`LatticeSearch._resolve`). The
+  other models (entropy or recursive l-diversity, t-closeness under suppression) are
+  checked only on nodes that pass the monotone ones, and only on the classes those keep.
+  They are not monotone, but a class that fails one still forces suppression below it:
+  split into parts, the parts that satisfy entropy l-diversity (concave) or t-closeness
+  (convex EMD) can hold only part of its records
   (:meth:`~veil.anon.models.PrivacyModel.assess`), so a node whose forced suppression
   exceeds the limit makes all its specializations non-anonymous too.
 * **utility bounds** — best first: the next node is the one with the least lower bound of
@@ -37,7 +39,9 @@ lower lattice height (as ARX does). It is exact, and prunes in four ways:
   ARX's monotonic variants), an anonymous node's loss bounds all its generalizations, and
   a node with an anonymous direct specialization is skipped.
 * **roll-up** (Incognito, LeFevre et al. 2005) — a node's classes are computed from the
-  smallest class table of an already checked specialization, not from the rows.
+  smallest class table of an already checked specialization, not from the rows
+  (:meth:`~veil.anon.encoding.EncodedTable.rollup`: a few table look-ups and a grouping
+  in O(classes) per check).
 """
 
 from __future__ import annotations
@@ -111,9 +115,16 @@ class LatticeSearch:
                               f"(more than {MAX_NODES:,}): use fewer quasi-identifiers, "
                               "shorter hierarchies, or algorithm='mondrian'")
         self.nodes = np.indices(shape).reshape(len(shape), -1).T.astype(np.int64)
+        # the same levels in the smallest integer type, for the masks of generalizations
+        # and specializations (a comparison over the lattice runs several times faster)
+        self._grid = self.nodes.astype(np.min_scalar_type(int(enc.heights.max())))
         self.strides = np.array([math.prod(int(s) for s in shape[j + 1:])
                                  for j in range(len(shape))], dtype=np.int64)
         self.height = self.nodes.sum(axis=1)
+        # the direct generalizations of each node (one level up in one attribute), in
+        # increasing index order, -1 where an attribute is at its top
+        raised = np.arange(size)[:, None] + self.strides[::-1]
+        self._successors = np.where(self.nodes[:, ::-1] < enc.heights[::-1], raised, -1)
         # 1 / -1 / 0: anonymous / not / unknown, for all models (status) and for the models
         # that stay monotone under the suppression limit (monotone: always safe to tag)
         self.status = np.zeros(size, dtype=np.int8)
@@ -123,38 +134,41 @@ class LatticeSearch:
         self._other_models = [m for m in self.models if m not in self._mono_models]
         self.tagging = not self._other_models
         self.k = max([m.k for m in self.models if isinstance(m, KAnonymity)], default=1)
-        # static lower bounds of the loss, and the bounds raised by checked nodes
+        # static lower bounds of the loss, a lower bound of what suppression adds to them
+        # (see evaluate), and the best lower bound known: the larger of ``bound +
+        # penalty`` and the bounds raised by checked nodes
         self.bound = objective.static_bounds(self.nodes, self.k, self.max_suppressed)
-        self.lower = self.bound.astype(np.float64)
-        # a lower bound of the loss that suppression adds to ``bound`` (see evaluate)
         self.penalty = np.zeros(size)
+        self.lower = self.bound.astype(np.float64)
         self.monotone_loss = objective.monotone(self.max_suppressed)
         # the best anonymous node checked so far: (loss, height, index)
         self.best: tuple[float, int, int] = (math.inf, 0, -1)
         self._scored: set[int] = set()
         self._evaluated: dict[int, Evaluation] = {}
-        self._cached_levels = np.empty((0, len(shape)), dtype=np.int64)
-        self._cached_ids: list[int] = []
-        self._cached_sizes: list[int] = []
+        # the nodes whose class tables are kept as roll-up sources, and their sizes
+        self._cached = np.zeros(size, dtype=bool)
+        self._cached_rows = np.zeros(size, dtype=np.int64)
+        self._cached_total = 0
 
     # -- checking one node ----------------------------------------------------------------
-    def _classes(self, levels: np.ndarray) -> tuple[ClassTable, np.ndarray, np.ndarray, int]:
-        """Classes at ``levels`` (rolled up from the smallest cached specialization), which
-        classes all models keep, which the monotone models alone keep, and how many
-        records every specialization must suppress (:meth:`PrivacyModel.assess`)."""
-        below = np.flatnonzero((self._cached_levels <= levels).all(axis=1))
-        if below.size:
-            source = self._evaluated[self._cached_ids[below[np.argmin(
-                np.asarray(self._cached_sizes)[below])]]]
+    def _classes(self, levels: np.ndarray, below: np.ndarray) -> tuple[
+            ClassTable, np.ndarray, np.ndarray, int, int, int]:
+        """Classes at ``levels`` (rolled up from the smallest cached specialization, among
+        ``below``), which classes all models keep, which the monotone models alone keep,
+        the records these suppress, the records all models suppress, and how many records
+        every specialization must suppress (:meth:`PrivacyModel.assess`)."""
+        sources = np.flatnonzero(self._cached & below)
+        if sources.size:
+            source = self._evaluated[int(sources[np.argmin(self._cached_rows[sources])])]
             table = self.enc.rollup(source.table, source.levels, levels)
         else:
-            table = self.enc.rollup(self.enc.bottom(), np.zeros_like(levels), levels)
+            table = self.enc.rollup(self.enc.bottom(), self.nodes[0], levels)
         domain = self.enc.sensitive
         kept = np.ones(len(table), dtype=bool)
         for model in self._mono_models:
             kept &= model.satisfied(table.counts, table.hist, domain)
-        mono_kept = kept.copy()
-        forced = int(table.counts[~kept].sum())
+        mono_kept = kept.copy() if self._other_models else kept
+        forced = mono_gone = suppressed = int(table.counts.sum(where=~kept))
         if self._other_models and forced <= self.max_suppressed:
             # the other models only decide among the classes the monotone ones keep
             rows = np.flatnonzero(kept)
@@ -167,57 +181,63 @@ class LatticeSearch:
                 least = np.maximum(least, least_m)
             kept[rows[~ok]] = False
             forced += int(least.sum())
-        return table, kept, mono_kept, forced
+            suppressed = int(table.counts.sum(where=~kept))
+        return table, kept, mono_kept, mono_gone, suppressed, forced
 
     def _cache(self, idx: int, ev: Evaluation) -> None:
         """Keep ``ev``'s table as a roll-up source, dropping the largest ones over budget."""
-        self._cached_levels = np.vstack([self._cached_levels, ev.levels])
-        self._cached_ids.append(idx)
-        self._cached_sizes.append(len(ev.table))
-        while sum(self._cached_sizes) > CACHE_ROWS and len(self._cached_ids) > 1:
-            drop = int(np.argmax(self._cached_sizes[:-1]))      # never the newest
-            old = self._evaluated[self._cached_ids.pop(drop)]
+        self._cached[idx] = True
+        self._cached_rows[idx] = len(ev.table)
+        self._cached_total += len(ev.table)
+        while self._cached_total > CACHE_ROWS:
+            sizes = np.where(self._cached, self._cached_rows, -1)
+            sizes[idx] = -1                                      # never the newest
+            drop = int(np.argmax(sizes))
+            if sizes[drop] < 0:
+                break
+            old = self._evaluated[drop]
             old.table = old.kept = None
-            self._cached_sizes.pop(drop)
-            self._cached_levels = np.delete(self._cached_levels, drop, axis=0)
+            self._cached[drop] = False
+            self._cached_total -= int(self._cached_rows[drop])
 
     def evaluate(self, idx: int) -> Evaluation:
         """Check node ``idx``: its classes, suppression and anonymity; tag what follows."""
         ev = self._evaluated.get(idx)
         if ev is not None:
             if ev.table is None:
-                ev.table, ev.kept, _, _ = self._classes(ev.levels)
+                ev.table, ev.kept = self._classes(ev.levels, self._below(ev.levels))[:2]
                 self._cache(idx, ev)
             return ev
         levels = self.nodes[idx]
-        table, kept, mono_kept, forced = self._classes(levels)
-        mono_ok = int(table.counts[~mono_kept].sum()) <= self.max_suppressed
-        suppressed = int(table.counts[~kept].sum())
+        below = self._below(levels)
+        table, kept, mono_kept, mono_gone, suppressed, forced = self._classes(levels, below)
+        mono_ok = mono_gone <= self.max_suppressed
         ev = Evaluation(levels, table, kept, suppressed, suppressed <= self.max_suppressed)
         self._evaluated[idx] = ev
         self._cache(idx, ev)
-        above = self._above(levels)
+        lift = self.objective.lift_bound(table, self.k)
+        above = self._above(levels) if mono_ok or lift is not None else None
         if mono_ok:
             self.monotone[above] = 1
         else:
-            below = (self.nodes <= levels).all(axis=1)
             self.monotone[below] = -1
             self.status[below] = -1
         if self.tagging:
             self.status[:] = self.monotone
         else:
             self.status[idx] = 1 if ev.anonymous else -1
-        lift = self.objective.lift_bound(table, self.k)
         if lift is not None:
             self._raise(above, lift)
-        if forced:
-            # every specialization suppresses at least ``forced`` records, among them all
-            # those the monotone models suppress here (their classes only split)
-            below = (self.nodes <= levels).all(axis=1)
-            if forced > self.max_suppressed:
-                self.status[below] = -1
+        if forced > self.max_suppressed:
+            # every specialization suppresses at least ``forced`` records: none is anonymous
+            # (so their bounds no longer matter)
+            self.status[below] = -1
+        elif forced:
+            # ... among them all those the monotone models suppress here (their classes
+            # only split)
             cost = self.objective.suppression_bound(table, ~mono_kept)
             np.maximum(self.penalty, cost, out=self.penalty, where=below)
+            np.maximum(self.lower, self.bound + self.penalty, out=self.lower, where=below)
             self._raise(below, self.objective.suppression_floor(forced, self.k))
         self._score(idx)
         return ev
@@ -238,12 +258,15 @@ class LatticeSearch:
             self._raise(self._above(ev.levels), loss)
 
     def _promising(self, idx: int) -> bool:
-        lower = max(self.lower[idx], self.bound[idx] + self.penalty[idx])
-        return (lower, int(self.height[idx])) < self.best[:2]
+        return (self.lower[idx], int(self.height[idx])) < self.best[:2]
 
     def _above(self, levels: np.ndarray) -> np.ndarray:
         """Mask of the generalizations of ``levels`` (itself included)."""
-        return (self.nodes >= levels).all(axis=1)
+        return (self._grid >= levels.astype(self._grid.dtype)).all(axis=1)
+
+    def _below(self, levels: np.ndarray) -> np.ndarray:
+        """Mask of the specializations of ``levels`` (itself included)."""
+        return (self._grid <= levels.astype(self._grid.dtype)).all(axis=1)
 
     def _raise(self, mask: np.ndarray, value: float) -> None:
         np.maximum(self.lower, value, out=self.lower, where=mask)
@@ -251,23 +274,35 @@ class LatticeSearch:
     def _resolve(self, idx: int) -> None:
         """Find out whether ``idx`` is anonymous, checking as few nodes as possible.
 
-        The monotone models are resolved Flash-style: a path is built upwards from
-        ``idx`` through nodes unknown to them (cheapest bound first) and binary-searched
-        for its lowest node that satisfies them; the other models, if any, by checking
-        the node itself.
+        The monotone models are resolved Flash-style along a path built upwards from
+        ``idx`` through nodes unknown to them (cheapest bound first), binary-searched for
+        its lowest node that satisfies them. With a monotone loss the path runs to the
+        top, as in Flash: the anonymous node found bounds the loss of all above it.
+        Otherwise (suppression with a non-monotonic metric) the path stops where the
+        bounds leave the race, and its top is checked first: most nodes that matter are
+        then non-anonymous, and a top that fails the monotone models proves the whole
+        path (and all below it) non-anonymous in one check. The other models, if any,
+        are resolved by checking the node itself.
         """
         if self.monotone[idx] == 0:
             path = [idx]
-            node = idx
             while True:
-                up = [node + self.strides[j] for j in range(len(self.strides))
-                      if self.nodes[node, j] < self.enc.heights[j]]
-                up = [u for u in up if self.monotone[u] == 0]
-                if not up:
+                up = self._successors[path[-1]]
+                up = up[up >= 0]
+                keep = self.monotone[up] == 0
+                if not self.monotone_loss:
+                    best_loss, best_height, _ = self.best
+                    lower = self.lower[up]
+                    keep &= (lower < best_loss) | ((lower == best_loss)
+                                                   & (self.height[up] < best_height))
+                up = up[keep]
+                if not up.size:
                     break
-                node = min(up, key=lambda u: (self.bound[u], u))
-                path.append(node)
+                path.append(int(up[np.argmin(self.bound[up])]))    # ties: the least index
             lo, hi = 0, len(path) - 1
+            if not self.monotone_loss:
+                self.evaluate(path[hi])
+                lo, hi = (hi + 1, hi) if self.monotone[path[hi]] < 0 else (0, hi - 1)
             while lo <= hi:
                 mid = (lo + hi) // 2
                 if self.monotone[path[mid]] == 0:
@@ -293,15 +328,12 @@ class LatticeSearch:
         while True:
             # best first: the open node with the least lower bound (then the least height)
             # that is not known to be non-anonymous and may still beat the best
-            best_loss, best_height, _ = self.best
-            lower = np.maximum(self.lower, self.bound + self.penalty)
-            relevant = (lower < best_loss) | ((lower == best_loss) & (
-                self.height < best_height))
-            ids = np.flatnonzero(open_ & (self.status >= 0) & relevant)
-            if not ids.size:
-                break
-            ids = ids[lower[ids] == lower[ids].min()]
+            lower = np.where(open_ & (self.status >= 0), self.lower, math.inf)
+            least = lower.min()
+            ids = np.flatnonzero(lower == least)
             idx = int(ids[np.argmin(self.height[ids])])
+            if least == math.inf or (least, int(self.height[idx])) >= self.best[:2]:
+                break
             if self.status[idx] == 0:
                 self._resolve(idx)        # may raise bounds: choose again
                 continue
