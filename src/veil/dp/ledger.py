@@ -54,8 +54,7 @@ from typing import Any
 
 from dp_accounting import dp_event as de
 
-from veil._validation import check_delta, check_epsilon
-from veil._validation import check_int
+from veil._validation import check_delta, check_epsilon, check_int
 from veil.dp.accounting.base import Accountant
 from veil.dp.accounting.events import check_event
 from veil.dp.accounting.filter import PLDFilter

@@ -6,11 +6,11 @@ scope is ``''``, a child's ``parent/name``) and ``charges`` (one row per charge,
 JSON, :mod:`veil.dp.accounting.serialize`; kind ``release``/``charge``, a planned block
 ``plan`` holding the whole schedule, or a ``step`` of the plan whose id is in ``block``).
 Format 1 (no plans, no ``block`` column) is migrated to 2 when opened for writing (the
-column is added in one transaction; nothing else changes); read-only it is read as is. The file is in WAL mode with
-``synchronous=FULL``; each write is one ``BEGIN IMMEDIATE`` transaction, so other threads
-and processes wait for it and a committed charge survives ``kill -9``. Every row read back
-is validated (:func:`parse_charge`): a corrupt file is a :class:`~veil.errors.DataError`,
-never silently repaired or replaced.
+column is added in one transaction; nothing else changes); read-only it is read as is.
+The file is in WAL mode with ``synchronous=FULL``; each write is one ``BEGIN IMMEDIATE``
+transaction, so other threads and processes wait for it and a committed charge survives
+``kill -9``. Every row read back is validated (:func:`parse_charge`): a corrupt file is a
+:class:`~veil.errors.DataError`, never silently repaired or replaced.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from veil._validation import check_choice
+from veil.dp.accounting import DEFAULT_ACCOUNTANT
 from veil.dp.distributed import NOISES, DistributedMechanism, calibrate_multiplier, check_trust
 from veil.dp.ledger import Ledger
 from veil.errors import ConfigError, DataError
@@ -189,7 +190,7 @@ def fit_queries(learner: QueryLearner, aggregator: Aggregator, *, method: str = 
 
 
 def plan_multiplier(learner: QueryLearner, noise: str, epsilon: float, delta: float, *,
-                    accountant: str = "pld") -> float:
+                    accountant: str = DEFAULT_ACCOUNTANT) -> float:
     """The noise multiplier for which all of ``learner.plan()`` fits (epsilon, delta)
     (Laplace noise is pure: delta is not used)."""
     kind = NOISES[check_choice(noise, "noise", tuple(NOISES))]

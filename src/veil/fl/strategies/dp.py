@@ -63,7 +63,11 @@ import dp_accounting
 import numpy as np
 
 from veil._validation import check_choice, check_positive, check_probability
-from veil.dp.accounting import calibrate_noise, subsampled_gaussian_event
+from veil.dp.accounting import (
+    DEFAULT_ACCOUNTANT,
+    calibrate_noise,
+    subsampled_gaussian_event,
+)
 from veil.dp.samplers import rounded_gaussian
 from veil.dp.sensitivity import clip_l2
 from veil.errors import ConfigError, ProtocolError
@@ -145,7 +149,7 @@ class DPFedAvg(StrategyWrapper):
 
     @classmethod
     def from_budget(cls, inner: UpdateStrategy, *, epsilon: float, delta: float, rounds: int,
-                    accountant: str = "rdp", **kwargs: Any) -> DPFedAvg:
+                    accountant: str = DEFAULT_ACCOUNTANT, **kwargs: Any) -> DPFedAvg:
         """A DPFedAvg whose z makes ``rounds`` rounds (epsilon, delta)-DP (client level),
         calibrated with :func:`veil.dp.accounting.calibrate_noise` at the sampling rate
         (at rate 1 for local and distributed noise, which claim no amplification by

@@ -35,7 +35,13 @@ from veil._validation import (
     check_positive,
     check_probability,
 )
-from veil.dp.accounting import calibrate_noise, epsilon_for, subsampled_gaussian_event
+from veil.dp.accounting import (
+    DEFAULT_ACCOUNTANT,
+    NOT_A_FILTER,
+    calibrate_noise,
+    epsilon_for,
+    subsampled_gaussian_event,
+)
 from veil.dp.ledger import Ledger, check_ledger
 from veil.errors import BudgetExceededError, ConfigError
 from veil.learn.dpsgd._torch import nn, torch
@@ -135,16 +141,17 @@ def _schedule(n: int, batch_size: Any, sample_rate: Any, sampling: str) -> tuple
 
 
 def _sigma_to_fit(ledger: Ledger, q: float, steps: int, sampling: str, n: int,
-                  sigma: float) -> float:
+                  sigma: float, delta: float) -> float:
     """The smallest noise multiplier (within 1%) whose schedule still fits ``ledger``."""
     lo, hi = sigma, sigma
-    while not ledger.fits(_event(hi, q, steps, sampling, n)):
+    while not ledger.fits(_event(hi, q, steps, sampling, n), delta=delta):
         lo, hi = hi, hi * 2
         if hi > 1e6:
             return math.inf
     while hi / lo > 1.01:
         mid = math.sqrt(lo * hi)
-        lo, hi = (lo, mid) if ledger.fits(_event(mid, q, steps, sampling, n)) else (mid, hi)
+        lo, hi = (lo, mid) if ledger.fits(_event(mid, q, steps, sampling, n),
+                                          delta=delta) else (mid, hi)
     return hi
 
 
@@ -237,9 +244,9 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data: Any, 
         max_physical_batch_size = check_int(max_physical_batch_size, "max_physical_batch_size",
                                             low=1)
     check_ledger(ledger, optional=True)
-    default = ledger.accountant if ledger is not None else "pld"
+    default = ledger.accountant if ledger is not None else DEFAULT_ACCOUNTANT
     accountant = default if accountant is None else accountant
-    check_choice(accountant, "accountant", ("pld", "rdp"))
+    check_choice(accountant, "accountant", ("pld", "rdp", NOT_A_FILTER))
     if ledger is not None and accountant != ledger.accountant:
         raise ConfigError(f"accountant={accountant!r} is not allowed with this ledger, which "
                           f"accounts with {ledger.accountant!r}")
@@ -287,16 +294,18 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data: Any, 
         check_independent(model, source.take(np.arange(min(2, source.size))))
         if ledger is None:
             ledger = Ledger(epsilon if epsilon is not None else spent, delta, accountant)
-        elif not ledger.fits(plan.event):
-            need = _sigma_to_fit(ledger, q, steps, sampling, n, sigma)
+        elif not ledger.fits(plan.event, delta=delta):
+            need = _sigma_to_fit(ledger, q, steps, sampling, n, sigma, delta)
             left, at = ledger.remaining()
             raise BudgetExceededError(
                 f"the DP-SGD schedule ({steps} steps, sample_rate={q:.4g}, noise_multiplier="
                 f"{sigma:.4g}) costs epsilon={spent:.4g} at delta={delta:g}, more than the "
                 f"ledger has left (epsilon={left:.4g} at delta={at:g}); it would fit with "
                 f"noise_multiplier >= {need:.4g}, or with fewer epochs; nothing was charged")
-        ledger.charge(plan.event, label=f"dpsgd: {steps} steps, q={q:.4g}, "
-                                         f"sigma={sigma:.4g}, C={max_grad_norm:g}")
+        # the whole run is one planned block, priced at the delta sigma was calibrated for
+        # (veil.dp.accounting.filter); an early stop still pays for it
+        ledger.charge(plan.event, delta=delta, label=f"dpsgd: {steps} steps, q={q:.4g}, "
+                                                     f"sigma={sigma:.4g}, C={max_grad_norm:g}")
     except BaseException:
         engine.detach()
         raise
