@@ -285,18 +285,28 @@ class Ledger:
         :mod:`veil.dp.accounting.filter`), so later steps never fail for lack of budget and
         an early stop still pays the full plan. BudgetExceededError if it does not fit.
         """
-        if isinstance(events, de.DpEvent):
-            steps = check_int(steps, "steps", low=1)
-            check_event(events, "events")
-            schedule: de.DpEvent = de.SelfComposedDpEvent(events, steps)
-        elif isinstance(events, (list, tuple)) and events:
-            for i, e in enumerate(events):
-                check_event(e, f"events[{i}]")
-            schedule = de.ComposedDpEvent(list(events))
-        else:
-            raise ConfigError(f"events={events!r} is not allowed: expected a DpEvent (with "
-                              "steps=) or a non-empty list of DpEvents")
-        return Block(self, self._charge(schedule, label, delta, "plan"))
+        return Block(self, self._charge(_schedule(events, steps), label, delta, "plan"))
+
+    def longest_plan(self, events: de.DpEvent | list[de.DpEvent], *, steps: int = 1,
+                     delta: float | None = None, label: str | None = None) -> Block | None:
+        """:meth:`plan` of the longest prefix of the schedule that fits the budget now
+        (bisection on its length; the prefix is fixed before its first step), or None if
+        not even the first step fits. Steps past the prefix are then refused by the block
+        (e.g. the rounds of a run longer than its budget allows)."""
+        full = _schedule(events, steps)
+        uniform = isinstance(full, de.SelfComposedDpEvent)
+
+        def prefix(k: int) -> de.DpEvent:
+            return de.SelfComposedDpEvent(full.event, k) if uniform else \
+                de.ComposedDpEvent(full.events[:k])
+
+        lo, hi = 0, full.count if uniform else len(full.events)  # the answer is in [lo, hi]
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if self.fits(prefix(mid), delta=delta) else (lo, mid - 1)
+        if lo == 0:
+            return None
+        return Block(self, self._charge(prefix(lo), label, delta, "plan"))
 
     def block(self, index: int) -> Block:
         """The plan recorded as charge ``index`` (to go on charging its steps after a
@@ -517,6 +527,20 @@ class Ledger:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
+
+
+def _schedule(events: de.DpEvent | list[de.DpEvent], steps: int) -> de.DpEvent:
+    """The event of a planned schedule, in the form :class:`Block` reads its steps from:
+    ``SelfComposedDpEvent(step, steps)`` or ``ComposedDpEvent([step, ...])``."""
+    if isinstance(events, de.DpEvent):
+        check_event(events, "events")
+        return de.SelfComposedDpEvent(events, check_int(steps, "steps", low=1))
+    if isinstance(events, (list, tuple)) and events:
+        for i, e in enumerate(events):
+            check_event(e, f"events[{i}]")
+        return de.ComposedDpEvent(list(events))
+    raise ConfigError(f"events={events!r} is not allowed: expected a DpEvent (with steps=) "
+                      "or a non-empty list of DpEvents")
 
 
 class Block:

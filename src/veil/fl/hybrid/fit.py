@@ -150,8 +150,10 @@ def fit_queries(learner: QueryLearner, aggregator: Aggregator, *, method: str = 
 
     For a noisy method the noise multiplier is calibrated so that all the queries of
     ``learner.plan()`` fit (epsilon, delta) under the ledger's accountant
-    (:func:`veil.dp.distributed.calibrate_multiplier`), and each query is charged to
-    ``ledger`` (default: a new ``Ledger(epsilon, delta)``) before its noise is drawn.
+    (:func:`veil.dp.distributed.calibrate_multiplier`). All the planned queries are
+    reserved on ``ledger`` (default: a new ``Ledger(epsilon, delta)``) as one planned block
+    before the first runs (:meth:`veil.dp.Ledger.plan`, priced at ``delta``; an early stop
+    still pays for it), and each query is charged to it before its noise is drawn.
     ``trust``: t, the minimum number of honest parties (``method="hybrid"`` only).
     ``noise_multiplier``: skip the calibration (e.g. reuse one across methods); the ledger
     still refuses any query that does not fit.
@@ -172,12 +174,21 @@ def fit_queries(learner: QueryLearner, aggregator: Aggregator, *, method: str = 
         z = noise_multiplier if noise_multiplier is not None else plan_multiplier(
             learner, noise, epsilon, delta, accountant=ledger.accountant)
     fit = QueryFit(learner.model, ledger, z)
+
+    def mechanism(shape: Any) -> DistributedMechanism:
+        return query_noise(noise, z, shape, parties=adders, honest=honest, delta=delta)
+
+    block = None
+    if z is not None:  # the learner's queries are fixed in advance: one planned block,
+        # charged whole before the first query (BudgetExceededError: nothing charged)
+        planned = [mechanism(shape).event for shape in learner.plan()]
+        block = ledger.plan(planned, delta=None if noise == "laplace" else delta,
+                            label=f"{method}: {len(planned)} planned queries")
     while (query := learner.next_query()) is not None:
         party_noise = server_noise = None
         if z is not None:
-            mech = query_noise(noise, z, query.shape, parties=adders, honest=honest,
-                               delta=delta)
-            ledger.charge(mech.event, label=f"{method} {query.name}", delta=mech.delta or None)
+            mech = mechanism(query.shape)
+            block.charge(mech.event, label=f"{method} {query.name}")
             party_noise, server_noise = (mech, None) if m.noise == "parties" else (None, mech)
         agg = aggregator.aggregate(query, learner, party_noise=party_noise,
                                    server_noise=server_noise, rng=rng)

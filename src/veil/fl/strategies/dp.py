@@ -209,6 +209,10 @@ class DPFedAvg(StrategyWrapper):
         return self.noise != "central"
 
     @property
+    def fixed_round_event(self) -> bool:
+        return self.noise != "distributed"  # z and q are fixed; SecAgg prices distributed
+
+    @property
     def requires_secure_aggregation(self) -> bool:
         return self.noise == "distributed"
 

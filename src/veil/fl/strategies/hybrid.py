@@ -180,6 +180,10 @@ class Hybrid(Strategy):
         return True
 
     @property
+    def fixed_round_event(self) -> bool:
+        return True  # the agreed mechanism for the model's shape, the same every round
+
+    @property
     def noise_at_clients(self) -> bool:
         return True
 
