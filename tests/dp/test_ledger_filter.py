@@ -51,7 +51,7 @@ def _adaptive_delta(ledger: Ledger, epsilon: float) -> float:
     mu1 = 1.0 / first.event.noise_multiplier
     # the first release's privacy loss is N(mu1^2/2, mu1^2) under the first dataset;
     # the adaptive analyst picks the second release with the larger profile at eps - L1
-    grid = np.linspace(mu1 * mu1 / 2 - 9 * mu1, mu1 * mu1 / 2 + 9 * mu1, 801)
+    grid = np.linspace(mu1 * mu1 / 2 - 9 * mu1, mu1 * mu1 / 2 + 9 * mu1, 401)
     worst = [max(_gaussian_profile(1.0 / sigma, epsilon - loss),
                  _laplace_profile(b, epsilon - loss)) for loss in grid]
     density = stats.norm(mu1 * mu1 / 2, mu1).pdf(grid)
@@ -64,3 +64,56 @@ def test_the_adaptive_two_step_example_stays_within_the_budget():
     assert _adaptive_delta(Ledger(1.0, 1e-3, accountant="pld-nonadaptive"), 1.0) > 1.2e-3
     # the default ledger is a filter: the budget holds whatever the analyst chooses
     assert _adaptive_delta(Ledger(1.0, 1e-3), 1.0) <= 1e-3 * (1 + 1e-3)
+
+
+def test_a_planned_dpsgd_run_is_charged_what_pld_says_and_fills_the_budget():
+    # the README's example: sigma calibrated with the defaults fills the default ledger
+    q, steps, delta = 256 / 60000, 14062, 1e-5
+    sigma = calibrate_noise(3.0, delta, sample_rate=q, steps=steps)
+    ledger = Ledger(3.0, delta)
+    step = dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(sigma))
+    plan = ledger.plan(step, steps=steps, delta=delta, label="dp-sgd")
+    pld = epsilon_for(sigma, delta, q, steps, accountant="pld")
+    spent = ledger.spent()[0]
+    assert spent <= 3.0 and spent == pytest.approx(pld, rel=1e-2)
+    assert spent >= 3.0 * (1 - 2e-3)  # calibrate_noise's rtol, not 5-7% under
+    # the steps are charged to the plan: the spend does not move
+    for _ in range(3):
+        plan.charge(step, label="step")
+    assert ledger.spent()[0] == spent and plan.used == 3
+
+
+def test_a_plan_takes_exactly_its_steps(tmp_path):
+    step = dpa.GaussianDpEvent(5.0)
+    ledger = Ledger(2.0, 1e-5, path=tmp_path / "l.sqlite")
+    plan = ledger.plan(step, steps=2, delta=1e-6, label="two rounds")
+    with pytest.raises(ConfigError, match="step 0 of plan"):
+        plan.charge(dpa.GaussianDpEvent(4.0))  # not the planned noise
+    plan.charge(step)
+    ledger.close()
+    # another process goes on with the same plan, and cannot go past it
+    again = Ledger.open(tmp_path / "l.sqlite")
+    resumed = again.block(plan.index)
+    assert resumed.used == 1 and resumed.fits(step)
+    resumed.charge(step)
+    with pytest.raises(BudgetExceededError, match="all its 2 steps"):
+        resumed.charge(step)
+    assert [c.kind for c in again.history()] == ["plan", "step", "step"]
+    with pytest.raises(ConfigError, match="no plan #7"):
+        again.block(7)
+    # the longest plan that fits, when the whole schedule does not
+    short = Ledger(1.0, 1e-5).longest_plan(dpa.GaussianDpEvent(20.0), steps=100, delta=1e-5)
+    exact = PLDAccountant()
+    exact.compose(dpa.SelfComposedDpEvent(dpa.GaussianDpEvent(20.0), len(short.steps) + 1))
+    assert 1 <= len(short.steps) < 100 and exact.get_epsilon(1e-5) > 1.0
+
+
+def test_block_deltas_follow_one_convention():
+    ledger = Ledger(10.0, 1e-5)
+    ledger.charge(dpa.LaplaceDpEvent(1.0))                      # pure: delta_b = 0
+    ledger.charge(dpa.GaussianDpEvent(2.0), delta=4e-6)          # as calibrated
+    ledger.charge(dpa.GaussianDpEvent(2.0))                      # all that is left: 6e-6
+    assert [c.delta for c in ledger.history()] == [None, 4e-6, pytest.approx(6e-6)]
+    # no delta left: a non-pure release cannot fit, a pure one still does
+    assert not ledger.fits(dpa.GaussianDpEvent(100.0))
+    assert ledger.fits(dpa.LaplaceDpEvent(10.0))
