@@ -43,13 +43,14 @@ from veil.dp.accounting import (
     subsampled_gaussian_event,
 )
 from veil.dp.ledger import Ledger, check_ledger
+from veil.dp.selection import pure_dp_event
 from veil.errors import BudgetExceededError, ConfigError
 from veil.learn.dpsgd._torch import nn, torch
 from veil.learn.dpsgd.engine import PerExampleGradients
 from veil.learn.dpsgd.loader import PrivateLoader, StepCounter, as_source
 from veil.learn.dpsgd.optimizer import PrivateOptimizer
 from veil.learn.dpsgd.probe import check_independent
-from veil.learn.public import declared_size
+from veil.learn.public import EstimatedSize, declared_size, estimated_size
 from veil.random import RngLike, check_rng
 
 log = logging.getLogger(__name__)
@@ -209,6 +210,9 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data: Any, 
         Poisson sampling then draws each record with probability q whatever the true size.
         ``"public"``: the true size is public (``len(data)``); None (default): the same,
         with a warning. ``sampling="fixed"`` needs the true size, so an int is refused.
+        ``EstimatedSize(epsilon_n)``: no public size; ``epsilon_n`` of ``epsilon`` buys a
+        private count (charged first, before the model is checked), whose lower confidence
+        bound is N (:func:`veil.learn.public.estimated_size`); DP-SGD gets the rest.
 
     Returns
     -------
@@ -262,7 +266,20 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data: Any, 
                           "(exactly batch_size of the true records, accounted with the true "
                           "size): use sampling='poisson' with a declared size, or "
                           "dataset_size='public'")
-    n = declared_size(dataset_size, source.size, "make_private", "dataset_size")
+    if isinstance(dataset_size, EstimatedSize):  # a slice of epsilon buys a private count
+        if epsilon is None or not dataset_size.epsilon < check_epsilon(epsilon):
+            raise ConfigError(f"dataset_size={dataset_size!r} is not allowed with epsilon="
+                              f"{epsilon!r}: its slice comes out of the target epsilon, so "
+                              "give epsilon= larger than it")
+        if ledger is None:
+            ledger = Ledger(epsilon, delta, accountant)
+        if not ledger.fits(pure_dp_event(epsilon)):
+            raise BudgetExceededError(f"epsilon={epsilon:g} (the size estimate and DP-SGD) "
+                                      "does not fit the ledger; nothing was charged")
+        n = estimated_size(dataset_size, source.size, ledger, "make_private", generator)
+        epsilon -= dataset_size.epsilon
+    else:
+        n = declared_size(dataset_size, source.size, "make_private", "dataset_size")
     q, batch = _schedule(n, batch_size, sample_rate, sampling)
     steps_per_epoch = max(1, int(1.0 / q))
     steps = epochs * steps_per_epoch
