@@ -117,3 +117,44 @@ def test_block_deltas_follow_one_convention():
     # no delta left: a non-pure release cannot fit, a pure one still does
     assert not ledger.fits(dpa.GaussianDpEvent(100.0))
     assert ledger.fits(dpa.LaplaceDpEvent(10.0))
+
+
+def test_a_format_1_ledger_is_migrated_and_repriced_by_the_filter(tmp_path):
+    import sqlite3
+    import time
+
+    from veil.dp.accounting import event_to_json
+
+    path = tmp_path / "old.sqlite"
+    conn = sqlite3.connect(path)
+    conn.executescript("""
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        CREATE TABLE budgets (scope TEXT PRIMARY KEY, epsilon REAL NOT NULL,
+                              delta REAL NOT NULL);
+        CREATE TABLE charges (id INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL,
+            scope TEXT NOT NULL, kind TEXT NOT NULL, label TEXT, event TEXT NOT NULL,
+            event_delta REAL, epsilon REAL NOT NULL);
+        INSERT INTO meta VALUES ('format_version', '1'), ('accountant', 'pld'),
+                                ('created', '0.0');
+        INSERT INTO budgets VALUES ('', 3.0, 1e-5);
+    """)
+    for _ in range(2):
+        conn.execute("INSERT INTO charges (time, scope, kind, label, event, event_delta, "
+                     "epsilon) VALUES (?, '', 'charge', 'old', ?, 1e-6, 0.5)",
+                     (time.time(), event_to_json(dpa.GaussianDpEvent(10.0))))
+    conn.commit()
+    conn.close()
+    read = Ledger.open(path, read_only=True)  # read as is, not written
+    assert len(read.history()) == 2
+    read.close()
+    ledger = Ledger.open(path)
+    assert [c.block for c in ledger.history()] == [None, None]
+    # re-priced by today's filter: two blocks at their recorded delta, summed
+    one = Ledger(3.0, 1e-5)
+    one.charge(dpa.GaussianDpEvent(10.0), delta=1e-6)
+    assert ledger.spent()[0] == pytest.approx(2 * one.spent()[0])
+    ledger.plan(dpa.GaussianDpEvent(10.0), steps=2, delta=1e-6).charge(dpa.GaussianDpEvent(10.0))
+    ledger.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT value FROM meta WHERE key = 'format_version'").fetchone() \
+            == ("2",)
