@@ -367,7 +367,7 @@ def test_a_declared_dataset_size_sets_the_plan_not_len_data():
 
 def test_a_private_estimate_of_the_dataset_size_is_charged_and_conservative():
     from veil.dp import Ledger
-    from veil.learn.public import EstimatedSize
+    from veil.learn.dpsgd import EstimatedSize
 
     ledger = Ledger(2.0, 1e-5)
     _, opt, _ = private(data=toy_data(400), epsilon=2.0, noise_multiplier=None,

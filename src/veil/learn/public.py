@@ -17,7 +17,7 @@ a *declared* public value:
   size is public (the *replace-one* relation, where ``n`` is the same for neighbours):
   ``len(X)`` is then used, silently. ``None`` (the default, kept for compatibility) uses
   ``len(X)`` with a warning that the size is treated as public.
-* ``dataset_size=EstimatedSize(epsilon_n)`` (:func:`veil.learn.dpsgd.make_private`): no
+* ``dataset_size=EstimatedSize(epsilon_n)`` (:mod:`veil.learn.dpsgd.size`): no
   public size; a declared slice ``epsilon_n`` of the budget buys a private count, charged
   to the ledger (the two-sided geometric mechanism, exact on the integers; a count has
   sensitivity 1 under add/remove), and the rest of the budget goes to DP-SGD. Any released
@@ -33,21 +33,15 @@ returned on results, never logged).
 
 from __future__ import annotations
 
-import math
 import warnings
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from veil._validation import check_epsilon, check_int, check_probability
-from veil.dp.laplace import DiscreteLaplace
-from veil.dp.ledger import Ledger
+from veil._validation import check_int
 from veil.errors import ConfigError, DataError
-from veil.random import RngLike
 
-__all__ = ["EstimatedSize", "PublicFactWarning", "declared_classes", "declared_size",
-           "estimated_size"]
+__all__ = ["PublicFactWarning", "declared_classes", "declared_size"]
 
 
 class PublicFactWarning(UserWarning):
@@ -89,26 +83,3 @@ def declared_size(n: Any, actual: int, owner: str, name: str = "n") -> int:
                           "(int), 'public' or None")
     return check_int(n, name, low=1)
 
-
-@dataclass(frozen=True)
-class EstimatedSize:
-    """A private dataset size, estimated with ``epsilon`` of the budget (module docstring)."""
-
-    epsilon: float
-    confidence: float = 0.95
-
-    def __post_init__(self) -> None:
-        check_epsilon(self.epsilon, "EstimatedSize.epsilon")
-        check_probability(self.confidence, "EstimatedSize.confidence", low_open=True,
-                          high_open=True)
-
-
-def estimated_size(spec: EstimatedSize, actual: int, ledger: Ledger, owner: str,
-                   rng: RngLike = None) -> int:
-    """Release the count ``actual`` through ``ledger`` (charged: ``spec.epsilon``, pure) and
-    return its lower confidence bound (at least 1); the exact count is never logged."""
-    mechanism = DiscreteLaplace(spec.epsilon, sensitivity=1)
-    noisy = ledger.release(mechanism, int(actual), label=f"{owner}: dataset size estimate",
-                           rng=rng)
-    margin = math.ceil(mechanism.scale * math.log(1.0 / (1.0 - spec.confidence)))
-    return max(1, int(noisy) - margin)

@@ -50,7 +50,8 @@ from veil.learn.dpsgd.engine import PerExampleGradients
 from veil.learn.dpsgd.loader import PrivateLoader, StepCounter, as_source
 from veil.learn.dpsgd.optimizer import PrivateOptimizer
 from veil.learn.dpsgd.probe import check_independent
-from veil.learn.public import EstimatedSize, declared_size, estimated_size
+from veil.learn.dpsgd.size import EstimatedSize, estimated_size
+from veil.learn.public import declared_size
 from veil.random import RngLike, check_rng
 
 log = logging.getLogger(__name__)
@@ -212,7 +213,7 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data: Any, 
         with a warning. ``sampling="fixed"`` needs the true size, so an int is refused.
         ``EstimatedSize(epsilon_n)``: no public size; ``epsilon_n`` of ``epsilon`` buys a
         private count (charged first, before the model is checked), whose lower confidence
-        bound is N (:func:`veil.learn.public.estimated_size`); DP-SGD gets the rest.
+        bound is N (:func:`veil.learn.dpsgd.size.estimated_size`); DP-SGD gets the rest.
 
     Returns
     -------
