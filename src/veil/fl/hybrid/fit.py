@@ -150,10 +150,11 @@ def fit_queries(learner: QueryLearner, aggregator: Aggregator, *, method: str = 
 
     For a noisy method the noise multiplier is calibrated so that all the queries of
     ``learner.plan()`` fit (epsilon, delta) under the ledger's accountant
-    (:func:`veil.dp.distributed.calibrate_multiplier`). All the planned queries are
-    reserved on ``ledger`` (default: a new ``Ledger(epsilon, delta)``) as one planned block
-    before the first runs (:meth:`veil.dp.Ledger.plan`, priced at ``delta``; an early stop
-    still pays for it), and each query is charged to it before its noise is drawn.
+    (:func:`veil.dp.distributed.calibrate_multiplier`). With Gaussian-like noise all the
+    planned queries are reserved on ``ledger`` (default: a new ``Ledger(epsilon, delta)``)
+    as one planned block before the first runs (:meth:`veil.dp.Ledger.plan`, priced at
+    ``delta``; an early stop still pays for it); Laplace queries (pure DP) are charged one
+    by one. Each query is charged before its noise is drawn.
     ``trust``: t, the minimum number of honest parties (``method="hybrid"`` only).
     ``noise_multiplier``: skip the calibration (e.g. reuse one across methods); the ledger
     still refuses any query that does not fit.
@@ -179,16 +180,22 @@ def fit_queries(learner: QueryLearner, aggregator: Aggregator, *, method: str = 
         return query_noise(noise, z, shape, parties=adders, honest=honest, delta=delta)
 
     block = None
-    if z is not None:  # the learner's queries are fixed in advance: one planned block,
-        # charged whole before the first query (BudgetExceededError: nothing charged)
+    if z is not None and noise != "laplace":
+        # the learner's queries are fixed in advance: one planned block, priced by PLD and
+        # charged whole before the first query (BudgetExceededError: nothing charged).
+        # Pure-DP (Laplace) queries are charged one by one: the filter adds them exactly,
+        # so a learner that stops early (a tree) pays only for the queries it asked.
         planned = [mechanism(shape).event for shape in learner.plan()]
-        block = ledger.plan(planned, delta=None if noise == "laplace" else delta,
+        block = ledger.plan(planned, delta=delta,
                             label=f"{method}: {len(planned)} planned queries")
     while (query := learner.next_query()) is not None:
         party_noise = server_noise = None
         if z is not None:
             mech = mechanism(query.shape)
-            block.charge(mech.event, label=f"{method} {query.name}")
+            if block is None:
+                ledger.charge(mech.event, label=f"{method} {query.name}")
+            else:
+                block.charge(mech.event, label=f"{method} {query.name}")
             party_noise, server_noise = (mech, None) if m.noise == "parties" else (None, mech)
         agg = aggregator.aggregate(query, learner, party_noise=party_noise,
                                    server_noise=server_noise, rng=rng)

@@ -525,14 +525,14 @@ class HybridClient(ClientProtocol):
     def _charge(self, event: Any, plan: list[Any], query: Query, bits: int) -> None:
         """Charge ``query`` to this party's ledger. At the first query the longest prefix
         of the planned queries (fixed by the agreement) that fits is reserved as one block
-        (:meth:`veil.dp.Ledger.longest_plan`, at the agreement's delta); a query that is
-        not the plan's next step is charged on its own, or refused (BudgetExceededError)."""
-        if self._block is None:
+        (:meth:`veil.dp.Ledger.longest_plan`, at the agreement's delta) unless the noise is
+        pure; a query that is not the plan's next step is charged on its own, or refused
+        (BudgetExceededError)."""
+        if self._block is None:  # pure (Laplace) queries are added exactly one by one
             planned = [QueryEncoding(dataclasses.replace(p, size=query.shape.size),
                                      self.agreement, bits).mechanism.event for p in plan]
-            pure = self.agreement.noise == "laplace"
-            self._block = self.ledger.longest_plan(
-                planned, delta=None if pure else self.agreement.delta,
+            self._block = self.agreement.noise != "laplace" and self.ledger.longest_plan(
+                planned, delta=self.agreement.delta,
                 label=f"party {self.client_id}: planned queries") or False
         if self._block and self._block.fits(event):
             self._block.charge(event, label=f"query {query.name}")
