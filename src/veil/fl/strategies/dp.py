@@ -153,10 +153,16 @@ class DPFedAvg(StrategyWrapper):
         """A DPFedAvg whose z makes ``rounds`` rounds (epsilon, delta)-DP (client level),
         calibrated with :func:`veil.dp.accounting.calibrate_noise` at the sampling rate
         (at rate 1 for local and distributed noise, which claim no amplification by
-        sampling: the server that samples is the party they protect against)."""
+        sampling: the server that samples is the party they protect against), with
+        ``accountant`` (the default policy's; "rdp" for distributed noise, which SecAgg
+        charges as zCDP)."""
         q = kwargs.get("sample_rate") or getattr(inner, "fraction", 1.0)
         if kwargs.get("noise") in ("local", "distributed"):
             q = 1.0
+        if kwargs.get("noise") == "distributed":
+            # charged by SecAgg as zCDP, whose cost every policy takes from its Renyi curve
+            # (the Gaussian's, exactly): calibrate on that curve
+            accountant = "rdp"
         z = calibrate_noise(epsilon, delta, sample_rate=q, steps=rounds, accountant=accountant)
         return cls(inner, noise_multiplier=z, **kwargs)
 
