@@ -143,7 +143,9 @@ def noise_decay(epsilon: float, delta: float, rounds: int, *, decay: float = 0.9
     (epsilon, delta)-DP under ``accountant`` -- verified by that accountant, built with
     ``options``. Each evaluation prices every round, so long schedules take seconds; RDP
     on integer orders only (``orders=range(2, 257)``, a subset of the default grid, hence
-    a schedule that also fits a default RDP ledger) is several times faster.
+    a schedule that also fits a default RDP ledger) is several times faster. The schedule
+    is fixed in advance: charge it as one plan, ``ledger.plan([round events], delta=delta)``
+    (:meth:`veil.dp.Ledger.plan`), which the default ledger prices exactly as calibrated.
     """
     rounds = check_int(rounds, "rounds", low=1)
     check_choice(schedule, "schedule", ("exponential", "time"))
