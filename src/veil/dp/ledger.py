@@ -268,9 +268,13 @@ class Ledger:
                delta: float | None = None) -> Charge:
         """Record ``event`` for noise drawn by the caller (after this returns).
 
-        ``delta``: the delta of the event's own (epsilon, delta) guarantee, needed by the
-        basic and advanced accountants for non-pure events. Raises BudgetExceededError if
-        the event does not fit (nothing recorded).
+        ``delta``: the delta of the event's own (epsilon, delta) guarantee, i.e. the delta
+        its noise was calibrated for: the default policy prices the charge as one block at
+        this delta (None: 0 for a pure event, else all the delta the ledger has left;
+        :mod:`veil.dp.accounting.filter`); basic and advanced composition need it for
+        non-pure events. A charge is one adaptively chosen block: charge a schedule fixed in
+        advance with :meth:`plan`. Raises BudgetExceededError if the event does not fit
+        (nothing recorded).
         """
         return self._charge(event, label, delta, "charge")
 
