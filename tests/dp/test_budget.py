@@ -99,8 +99,9 @@ def test_noise_decay_meets_the_budget_and_decays(schedule, decay):
     for s in sigmas:
         ledger.charge(subsampled_gaussian_event(s, q))
     # decay=1 is a constant schedule: the calibrate_noise value, to 0.1%
-    flat = noise_decay(eps, delta, rounds, decay=1.0, sample_rate=q, orders=orders)
-    assert epsilon_for(flat[0], delta, q, rounds, orders=orders) <= eps
+    flat = noise_decay(eps, delta, rounds, decay=1.0, sample_rate=q, accountant="rdp",
+                       orders=orders)
+    assert epsilon_for(flat[0], delta, q, rounds, accountant="rdp", orders=orders) <= eps
 
 
 def test_hierarchical_levels_share_the_parent_budget():

@@ -60,8 +60,13 @@ def _steps_epsilon(sigma: float, delta: float, q: float, steps: int, accountant:
     step = subsampled_gaussian_event(sigma, q, sampling=sampling, dataset_size=dataset_size)
     # basic: each step gets delta/T; advanced: delta/(2T), leaving delta/2 for delta'
     share = {"basic": delta / steps, "advanced": delta / (2 * steps)}.get(accountant)
-    acc.compose(step, delta=share or None, count=steps)
-    return acc.get_epsilon(delta)
+    try:
+        acc.compose(step, delta=share or None, count=steps)
+        return acc.get_epsilon(delta)
+    except MemoryError:  # PLD's grid for millions of steps at extreme sigma
+        raise ConfigError(f"steps={steps} at noise multiplier {sigma:.4g} is too large for "
+                          f"the {accountant!r} accountant's memory; use accountant='rdp' "
+                          "(or fewer steps)") from None
 
 
 def epsilon_for(sigma: float, delta: float, sample_rate: float = 1.0, steps: int = 1,
