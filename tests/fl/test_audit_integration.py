@@ -136,6 +136,22 @@ def test_dp_fedavg_audit_stays_below_the_certified_epsilon(digits_clients, epsil
         assert min(bounds) > 2.0
 
 
+@pytest.mark.parametrize("epsilon", [4.0, 400.0])
+def test_local_noise_audit_stays_below_the_certified_epsilon(digits_clients, epsilon):
+    """Local noise (each client, canaries included, noises its own update; no amplification
+    by sampling is claimed against the server that samples): the audit of the released
+    models never exceeds what the ledger certifies for the run."""
+    ledger = Ledger(epsilon, DELTA)
+    strategy = _dp(epsilon, 4, noise="local", sample_rate=0.5)
+    _, canaries, _ = _audited_run(digits_clients, strategy, 4, seed=3, ledger=ledger)
+    certified, delta = ledger.spent()
+    bound = canaries.audit(delta=delta, rng=3)
+    print(f"local noise, target epsilon {epsilon:g}: certified {certified:.4g}, one-run "
+          f"audit lower bound {bound.epsilon:.4g} ({bound.correct}/{bound.guesses} right)")
+    assert certified <= epsilon * (1 + 1e-9)
+    assert bound.epsilon <= certified
+
+
 def test_the_audit_catches_a_run_that_claims_more_privacy_than_its_noise_gives(
         digits_clients):
     # noise for epsilon ~ 16, but claimed to be (1, 1e-5)-DP: a broken accounting

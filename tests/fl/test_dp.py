@@ -66,8 +66,9 @@ def test_local_noise_is_certified_against_the_server_that_samples(epsilon, round
     dp = DPFedAvg.from_budget(FedAvg(fraction=q), epsilon=epsilon, delta=1e-5,
                               rounds=rounds, noise="local")
     ledger = Ledger(1e9, 1e-3, accountant="pld")
+    plan = ledger.plan(dp.round_event(0, np.zeros(3), [0], 10), steps=rounds, delta=1e-5)
     for r in range(rounds):
-        ledger.charge(dp.round_event(r, np.zeros(3), [0], 10))
+        plan.charge(dp.round_event(r, np.zeros(3), [0], 10))
     worst = dp_accounting.pld.PLDAccountant().compose(
         dp_accounting.GaussianDpEvent(dp.noise_multiplier), rounds).get_epsilon(1e-5)
     assert ledger.spent(1e-5)[0] >= worst - 1e-3
@@ -95,10 +96,11 @@ def test_rounds_are_charged_before_they_run(clients, known_updates):
     strategy = DPFedAvg(known_updates(fraction=q), noise_multiplier=z, clip_norm=1.0)
     history = Federation(data, LogisticRegression(), strategy, rounds, rng=0,
                          ledger=ledger).run()
-    events = [c.event for c in ledger.history()]
-    assert events == [dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z))] \
-        * rounds
-    assert [c.label for c in ledger.history()] == [f"fl round {t}" for t in range(rounds)]
+    step = dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z))
+    plan, *charged = ledger.history()
+    assert plan.kind == "plan" and plan.event == dp_accounting.SelfComposedDpEvent(step, rounds)
+    assert [c.event for c in charged] == [step] * rounds
+    assert [c.label for c in charged] == [f"fl round {t}" for t in range(rounds)]
     expected = epsilon_for(z, 1e-5, sample_rate=q, steps=rounds, accountant="rdp")
     assert history.rounds[-1]["epsilon"] == pytest.approx(expected, rel=1e-9)
     # Poisson sampling: the number of clients varies from round to round
@@ -113,7 +115,9 @@ def test_budget_exhaustion_stops_before_any_client_works(clients, known_updates)
     fed = Federation(data, LogisticRegression(), strategy, 3, rng=0, ledger=ledger)
     with pytest.raises(BudgetExceededError, match="nothing was charged"):
         fed.run()
-    assert len(fed.history.rounds) == 2 and len(ledger.history()) == 2
+    # the plan holds the two rounds that fit; the third is refused before it runs
+    assert len(fed.history.rounds) == 2
+    assert [c.kind for c in ledger.history()] == ["plan", "step", "step"]
     assert ledger.spent()[0] <= budget
     with pytest.raises(ConfigError, match="ledger="):
         Federation(data, LogisticRegression(), strategy, 1, rng=0).run()

@@ -38,7 +38,8 @@ def test_kill_and_resume_gives_the_uninterrupted_model(clients, tmp_path):
     data = clients(8, rows=40)
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    full = _federation(data, tmp_path / "a").run()
+    full_fed = _federation(data, tmp_path / "a")
+    full = full_fed.run()
 
     def die_after_round_3(record):
         if record["round"] == 2:
@@ -53,8 +54,10 @@ def test_kill_and_resume_gives_the_uninterrupted_model(clients, tmp_path):
     np.testing.assert_array_equal(resumed.params, full.params)
     assert [r["round"] for r in resumed.rounds] == list(range(6))
     assert resumed.metric("accuracy") == full.metric("accuracy")
-    # the budget was not reset: the same six charges, as in the uninterrupted run
-    assert len(resumed_fed.ledger.history()) == 6
+    # the budget was not reset: one plan and the same six rounds charged to it
+    kinds = [c.kind for c in resumed_fed.ledger.history()]
+    assert kinds == ["plan"] + ["step"] * 6
+    assert resumed_fed.ledger.spent() == full_fed.ledger.spent()
     assert resumed.rounds[-1]["epsilon"] == pytest.approx(full.rounds[-1]["epsilon"])
     # the adaptive clip norm was restored, not restarted
     assert resumed_fed.strategy.inner.clip_norm_ != 0.5
@@ -84,28 +87,30 @@ def test_a_crash_never_charges_or_releases_a_round_twice(clients, tmp_path, dies
     killed = _dp_run(data, tmp_path / "killed",
                      runtime=Dies() if dies == "mid-round" else None)
     if dies != "mid-round":
-        charge = killed.ledger.charge
+        charge = killed._charge
 
-        def dying_charge(event, *, label=None, delta=None):
+        def dying_charge(event, label):
             if label.startswith("fl round 1 "):
                 raise Crash
-            return charge(event, label=label, delta=delta)
+            return charge(event, label)
 
-        killed.ledger.charge = dying_charge
+        killed._charge = dying_charge
     with pytest.raises(Crash):
         killed.run()
     killed.ledger.close()
     # a fresh process: new objects, same files
     again = _dp_run(data, tmp_path / "killed")
     resumed = again.run(resume=True)
-    assert [c.label for c in again.ledger.history()] == [f"fl round {t}" + SIMULATION
-                                                         for t in range(3)]
+    plan, *rounds = again.ledger.history()
+    assert plan.kind == "plan" and plan.label == "fl rounds from 0" + SIMULATION
+    assert [(c.kind, c.block, c.label) for c in rounds] == [
+        ("step", plan.index, f"fl round {t}" + SIMULATION) for t in range(3)]
     assert again.ledger.spent() == full.ledger.spent()
     np.testing.assert_array_equal(resumed.params, expected.params)
     assert resumed.metric("epsilon") == expected.metric("epsilon")
     # resuming a finished run pays nothing more
     _dp_run(data, tmp_path / "killed").run(resume=True)
-    assert len(Ledger.open(tmp_path / "killed" / "l.sqlite").history()) == 3
+    assert len(Ledger.open(tmp_path / "killed" / "l.sqlite").history()) == 4
 
 
 def test_resume_checks_the_checkpoint_belongs_to_this_run(clients, tmp_path):

@@ -450,7 +450,8 @@ def test_a_party_charges_its_own_ledger_and_refuses_beyond_it(primes):
         else:
             with pytest.raises(BudgetExceededError):
                 party.handle(request, Generator(0))
-    assert len(party.ledger.history()) == 1
+    # the party planned the one query its budget holds, and refused the next
+    assert [c.kind for c in party.ledger.history()] == ["plan", "step"]
 
 
 def test_min_answers_below_t_is_refused():

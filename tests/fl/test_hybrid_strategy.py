@@ -41,7 +41,8 @@ def test_hybrid_federation_learns_and_charges_every_round(primes):
                          ledger=ledger, runtime=runtime, rng=2).run()
     assert all(r["status"] == "ok" for r in history.rounds)      # 2 = t - 1 drop each round
     assert all(r["dropped"] == 2 for r in history.rounds)
-    assert len(ledger.history()) == 8
+    plan, *rounds = ledger.history()
+    assert plan.kind == "plan" and [c.block for c in rounds] == [plan.index] * 8
     assert ledger.spent()[0] <= 4.0 + 1e-9
     assert history.rounds[-1]["accuracy"] > 0.8
     assert strategy.public_key.threshold == 3                # t_bar = n - t + 1
@@ -56,7 +57,7 @@ def test_more_rounds_than_planned_are_refused(primes):
     ledger = Ledger(1.0, 1e-5)
     with pytest.raises(BudgetExceededError):
         Federation(data, LogisticRegression(), strategy, 3, ledger=ledger, rng=2).run()
-    assert len(ledger.history()) == 2
+    assert [c.kind for c in ledger.history()] == ["plan", "step", "step"]
 
 
 def test_bad_input(primes):

@@ -363,3 +363,24 @@ def test_a_declared_dataset_size_sets_the_plan_not_len_data():
     assert plan(40, dataset_size="public").sample_rate == 0.25
     with pytest.raises(ConfigError, match="dataset_size=100 is not allowed with sampling"):
         plan(40, dataset_size=100, sampling="fixed")
+
+
+def test_a_private_estimate_of_the_dataset_size_is_charged_and_conservative():
+    from veil.dp import Ledger
+    from veil.learn.dpsgd import EstimatedSize
+
+    ledger = Ledger(2.0, 1e-5)
+    _, opt, _ = private(data=toy_data(400), epsilon=2.0, noise_multiplier=None,
+                        batch_size=10, dataset_size=EstimatedSize(0.2), ledger=ledger)
+    count, run = ledger.history()
+    assert count.label == "make_private: dataset size estimate" and run.delta == 1e-5
+    # the count's 0.2 and DP-SGD's 1.8 fill the budget; N is a lower confidence bound
+    assert ledger.spent()[0] == pytest.approx(2.0, rel=2e-3) and ledger.spent()[0] <= 2.0
+    assert 400 - 40 < opt.plan.dataset_size <= 400
+    with pytest.raises(ConfigError, match="slice comes out of the target epsilon"):
+        private(data=toy_data(400), epsilon=0.1, noise_multiplier=None,
+                dataset_size=EstimatedSize(0.2))
+    with pytest.raises(BudgetExceededError, match="nothing was charged"):
+        private(data=toy_data(400), epsilon=2.0, noise_multiplier=None,
+                dataset_size=EstimatedSize(0.2), ledger=ledger)
+    assert len(ledger.history()) == 2

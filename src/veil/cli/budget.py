@@ -8,7 +8,7 @@ import time
 import typer
 
 from veil.cli._output import print_json, print_mapping, print_table, say
-from veil.dp.accounting import calibrate_noise, describe, epsilon_for
+from veil.dp.accounting import DEFAULT_ACCOUNTANT, calibrate_noise, describe, epsilon_for
 from veil.dp.ledger import Ledger
 
 app = typer.Typer(help="Privacy budgets: ledgers and noise calibration.", no_args_is_help=True)
@@ -67,7 +67,7 @@ def calibrate(
     delta: float = typer.Option(..., "--delta", help="Target delta."),
     sample_rate: float = typer.Option(1.0, "--sample-rate", help="Batch sampling rate q."),
     steps: int = typer.Option(1, "--steps", help="Number of noisy steps."),
-    accountant: str = typer.Option("rdp", "--accountant", help="rdp or pld."),
+    accountant: str = typer.Option(DEFAULT_ACCOUNTANT, "--accountant", help="pld or rdp."),
     sampling: str = typer.Option("poisson", "--sampling",
                                  help="poisson, or without_replacement (fixed-size batches)."),
     dataset_size: int = typer.Option(None, "--dataset-size",

@@ -14,6 +14,7 @@ from veil._validation import check_bounds, check_choice, check_delta, check_epsi
 from veil.cli import dp_demo
 from veil.cli._output import check_input_file, parse_list, print_json, print_mapping, print_table
 from veil.dp import stats
+from veil.dp.accounting import DEFAULT_ACCOUNTANT
 from veil.dp.ledger import Ledger
 from veil.dp.result import Result
 from veil.errors import ConfigError, DataError
@@ -238,7 +239,7 @@ def query_command(
                           "--ledger FILE (or --one-off for a fresh budget of exactly this "
                           "query, or --dry-run to see its cost)")
     plan = query.plan(epsilon, delta, noise=noise,
-                      accountant=ledger.accountant if ledger is not None else "pld")
+                      accountant=ledger.accountant if ledger is not None else DEFAULT_ACCOUNTANT)
     out: dict[str, Any] = {"file": str(file), "privacy_unit": privacy_unit,
                            "group_by": list(group_by), "plan": plan.summary()}
     if dry_run:

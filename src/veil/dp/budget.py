@@ -41,6 +41,7 @@ from veil._validation import (
 )
 from veil.dp.accounting.calibration import calibrate
 from veil.dp.accounting.events import subsampled_gaussian_event
+from veil.dp.accounting.registry import DEFAULT_ACCOUNTANT
 from veil.dp.ledger import Ledger, check_ledger
 from veil.errors import ConfigError
 
@@ -130,7 +131,7 @@ class BudgetAwareAllocation(Allocation):
 
 def noise_decay(epsilon: float, delta: float, rounds: int, *, decay: float = 0.99,
                 schedule: str = "exponential", sample_rate: float = 1.0,
-                steps_per_round: int = 1, accountant: str = "rdp",
+                steps_per_round: int = 1, accountant: str = DEFAULT_ACCOUNTANT,
                 sampling: str = "poisson", dataset_size: int | None = None,
                 **options: Any) -> list[float]:
     """Noise multipliers ``sigma_t`` (t = 0..rounds-1) that decay and exactly meet the budget.
@@ -142,7 +143,9 @@ def noise_decay(epsilon: float, delta: float, rounds: int, *, decay: float = 0.9
     (epsilon, delta)-DP under ``accountant`` -- verified by that accountant, built with
     ``options``. Each evaluation prices every round, so long schedules take seconds; RDP
     on integer orders only (``orders=range(2, 257)``, a subset of the default grid, hence
-    a schedule that also fits a default RDP ledger) is several times faster.
+    a schedule that also fits a default RDP ledger) is several times faster. The schedule
+    is fixed in advance: charge it as one plan, ``ledger.plan([round events], delta=delta)``
+    (:meth:`veil.dp.Ledger.plan`), which the default ledger prices exactly as calibrated.
     """
     rounds = check_int(rounds, "rounds", low=1)
     check_choice(schedule, "schedule", ("exponential", "time"))

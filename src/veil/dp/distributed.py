@@ -68,6 +68,7 @@ from veil.dp._numeric import check_integer_value
 from veil.dp.accounting.calibration import calibrate
 from veil.dp.accounting.guarantees import gaussian_epsilon
 from veil.dp.accounting.rdp import RDPAccountant
+from veil.dp.accounting.registry import DEFAULT_ACCOUNTANT
 from veil.dp.accounting.skellam import SkellamDpEvent
 from veil.dp.budget import FixedAllocation, noise_decay
 from veil.dp.gaussian import analytic_gaussian_sigma
@@ -328,7 +329,7 @@ def _event(kind: str, z: float, l1: float, l2: float) -> de.DpEvent:
 
 def calibrate_multiplier(kind: str, epsilon: float, delta: float,
                          sensitivities: Sequence[tuple[float, float]], *,
-                         accountant: str = "pld", rtol: float = 1e-3) -> float:
+                         accountant: str = DEFAULT_ACCOUNTANT, rtol: float = 1e-3) -> float:
     """The smallest noise multiplier z (to ``rtol``) for which the queries with these
     ``(l1, l2)`` sensitivities, each released with ``kind`` noise of multiplier z, compose
     to (epsilon, delta)-DP under ``accountant``.

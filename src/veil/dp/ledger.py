@@ -10,10 +10,21 @@ recorded. :meth:`Ledger.charge` does the same for callers that draw their own no
 (DP-SGD steps, federated rounds).
 
 The ledger is a *privacy filter*: it admits an event only if the composition of all
-admitted events, including it, fits the budget. For basic, advanced and RDP composition
-this is a valid guarantee even when later events are chosen from earlier outputs
-(Rogers, Roth, Ullman & Vadhan 2016; Whitehouse, Ramdas, Rogers & Wu 2023; Feldman &
-Zrnic 2021). The PLD bound is the tight bound of the realised sequence of mechanisms.
+admitted events, including it, fits the budget, and this holds even when later charges
+(their mechanisms and privacy parameters) are chosen from earlier outputs. The default
+policy ``"pld"`` (:mod:`veil.dp.accounting.filter`) makes each charge a *block* priced
+tightly by PLD at its own delta and composes blocks by basic composition (Rogers, Roth,
+Ullman & Vadhan 2016); ``"rdp"``, ``"basic"`` and ``"advanced"`` are filters too
+(Feldman & Zrnic 2021; Whitehouse, Ramdas, Rogers & Wu 2023). ``"pld-nonadaptive"``
+composes all charges by PLD as if they were fixed in advance: tight, and *not* a filter
+(opt-in). The table of guarantees is in :mod:`veil.dp.accounting.registry`.
+
+Planned schedules (:meth:`Ledger.plan`): a sequence of steps fixed before it starts (a
+DP-SGD run, the rounds of a federation) is one block. Its whole cost (PLD of the schedule,
+at the delta it was calibrated for) is reserved when the plan opens, so a step never fails
+for lack of budget and stopping early still pays the full plan. Each step is then charged
+to the plan (:meth:`Block.charge`: a recorded, write-ahead row like any charge) and must be
+the plan's next event; a step past the end of the plan is refused.
 
 Persistence (``path=``, :mod:`veil.dp.ledger_store`): a SQLite file in WAL mode with
 ``synchronous=FULL``. Each charge is one transaction (``BEGIN IMMEDIATE``: other threads
@@ -33,6 +44,7 @@ child can never spend more than its parent allows (e.g. per-sensitivity-level bu
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sqlite3
@@ -42,17 +54,19 @@ from typing import Any
 
 from dp_accounting import dp_event as de
 
-from veil._validation import check_delta, check_epsilon
-from veil.dp.accounting import CERTIFIED, make_accountant
+from veil._validation import check_delta, check_epsilon, check_int
 from veil.dp.accounting.base import Accountant
 from veil.dp.accounting.events import check_event
+from veil.dp.accounting.filter import PLDFilter
+from veil.dp.accounting.guarantees import pure_epsilon
+from veil.dp.accounting.registry import DEFAULT_ACCOUNTANT, POLICIES, make_policy
 from veil.dp.accounting.serialize import event_to_json
 from veil.dp.ledger_store import FORMAT_VERSION, Charge, LedgerStore, parse_charge
 from veil.dp.mechanism import Mechanism
 from veil.errors import BudgetExceededError, ConfigError, DataError
 from veil.random import check_rng
 
-__all__ = ["Ledger", "Charge", "FORMAT_VERSION", "check_ledger", "open_ledger"]
+__all__ = ["Ledger", "Block", "Charge", "FORMAT_VERSION", "check_ledger", "open_ledger"]
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +94,7 @@ class _Book:
         for row in self.store.charges_after(self.last_id):
             charge = parse_charge(row, self.store.path)
             for node in self.nodes.values():
-                if _covers(node._scope, charge.scope):
+                if _covers(node._scope, charge.scope) and charge.kind != "step":
                     node._accountant.compose(charge.event, delta=charge.delta)
             self.charges.append(charge)
             self.last_id = charge.index
@@ -90,7 +104,7 @@ class _Book:
         node = Ledger.__new__(Ledger)
         node._attach(self, scope, epsilon, delta)
         for charge in self.charges:
-            if _covers(scope, charge.scope):
+            if _covers(scope, charge.scope) and charge.kind != "step":  # the plan paid
                 node._accountant.compose(charge.event, delta=charge.delta)
         return node
 
@@ -108,16 +122,18 @@ class Ledger:
     epsilon, delta:
         The budget: the composition of everything charged must be (epsilon, delta)-DP.
     accountant:
-        "pld" (tight, default), "rdp", "basic" or "advanced" composition.
+        The policy (:data:`veil.dp.accounting.POLICIES`): "pld" (default: a filter of
+        PLD-priced blocks), "rdp", "basic", "advanced", or "pld-nonadaptive" (not a filter).
     path:
         A SQLite file to persist to (created if absent); None keeps the ledger in memory.
     """
 
-    def __init__(self, epsilon: float, delta: float = 0.0, accountant: str = "pld",
+    def __init__(self, epsilon: float, delta: float = 0.0,
+                 accountant: str = DEFAULT_ACCOUNTANT,
                  path: str | os.PathLike | None = None) -> None:
         epsilon = check_epsilon(epsilon)
         delta = check_delta(delta)
-        make_accountant(accountant)  # validates the name (certified accountants only)
+        make_policy(accountant)  # validates the name
         if path is None:
             self._attach(_Book(accountant, None), "", epsilon, delta)
             return
@@ -157,8 +173,10 @@ class Ledger:
                                 f"{version}, this veil reads up to {FORMAT_VERSION}); upgrade "
                                 "veil to open it")
             accountant = meta.get("accountant")
-            if accountant not in CERTIFIED:
+            if accountant not in POLICIES:
                 raise DataError(f"{store.path}: corrupt accountant name {accountant!r}")
+            # format 1 had no plans; its "pld" charges are re-priced by today's filter
+            store.migrate(int(version))
             budgets = store.budgets()
             if "" not in budgets:
                 raise DataError(f"{store.path}: the root budget record is missing")
@@ -194,7 +212,7 @@ class Ledger:
         self._scope = scope
         self._epsilon = epsilon
         self._delta = delta
-        self._accountant: Accountant = make_accountant(book.accountant)
+        self._accountant: Accountant = make_policy(book.accountant)
         book.nodes[scope] = self
 
     # -- the budget ----------------------------------------------------------------
@@ -250,14 +268,65 @@ class Ledger:
                delta: float | None = None) -> Charge:
         """Record ``event`` for noise drawn by the caller (after this returns).
 
-        ``delta``: the delta of the event's own (epsilon, delta) guarantee, needed by the
-        basic and advanced accountants for non-pure events. Raises BudgetExceededError if
-        the event does not fit (nothing recorded).
+        ``delta``: the delta of the event's own (epsilon, delta) guarantee, i.e. the delta
+        its noise was calibrated for: the default policy prices the charge as one block at
+        this delta (None: 0 for a pure event, else all the delta the ledger has left;
+        :mod:`veil.dp.accounting.filter`); basic and advanced composition need it for
+        non-pure events. A charge is one adaptively chosen block: charge a schedule fixed in
+        advance with :meth:`plan`. Raises BudgetExceededError if the event does not fit
+        (nothing recorded).
         """
         return self._charge(event, label, delta, "charge")
 
+    def plan(self, events: de.DpEvent | list[de.DpEvent], *, steps: int = 1,
+             delta: float | None = None, label: str | None = None) -> Block:
+        """Reserve a planned schedule as one block; returns the :class:`Block` to charge
+        its steps to.
+
+        ``events``: the step event repeated ``steps`` times, or the list of step events in
+        order, fixed before the first step runs. The whole schedule (their composition) is
+        charged now, at ``delta`` (the delta its noise was calibrated for; see
+        :mod:`veil.dp.accounting.filter`), so later steps never fail for lack of budget and
+        an early stop still pays the full plan. BudgetExceededError if it does not fit.
+        """
+        return Block(self, self._charge(_schedule(events, steps), label, delta, "plan"))
+
+    def longest_plan(self, events: de.DpEvent | list[de.DpEvent], *, steps: int = 1,
+                     delta: float | None = None, label: str | None = None) -> Block | None:
+        """:meth:`plan` of the longest prefix of the schedule that fits the budget now
+        (bisection on its length; the prefix is fixed before its first step), or None if
+        not even the first step fits. Steps past the prefix are then refused by the block
+        (e.g. the rounds of a run longer than its budget allows)."""
+        full = _schedule(events, steps)
+        uniform = isinstance(full, de.SelfComposedDpEvent)
+
+        def prefix(k: int) -> de.DpEvent:
+            return de.SelfComposedDpEvent(full.event, k) if uniform else \
+                de.ComposedDpEvent(full.events[:k])
+
+        lo, hi = 0, full.count if uniform else len(full.events)  # the answer is in [lo, hi]
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if self.fits(prefix(mid), delta=delta) else (lo, mid - 1)
+        if lo == 0:
+            return None
+        return Block(self, self._charge(prefix(lo), label, delta, "plan"))
+
+    def block(self, index: int) -> Block:
+        """The plan recorded as charge ``index`` (to go on charging its steps after a
+        restart); ConfigError if there is none at this ledger."""
+        with self._book.lock:
+            self._book.sync()
+            for charge in self._book.charges:
+                if charge.index == index and charge.kind == "plan":
+                    if charge.scope != self._scope:
+                        break
+                    return Block(self, charge)
+        raise ConfigError(f"index={index!r} is not allowed: no plan #{index} was charged to "
+                          f"{self!r}")
+
     def _charge(self, event: de.DpEvent, label: str | None, delta: float | None,
-                kind: str) -> Charge:
+                kind: str, block: Block | None = None) -> Charge:
         check_event(event)
         if label is not None and not isinstance(label, str):
             raise ConfigError(f"label={label!r} is not allowed: expected a string or None")
@@ -269,18 +338,30 @@ class Ledger:
             if book.closed:
                 raise ConfigError(f"the ledger {book.store.path} is closed: reopen it to charge")
             now = time.time()
+
+            def check() -> tuple[Charge, list[tuple[Ledger, Accountant, float]]]:
+                if block is not None:  # a step: the plan has paid for it
+                    block._check_step(event, label)
+                    trials = []
+                    charge = Charge(0, now, self._scope, kind, label, event, None,
+                                    self._book.nodes[""]._accountant.get_epsilon(
+                                        self._book.nodes[""]._delta), block.index)
+                else:
+                    used, trials = self._trials(event, delta, kind, label)
+                    charge = Charge(0, now, self._scope, kind, label, event, used,
+                                    trials[0][2])
+                return charge, trials
+
             if book.store is None:
-                trials = self._trials(event, delta, kind, label)
+                charge, trials = check()
                 index = book.last_id + 1
             else:
                 with book.store.transaction():  # commits at the end of the block
                     book.sync()
-                    trials = self._trials(event, delta, kind, label)  # may raise: rolled back
-                    index = book.store.insert_charge(Charge(
-                        0, now, self._scope, kind, label, event, delta, trials[0][2]),
-                        stored_event)
+                    charge, trials = check()  # may raise: rolled back
+                    index = book.store.insert_charge(charge, stored_event)
             # recorded (and committed): only now does the in-memory state move
-            charge = Charge(index, now, self._scope, kind, label, event, delta, trials[0][2])
+            charge = dataclasses.replace(charge, index=index)
             book.charges.append(charge)
             book.last_id = index
             for node, trial, _ in trials:
@@ -292,10 +373,23 @@ class Ledger:
         parts = self._scope.split("/") if self._scope else []
         return [self._book.nodes["/".join(parts[:i])] for i in range(len(parts) + 1)]
 
+    def _block_delta(self, event: de.DpEvent, delta: float | None) -> float | None:
+        """The delta of a block (:mod:`veil.dp.accounting.filter`): ``delta`` if given or
+        the event is pure, else (the default policy) all the delta the ledger and every
+        ancestor has left (call under the lock, after sync)."""
+        if delta is not None or not isinstance(self._accountant, PLDFilter) or (
+                pure_epsilon(event) is not None):
+            return delta
+        return max(0.0, min(node._delta - node._accountant.reserved_delta()
+                            for node in self._chain()))
+
     def _trials(self, event: de.DpEvent, delta: float | None, kind: str | None,
-                label: str | None = None) -> list[tuple[Ledger, Accountant, float]]:
-        """(ledger, accountant with ``event`` added, its spend) for this ledger and every
-        ancestor, root first; BudgetExceededError (``kind`` given) or [] if one overflows."""
+                label: str | None = None
+                ) -> tuple[float | None, list[tuple[Ledger, Accountant, float]]]:
+        """(the block's delta, [(ledger, accountant with ``event`` added, its spend)] for
+        this ledger and every ancestor, root first); BudgetExceededError (``kind`` given)
+        or an empty list if one overflows."""
+        delta = self._block_delta(event, delta)
         trials = []
         for node in self._chain():
             trial = node._accountant.copy()
@@ -303,7 +397,7 @@ class Ledger:
             spent = trial.get_epsilon(node._delta)
             if not spent <= node._epsilon * (1.0 + _RTOL):
                 if kind is None:
-                    return []
+                    return delta, []
                 who = f"ledger {node._scope!r}" if node._scope else "the ledger"
                 before = node._accountant.get_epsilon(node._delta)
                 left = max(node._epsilon - before, 0.0)
@@ -312,7 +406,7 @@ class Ledger:
                     f"{who}'s budget epsilon={node._epsilon:g} remains (at delta="
                     f"{node._delta:g}); nothing was charged and no noise was drawn")
             trials.append((node, trial, spent))
-        return trials
+        return delta, trials
 
     # -- reading -------------------------------------------------------------------
     def _fresh(self) -> Accountant:
@@ -339,8 +433,9 @@ class Ledger:
     def would_spend(self, event: de.DpEvent, *, delta: float | None = None) -> float:
         """This ledger's epsilon (at its delta) if ``event`` were charged now."""
         check_event(event)
-        trial = self._fresh().copy()
-        trial.compose(event, delta=delta)
+        with self._book.lock:
+            trial = self._fresh().copy()
+            trial.compose(event, delta=self._block_delta(event, delta))
         return trial.get_epsilon(self._delta)
 
     def fits(self, event: de.DpEvent, *, delta: float | None = None) -> bool:
@@ -348,7 +443,7 @@ class Ledger:
         check_event(event)
         with self._book.lock:
             self._book.sync()
-            return bool(self._trials(event, delta, None))
+            return bool(self._trials(event, delta, None)[1])
 
     def history(self) -> tuple[Charge, ...]:
         """The charges this ledger paid for (its own and its children's), oldest first."""
@@ -435,6 +530,74 @@ class Ledger:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+
+def _schedule(events: de.DpEvent | list[de.DpEvent], steps: int) -> de.DpEvent:
+    """The event of a planned schedule, in the form :class:`Block` reads its steps from:
+    ``SelfComposedDpEvent(step, steps)`` or ``ComposedDpEvent([step, ...])``."""
+    if isinstance(events, de.DpEvent):
+        check_event(events, "events")
+        return de.SelfComposedDpEvent(events, check_int(steps, "steps", low=1))
+    if isinstance(events, (list, tuple)) and events:
+        for i, e in enumerate(events):
+            check_event(e, f"events[{i}]")
+        return de.ComposedDpEvent(list(events))
+    raise ConfigError(f"events={events!r} is not allowed: expected a DpEvent (with steps=) "
+                      "or a non-empty list of DpEvents")
+
+
+class Block:
+    """A planned schedule reserved on a ledger (:meth:`Ledger.plan`): charge its steps here.
+
+    Each :meth:`charge` is recorded like any charge (one committed row, before the caller
+    releases anything) and must be the plan's next step event: the plan was priced for
+    exactly these steps, so a different event is a ConfigError and a step past the end a
+    BudgetExceededError. Steps charged by other processes to the same file count too.
+    """
+
+    def __init__(self, ledger: Ledger, plan: Charge) -> None:
+        self.ledger = ledger
+        self.index = plan.index
+        self.label = plan.label
+        schedule = plan.event
+        self.steps: tuple[de.DpEvent, ...] = (
+            (schedule.event,) * schedule.count if isinstance(schedule, de.SelfComposedDpEvent)
+            else tuple(schedule.events))
+
+    def __repr__(self) -> str:
+        return f"Block(#{self.index}, {self.label!r}, {len(self.steps)} steps)"
+
+    @property
+    def used(self) -> int:
+        """Steps charged so far."""
+        return len(self.charges())
+
+    def charges(self) -> tuple[Charge, ...]:
+        """The steps charged to this plan, oldest first."""
+        book = self.ledger._book
+        with book.lock:
+            book.sync()
+            return tuple(c for c in book.charges if c.block == self.index)
+
+    def fits(self, event: de.DpEvent) -> bool:
+        """Whether ``event`` is the plan's next step (so :meth:`charge` will take it)."""
+        used = self.used
+        return used < len(self.steps) and self.steps[used] == event
+
+    def charge(self, event: de.DpEvent, *, label: str | None = None) -> Charge:
+        """Record the next step (already paid for by the plan)."""
+        return self.ledger._charge(event, label, None, "step", block=self)
+
+    def _check_step(self, event: de.DpEvent, label: str | None) -> None:
+        used = sum(1 for c in self.ledger._book.charges if c.block == self.index)
+        if used >= len(self.steps):
+            raise BudgetExceededError(
+                f"{label or 'step'}: the plan #{self.index} ({self.label}) has charged all "
+                f"its {len(self.steps)} steps; nothing was charged and no noise was drawn")
+        if self.steps[used] != event:
+            raise ConfigError(f"event={event!r} is not allowed: step {used} of plan "
+                              f"#{self.index} ({self.label}) is {self.steps[used]!r}")
 
 
 def check_ledger(ledger: Any, *, optional: bool = False) -> Ledger | None:

@@ -1,13 +1,16 @@
 """The SQLite file behind a persisted :class:`~veil.dp.Ledger`.
 
-Layout (:data:`FORMAT_VERSION`): ``meta`` (format version, accountant, creation time),
-``budgets`` (one row per ledger of the hierarchy: scope, epsilon, delta; the root's scope
-is ``''``, a child's ``parent/name``) and ``charges`` (one row per charge, the event as
-JSON, :mod:`veil.dp.accounting.serialize`). The file is in WAL mode with
-``synchronous=FULL``; each write is one ``BEGIN IMMEDIATE`` transaction, so other threads
-and processes wait for it and a committed charge survives ``kill -9``. Every row read back
-is validated (:func:`parse_charge`): a corrupt file is a :class:`~veil.errors.DataError`,
-never silently repaired or replaced.
+Layout (:data:`FORMAT_VERSION`): ``meta`` (format version, accountant policy, creation
+time), ``budgets`` (one row per ledger of the hierarchy: scope, epsilon, delta; the root's
+scope is ``''``, a child's ``parent/name``) and ``charges`` (one row per charge, the event as
+JSON, :mod:`veil.dp.accounting.serialize`; kind ``release``/``charge``, a planned block
+``plan`` holding the whole schedule, or a ``step`` of the plan whose id is in ``block``).
+Format 1 (no plans, no ``block`` column) is migrated to 2 when opened for writing (the
+column is added in one transaction; nothing else changes); read-only it is read as is.
+The file is in WAL mode with ``synchronous=FULL``; each write is one ``BEGIN IMMEDIATE``
+transaction, so other threads and processes wait for it and a committed charge survives
+``kill -9``. Every row read back is validated (:func:`parse_charge`): a corrupt file is a
+:class:`~veil.errors.DataError`, never silently repaired or replaced.
 """
 
 from __future__ import annotations
@@ -31,8 +34,8 @@ __all__ = ["FORMAT_VERSION", "Charge", "LedgerStore", "parse_charge"]
 logger = logging.getLogger("veil.dp.ledger")
 
 #: version of the SQLite layout written by this veil
-FORMAT_VERSION = 1
-KINDS = ("release", "charge")
+FORMAT_VERSION = 2
+KINDS = ("release", "charge", "plan", "step")
 
 SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -45,7 +48,8 @@ CREATE TABLE charges (
     label TEXT,
     event TEXT NOT NULL,
     event_delta REAL,
-    epsilon REAL NOT NULL
+    epsilon REAL NOT NULL,
+    block INTEGER
 );
 """
 
@@ -55,7 +59,8 @@ class Charge:
     """One recorded charge.
 
     ``delta`` is the delta of the event's own guarantee (a mechanism's ``.delta``, None if
-    not given); ``epsilon`` the root ledger's spend at its delta after this charge.
+    not given); ``epsilon`` the root ledger's spend at its delta after this charge;
+    ``block`` the id of the plan a ``step`` belongs to (None otherwise).
     """
 
     index: int
@@ -66,6 +71,7 @@ class Charge:
     event: de.DpEvent
     delta: float | None
     epsilon: float
+    block: int | None = None
 
 
 class LedgerStore:
@@ -73,6 +79,8 @@ class LedgerStore:
 
     def __init__(self, path: str, read_only: bool = False) -> None:
         self.path = path
+        self.read_only = read_only
+        self._blocks: bool | None = None
         if os.path.isdir(path):
             raise DataError(f"path={path!r} is a directory; expected a ledger file")
         try:
@@ -149,10 +157,10 @@ class LedgerStore:
         """Record ``charge`` (its event as ``event_json``; inside :meth:`transaction`);
         returns its row id."""
         return int(self.conn.execute(
-            "INSERT INTO charges (time, scope, kind, label, event, event_delta, epsilon) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO charges (time, scope, kind, label, event, event_delta, epsilon, block) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (charge.time, charge.scope, charge.kind, charge.label, event_json,
-             charge.delta, charge.epsilon)).lastrowid)
+             charge.delta, charge.epsilon, charge.block)).lastrowid)
 
     def child_budget(self, scope: str, epsilon: float,
                      delta: float) -> tuple[float, float] | None:
@@ -164,10 +172,30 @@ class LedgerStore:
                 conn.execute("INSERT INTO budgets VALUES (?, ?, ?)", (scope, epsilon, delta))
         return None if stored is None else (check_epsilon(stored[0]), check_delta(stored[1]))
 
+    def has_blocks(self) -> bool:
+        """Whether the charges table has the ``block`` column (format 2; cached)."""
+        if self._blocks is None:
+            self._blocks = any(row[1] == "block" for row in
+                               self.conn.execute("PRAGMA table_info(charges)"))
+        return self._blocks
+
+    def migrate(self, version: int) -> None:
+        """Bring a format-``version`` file to :data:`FORMAT_VERSION` (one transaction)."""
+        if version == FORMAT_VERSION or self.read_only:
+            return
+        with self.transaction() as conn:
+            if not self.has_blocks():
+                conn.execute("ALTER TABLE charges ADD COLUMN block INTEGER")
+            conn.execute("UPDATE meta SET value = ? WHERE key = 'format_version'",
+                         (str(FORMAT_VERSION),))
+        self._blocks = True
+        logger.info("%s: ledger format %d migrated to %d", self.path, version, FORMAT_VERSION)
+
     def charges_after(self, last_id: int) -> list[tuple]:
+        block = "block" if self.has_blocks() else "NULL"
         return self.conn.execute(
-            "SELECT id, time, scope, kind, label, event, event_delta, epsilon FROM charges "
-            "WHERE id > ? ORDER BY id", (last_id,)).fetchall()
+            "SELECT id, time, scope, kind, label, event, event_delta, epsilon, "
+            f"{block} FROM charges WHERE id > ? ORDER BY id", (last_id,)).fetchall()
 
     def close(self) -> None:
         self.conn.close()
@@ -192,11 +220,13 @@ class Transaction:
 
 def parse_charge(row: tuple, path: str) -> Charge:
     """A stored charge, validated (DataError names the row)."""
-    cid, t, scope, kind, label, event_json, event_delta, eps = row
+    cid, t, scope, kind, label, event_json, event_delta, eps, block = row
     where = f"{path}: charge #{cid}"
     if kind not in KINDS or not isinstance(scope, str) or not (
-            label is None or isinstance(label, str)):
-        raise DataError(f"{where} is corrupt (kind={kind!r}, scope={scope!r})")
+            label is None or isinstance(label, str)) or (kind == "step") != (
+            isinstance(block, int) and 0 < block < cid):
+        raise DataError(f"{where} is corrupt (kind={kind!r}, scope={scope!r}, "
+                        f"block={block!r})")
     if not isinstance(t, float) or not isinstance(eps, float) or not (
             event_delta is None or (isinstance(event_delta, float) and 0 <= event_delta < 1)):
         raise DataError(f"{where} is corrupt (time={t!r}, epsilon={eps!r}, "
@@ -205,4 +235,4 @@ def parse_charge(row: tuple, path: str) -> Charge:
         event = event_from_json(event_json)
     except DataError as exc:
         raise DataError(f"{where}: {exc}") from None
-    return Charge(cid, t, scope, kind, label, event, event_delta, eps)
+    return Charge(cid, t, scope, kind, label, event, event_delta, eps, block)

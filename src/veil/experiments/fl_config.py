@@ -66,6 +66,7 @@ import numpy as np
 
 from veil._validation import check_choice, check_delta, check_positive, check_probability
 from veil.crypto.paillier import MIN_SECURE_BITS
+from veil.dp.accounting import DEFAULT_ACCOUNTANT
 from veil.errors import ConfigError, DataError
 from veil.random import Generator, RngLike
 
@@ -85,7 +86,7 @@ SCHEMA: dict[str, dict[str, tuple[Any, Any]]] = {
     "privacy": {"epsilon": (_NUM, None), "delta": (_NUM, 1e-5), "noise": (str, "central"),
                 "clip_norm": (_NUM, 1.0), "adaptive": (bool, False),
                 "target_quantile": (_NUM, 0.5), "clip_learning_rate": (_NUM, 0.2),
-                "accountant": (str, "rdp")},
+                "accountant": (str, DEFAULT_ACCOUNTANT)},
     "secagg": {"bits": (int, 32), "clip_range": (_NUM, 1.0), "neighbours": (int, None),
                "threshold": (_NUM, 0.5), "min_survivors": (_NUM, None), "prg": (str, "aes-ctr"),
                "consistency": (bool, True), "identities": (str, None)},

@@ -4,7 +4,15 @@ Each round ``t``:
 
 1. the strategy samples clients (the server does not know which are alive);
 2. the round's privacy cost (``strategy.round_event``) is checked against the ledger *before*
-   any client trains or any noise is drawn (BudgetExceededError stops the run there);
+   any client trains or any noise is drawn (BudgetExceededError stops the run there). When
+   the strategy's round event is fixed by its configuration (``strategy.fixed_round_event``,
+   e.g. DP-FedAvg), the first private round reserves all the remaining rounds as one
+   planned block (:meth:`veil.dp.Ledger.plan`): the run is priced tightly by PLD as one
+   schedule, and each round is then charged as a step of the plan (an early stop still
+   pays the whole plan). If the budget holds fewer rounds, the plan holds as many as fit
+   (:meth:`veil.dp.Ledger.longest_plan`) and the run stops there. A round outside a plan
+   (a strategy whose events vary) is charged on its own (a block, at an equal share of the
+   ledger's delta over the remaining rounds: valid under adaptive choice, looser);
 3. the runtime runs the strategy's protocol for the round, with its faults;
 4. if the round completed, the new global parameters replace the old ones (only if they are
    finite and of the right shape: the global model is never corrupted); if it aborted they
@@ -49,7 +57,7 @@ import numpy as np
 
 from veil._validation import check_array, check_int
 from veil.dp.accounting.serialize import event_from_json, event_to_json
-from veil.dp.ledger import Ledger
+from veil.dp.ledger import Block, Ledger
 from veil.errors import BudgetExceededError, ConfigError, DataError
 from veil.fl.checkpoint import Checkpoint
 from veil.fl.history import History
@@ -161,6 +169,8 @@ class Federation:
         self.params = self.initial_params.copy()
         self.history = History(simulated_noise=self.simulate_noise)
         self._next_round = 0
+        self._block: Block | None | bool = None  # False: rounds are charged alone
+        self._round_delta: float | None = None  # a round charged alone: its delta_b
 
     # -- the run ----------------------------------------------------------------------------
     def run(self, *, resume: bool = False) -> History:
@@ -176,7 +186,7 @@ class Federation:
             if event is not None:
                 self._check_budget(event, t)
                 if self.strategy.noise_at_clients:   # released to the server during the round
-                    self.ledger.charge(event, label=label)
+                    self._charge(event, label)
             server = self.strategy.server(t, self.params, sampled, rng)
             report = self.runtime.run_round(server, self.clients, rng)
             self._apply(report)
@@ -194,23 +204,44 @@ class Federation:
             if self.checkpoint is not None:
                 self.checkpoint.save(self._state(owed))  # the release and the charge it owes
             if owed is not None:
-                self.ledger.charge(event, label=owed["label"])
+                self._charge(event, owed["label"])
             if self.on_progress is not None:
                 self.on_progress(record)
         self.history.params = self.params.copy()
         return self.history
 
     def _check_budget(self, event: Any, t: int) -> None:
-        """BudgetExceededError (or ConfigError without a ledger) before round ``t`` runs."""
+        """BudgetExceededError (or ConfigError without a ledger) before round ``t`` runs;
+        opens the plan of the remaining rounds first when the strategy allows one."""
         if self.ledger is None:
             raise ConfigError("this strategy is differentially private: pass "
                               "ledger=veil.dp.Ledger(epsilon, delta, ...) to charge "
                               "its rounds to")
-        if not self.ledger.fits(event):
+        if self._block is None and self.strategy.fixed_round_event:
+            self._block = self.ledger.longest_plan(
+                event, steps=self.rounds - t,
+                label=f"fl rounds from {t}" + (SIMULATION if self.simulate_noise else ""))
+            if not self._block or len(self._block.steps) < self.rounds - t:
+                log.warning("the budget holds %d of the %d remaining rounds",
+                            len(self._block.steps) if self._block else 0, self.rounds - t)
+            self._block = self._block or False
+        if self._block and self._block.fits(event):
+            return
+        if self._round_delta is None:  # rounds alone share the ledger's delta equally
+            self._round_delta = self.ledger.delta / (self.rounds - t)
+        if not self.ledger.fits(event, delta=self._round_delta):
             raise BudgetExceededError(
                 f"fl round {t} would bring the ledger to epsilon="
-                f"{self.ledger.would_spend(event):.6g}, over its budget epsilon="
+                f"{self.ledger.would_spend(event, delta=self._round_delta):.6g}, over its "
+                "budget epsilon="
                 f"{self.ledger.epsilon:g}; the round was not run and nothing was charged")
+
+    def _charge(self, event: Any, label: str) -> None:
+        """Charge one round: a step of the plan when it is the plan's next, else alone."""
+        if self._block and self._block.fits(event):
+            self._block.charge(event, label=label)
+        else:
+            self.ledger.charge(event, label=label, delta=self._round_delta)
 
     def _round_rng(self, t: int) -> Generator:
         if self._seed is not None:
@@ -257,13 +288,17 @@ class Federation:
             record["loss"] = float(self.model.objective(*self.test))
         if self.ledger is not None:  # the spend once this round's charge is paid
             record["epsilon"], record["delta"] = (float(v) for v in self.ledger.spent())
-            if event is not None and not self.strategy.noise_at_clients:  # charged after
-                record["epsilon"] = float(self.ledger.would_spend(event))
+            if event is not None and not self.strategy.noise_at_clients and not (
+                    self._block and self._block.fits(event)):  # charged after, alone
+                record["epsilon"] = float(self.ledger.would_spend(event,
+                                                                  delta=self._round_delta))
         return record
 
     # -- checkpoints ----------------------------------------------------------------------
     def _state(self, owed: dict[str, Any] | None) -> dict[str, Any]:
+        block = self._block.index if self._block else None
         return {"fingerprint": self.fingerprint, "next_round": self._next_round, "owed": owed,
+                "block": block,
                 "params": self.params, "strategy": self.strategy.state_dict(),
                 "runtime": self.runtime.state_dict(), "history": self.history.rounds,
                 "observers": [o.state_dict() for o in self.observers]}
@@ -294,6 +329,12 @@ class Federation:
         for observer, observed in zip(self.observers, saved):
             observer.load_state_dict(observed)
         self.history = History(rounds=list(state["history"]), params=self.params.copy())
+        block = state.get("block")
+        if block is not None:
+            if not isinstance(block, int) or self.ledger is None:
+                raise DataError(f"{self.checkpoint.path}: the run's planned block is not "
+                                "readable, or no ledger= was given to resume it")
+            self._block = self.ledger.block(block)
         self._pay(state.get("owed"))
         log.info("resuming after round %d from %s", self._next_round - 1, self.checkpoint.path)
 
@@ -313,7 +354,7 @@ class Federation:
             return
         log.info("paying the charge of %s, recorded with its release before the crash",
                  owed["label"])
-        self.ledger.charge(event_from_json(owed["event"]), label=owed["label"])
+        self._charge(event_from_json(owed["event"]), owed["label"])
 
 
 def _pair(pair: Any, name: str) -> tuple[np.ndarray, np.ndarray]:

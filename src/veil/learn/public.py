@@ -17,6 +17,15 @@ a *declared* public value:
   size is public (the *replace-one* relation, where ``n`` is the same for neighbours):
   ``len(X)`` is then used, silently. ``None`` (the default, kept for compatibility) uses
   ``len(X)`` with a warning that the size is treated as public.
+* ``dataset_size=EstimatedSize(epsilon_n)`` (:mod:`veil.learn.dpsgd.size`): no
+  public size; a declared slice ``epsilon_n`` of the budget buys a private count, charged
+  to the ledger (the two-sided geometric mechanism, exact on the integers; a count has
+  sensitivity 1 under add/remove), and the rest of the budget goes to DP-SGD. Any released
+  N keeps DP-SGD private (the sampler draws with ``q = b / N`` and the accounting uses that
+  same q), so N only has to be released, not exact; veil uses a lower confidence bound,
+  ``N = noisy count - ceil(t ln(1 / (1 - confidence)))`` (t the noise scale; the noise
+  exceeds the margin with probability <= 1 - confidence), so that the expected batch
+  ``q n`` is at least the requested one with that confidence.
 
 No exact private count goes into a log or an error message (diagnostics for the curator are
 returned on results, never logged).
@@ -73,3 +82,4 @@ def declared_size(n: Any, actual: int, owner: str, name: str = "n") -> int:
         raise ConfigError(f"{owner}: {name}={n!r} is not allowed: expected a public size "
                           "(int), 'public' or None")
     return check_int(n, name, low=1)
+

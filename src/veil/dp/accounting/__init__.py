@@ -8,6 +8,10 @@
   :class:`ParallelDpEvent`, sound handling of fixed-size batches, and their exact JSON form
   (:mod:`~veil.dp.accounting.serialize`); :class:`SkellamDpEvent`, the Skellam
   mechanism's RDP curve (:mod:`~veil.dp.accounting.skellam`).
+* Ledger policies (:data:`POLICIES`, the table of their guarantees in
+  :mod:`~veil.dp.accounting.registry`): the default :class:`PLDFilter` (a valid privacy
+  filter whose blocks are priced by PLD), and :data:`DEFAULT_ACCOUNTANT`, the one default
+  of every entry point.
 * Calibration: :func:`calibrate_noise` (sigma for a target) and :func:`epsilon_for`.
 """
 
@@ -23,16 +27,26 @@ from veil.dp.accounting.events import (
     parallel,
     subsampled_gaussian_event,
 )
+from veil.dp.accounting.filter import PLDFilter
 from veil.dp.accounting.gdp import GDPAccountant
 from veil.dp.accounting.pld import PLDAccountant
 from veil.dp.accounting.rdp import RDPAccountant
-from veil.dp.accounting.registry import ACCOUNTANTS, CERTIFIED, make_accountant
+from veil.dp.accounting.registry import (
+    ACCOUNTANTS,
+    CERTIFIED,
+    DEFAULT_ACCOUNTANT,
+    NOT_A_FILTER,
+    POLICIES,
+    make_accountant,
+    make_policy,
+)
 from veil.dp.accounting.serialize import event_from_json, event_to_json
 from veil.dp.accounting.skellam import SkellamDpEvent
 
 __all__ = [
     "Accountant", "PLDAccountant", "RDPAccountant", "BasicAccountant", "AdvancedAccountant",
-    "GDPAccountant", "ACCOUNTANTS", "CERTIFIED", "make_accountant",
+    "GDPAccountant", "ACCOUNTANTS", "CERTIFIED", "make_accountant", "PLDFilter",
+    "DEFAULT_ACCOUNTANT", "NOT_A_FILTER", "POLICIES", "make_policy",
     "calibrate_noise", "epsilon_for", "calibrate",
     "ParallelDpEvent", "SkellamDpEvent", "parallel", "subsampled_gaussian_event", "describe",
     "event_to_json", "event_from_json",

@@ -54,8 +54,9 @@ class CompositionSums(NamedTuple):
                                self.epsilon_sq + count * eps * eps, self.drift + count * drift)
 
     def basic(self, delta: float) -> float:
-        """Basic composition: sum eps_i if sum delta_i <= delta, else infinity."""
-        return self.epsilon if self.delta <= delta else math.inf
+        """Basic composition: sum eps_i if sum delta_i <= delta (up to a relative 1e-9 of
+        floating-point round-off, as for epsilon: ``delta/5`` five times), else infinity."""
+        return self.epsilon if self.delta <= delta * (1.0 + 1e-9) else math.inf
 
     def advanced(self, delta: float) -> float:
         """Advanced composition with delta' = delta - sum delta_i (DRV 2010)."""

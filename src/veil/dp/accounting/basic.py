@@ -15,7 +15,10 @@ from dp_accounting import dp_event as de
 
 from veil.dp.accounting.base import Accountant
 from veil.dp.accounting.events import describe
-from veil.dp.accounting.guarantees import event_guarantee
+from veil.dp.accounting.guarantees import (
+    event_guarantee,
+    gaussian_noise_multiplier,
+)
 from veil.dp.accounting.pld import PLDAccountant
 from veil.dp.accounting.rdp import RDPAccountant
 from veil.dp.accounting.traversal import without_replacement_bound
@@ -31,23 +34,26 @@ class BasicAccountant(Accountant):
     _needs_guarantees = True
 
     def guarantee(self, event: de.DpEvent, delta: float | None) -> tuple[float, float] | None:
-        """A closed form when there is one; else (delta > 0) the smaller of the RDP and the
-        (pessimistic) PLD epsilon of that event alone at ``delta``."""
+        """Without a delta > 0, or for a tree of Gaussians, the exact closed form (pure
+        epsilon; the Gaussian's exact epsilon). Otherwise the smallest of the closed form
+        (``(eps, 0)`` for pure DP, amplification by sampling), the (pessimistic) PLD and the
+        RDP epsilon of that event alone at ``delta``: each is a valid guarantee of the event,
+        so the one with the smallest epsilon is too (a tie keeps the smaller delta)."""
         found = event_guarantee(event, delta)
-        if found is not None or delta is None or delta <= 0:
+        if delta is None or delta <= 0 or gaussian_noise_multiplier(event) is not None:
             return found
         if isinstance(event, de.SampledWithoutReplacementDpEvent):
             event = without_replacement_bound(event)
-        bounds = []
+        bounds = [] if found is None else [found]
         for single in (PLDAccountant(), RDPAccountant()):
             try:
                 single.compose(event)
             except ConfigError:
                 continue
-            bounds.append(single.get_epsilon(delta))
+            bounds.append((single.get_epsilon(delta), delta))
         if not bounds:
             raise ConfigError(f"{describe(event)} is not supported by any accountant")
-        return min(bounds), delta
+        return min(bounds)
 
     def _compose(self, event: de.DpEvent) -> None:
         pass  # the base class keeps the sums

@@ -32,7 +32,7 @@ from veil._validation import (
 )
 from veil.dp.accounting.events import subsampled_gaussian_event
 from veil.dp.accounting.gdp import GDPAccountant
-from veil.dp.accounting.registry import make_accountant
+from veil.dp.accounting.registry import DEFAULT_ACCOUNTANT, make_accountant
 from veil.errors import ConfigError
 
 __all__ = ["epsilon_for", "calibrate_noise", "calibrate"]
@@ -60,12 +60,17 @@ def _steps_epsilon(sigma: float, delta: float, q: float, steps: int, accountant:
     step = subsampled_gaussian_event(sigma, q, sampling=sampling, dataset_size=dataset_size)
     # basic: each step gets delta/T; advanced: delta/(2T), leaving delta/2 for delta'
     share = {"basic": delta / steps, "advanced": delta / (2 * steps)}.get(accountant)
-    acc.compose(step, delta=share or None, count=steps)
-    return acc.get_epsilon(delta)
+    try:
+        acc.compose(step, delta=share or None, count=steps)
+        return acc.get_epsilon(delta)
+    except MemoryError:  # PLD's grid for millions of steps at extreme sigma
+        raise ConfigError(f"steps={steps} at noise multiplier {sigma:.4g} is too large for "
+                          f"the {accountant!r} accountant's memory; use accountant='rdp' "
+                          "(or fewer steps)") from None
 
 
 def epsilon_for(sigma: float, delta: float, sample_rate: float = 1.0, steps: int = 1,
-                accountant: str = "rdp", *, sampling: str = "poisson",
+                accountant: str = DEFAULT_ACCOUNTANT, *, sampling: str = "poisson",
                 dataset_size: int | None = None, **options: Any) -> float:
     """Epsilon at ``delta`` of ``steps`` subsampled Gaussian steps with multiplier ``sigma``.
 
@@ -183,7 +188,8 @@ def _solve(eps_of: Callable[[float], float], epsilon: float, guess: float,
 
 
 def calibrate(event_for: Callable[[float], de.DpEvent], epsilon: float, delta: float,
-              accountant: str = "rdp", *, rtol: float = 1e-3, guess: float | None = None,
+              accountant: str = DEFAULT_ACCOUNTANT, *, rtol: float = 1e-3,
+              guess: float | None = None,
               **options: Any) -> float:
     """The smallest scale ``s`` (to ``rtol``) whose event ``event_for(s)`` is
     (epsilon, delta)-DP under ``accountant``; the cost must be non-increasing in ``s``.
@@ -208,7 +214,7 @@ def calibrate(event_for: Callable[[float], de.DpEvent], epsilon: float, delta: f
 
 
 def calibrate_noise(epsilon: float, delta: float, sample_rate: float = 1.0, steps: int = 1,
-                    accountant: str = "rdp", *, sampling: str = "poisson",
+                    accountant: str = DEFAULT_ACCOUNTANT, *, sampling: str = "poisson",
                     dataset_size: int | None = None, rtol: float = 1e-3,
                     **options: Any) -> float:
     """The noise multiplier sigma for which ``steps`` subsampled Gaussian steps are

@@ -1,4 +1,31 @@
-"""Accountants by name (what ``Ledger(accountant=...)`` and calibration accept)."""
+"""Accountants and ledger policies by name, and the one default every entry point uses.
+
+*Accountants* (:data:`ACCOUNTANTS`) are the math: what a sequence of events fixed in
+advance costs; calibration (:func:`~veil.dp.accounting.calibrate_noise`, ...) uses them.
+*Policies* (:data:`POLICIES`) are what a :class:`~veil.dp.Ledger` composes its charges
+with; each gives a different guarantee when charges are chosen adaptively:
+
+==================== ========================================================== ==========
+policy               guarantee                                                  filter?
+==================== ========================================================== ==========
+``"pld"`` (default)  blocks (one release, or a planned schedule) priced by PLD,  valid
+                     composed by basic composition (:mod:`.filter`)
+``"rdp"``            Renyi-DP curves added over all charges, converted at the   valid [1]
+                     end (Feldman & Zrnic 2021); for many adaptive Gaussians
+``"basic"``          sum of per-charge (epsilon, delta) (delta= required)       valid
+``"advanced"``       Dwork-Rothblum-Vadhan over per-charge (epsilon, delta)     valid
+``"pld-nonadaptive"`` PLD of the whole sequence: tight only if every charge's    **no**
+                     parameters were fixed before the first one (opt-in)
+==================== ========================================================== ==========
+
+[1] at a fixed Renyi order (Feldman & Zrnic 2021, Thm. 3.1); veil converts at the best
+order of a grid, as every RDP accountant does.
+
+:data:`DEFAULT_ACCOUNTANT` is the one default of the Ledger, of calibration and of every
+entry point that calibrates or charges (make_private, DPFedAvg.from_budget, noise_decay,
+``veil budget calibrate``): a sigma calibrated with the defaults is exactly what the
+default ledger charges for it (a planned block priced by PLD).
+"""
 
 from __future__ import annotations
 
@@ -8,22 +35,35 @@ from veil._validation import check_choice
 from veil.dp.accounting.advanced import AdvancedAccountant
 from veil.dp.accounting.base import Accountant
 from veil.dp.accounting.basic import BasicAccountant
+from veil.dp.accounting.filter import PLDFilter
 from veil.dp.accounting.gdp import GDPAccountant
 from veil.dp.accounting.pld import PLDAccountant
 from veil.dp.accounting.rdp import RDPAccountant
 from veil.errors import ConfigError
 
-__all__ = ["ACCOUNTANTS", "CERTIFIED", "make_accountant"]
+__all__ = ["ACCOUNTANTS", "CERTIFIED", "DEFAULT_ACCOUNTANT", "NOT_A_FILTER", "POLICIES",
+           "make_accountant", "make_policy"]
+
+#: the default accounting of every entry point (ledger policy and calibration accountant)
+DEFAULT_ACCOUNTANT = "pld"
+#: the opt-in policy that composes all charges by PLD as if fixed in advance (not a filter)
+NOT_A_FILTER = "pld-nonadaptive"
 
 ACCOUNTANTS: dict[str, type[Accountant]] = {
     cls.name: cls for cls in (PLDAccountant, RDPAccountant, BasicAccountant,
                               AdvancedAccountant, GDPAccountant)}
 #: the accountants whose epsilon is a certified upper bound (usable for budgets)
 CERTIFIED: tuple[str, ...] = tuple(n for n, c in ACCOUNTANTS.items() if c.certified)
+#: ledger policies (the table above)
+POLICIES: dict[str, type[Accountant]] = {
+    "pld": PLDFilter, "rdp": RDPAccountant, "basic": BasicAccountant,
+    "advanced": AdvancedAccountant, NOT_A_FILTER: PLDAccountant}
 
 
 def make_accountant(name: str, *, certified_only: bool = True, **options: Any) -> Accountant:
-    """A fresh accountant by name; ``options`` go to its constructor."""
+    """A fresh accountant by name (a policy name stands for the accountant that prices its
+    blocks: "pld-nonadaptive" -> "pld"); ``options`` go to its constructor."""
+    name = "pld" if name == NOT_A_FILTER else name
     allowed = CERTIFIED if certified_only else tuple(ACCOUNTANTS)
     if certified_only and name in ACCOUNTANTS and name not in CERTIFIED:
         raise ConfigError(f"accountant={name!r} is not allowed here: it is an approximation "
@@ -34,3 +74,12 @@ def make_accountant(name: str, *, certified_only: bool = True, **options: Any) -
     except TypeError as exc:
         raise ConfigError(f"options {sorted(options)} are not allowed for accountant={name!r}: "
                           f"{exc}") from None
+
+
+def make_policy(name: str) -> Accountant:
+    """A fresh ledger accountant for policy ``name`` (ConfigError naming the policies)."""
+    if name in ACCOUNTANTS and name not in CERTIFIED:
+        raise ConfigError(f"accountant={name!r} is not allowed for a budget: it is an "
+                          f"approximation; choose one of {', '.join(POLICIES)}")
+    check_choice(name, "accountant", tuple(POLICIES))
+    return POLICIES[name]()

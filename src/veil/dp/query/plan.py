@@ -59,7 +59,7 @@ from scipy.special import ndtri
 
 from veil._validation import check_choice, check_delta, check_epsilon
 from veil.dp._numeric import div_down, div_up, noise_grid
-from veil.dp.accounting import describe, make_accountant
+from veil.dp.accounting import DEFAULT_ACCOUNTANT, NOT_A_FILTER, describe, make_accountant
 from veil.dp.accounting.calibration import calibrate
 from veil.dp.gaussian import analytic_gaussian_sigma
 from veil.dp.query.spec import Aggregate, Measurement
@@ -213,7 +213,7 @@ def threshold(count: Part, noise: str, max_groups: int, max_rows: int,
 
 def make_plan(measurements: Sequence[Measurement], quantiles: Sequence[Aggregate], *,
               epsilon: float, delta: float, noise: str | None, max_groups: int,
-              max_rows: int, public_keys: bool, accountant: str = "pld") -> Plan:
+              max_rows: int, public_keys: bool, accountant: str = DEFAULT_ACCOUNTANT) -> Plan:
     """Calibrate the query (module docstring). ``quantiles`` are the quantile aggregates;
     ``measurements`` every measurement (the quantiles' cell counts are not noised)."""
     epsilon, delta = check_epsilon(epsilon), check_delta(delta)
@@ -229,7 +229,7 @@ def make_plan(measurements: Sequence[Measurement], quantiles: Sequence[Aggregate
         raise ConfigError("delta=0 is not allowed when the group keys are not declared: DP "
                           "partition selection needs delta > 0; declare the keys (keys=...) "
                           "or give delta")
-    if not public_keys and accountant != "pld":
+    if not public_keys and accountant not in ("pld", NOT_A_FILTER):
         raise ConfigError(f"accountant={accountant!r} is not allowed for partition "
                           "selection: its cost is accounted by the 'pld' accountant; use a "
                           "ledger with accountant='pld' or declare the keys")

@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 
 from veil._validation import check_int
+from veil.dp.accounting import DEFAULT_ACCOUNTANT
 from veil.dp.ledger import Ledger
 from veil.dp.query import local
 from veil.dp.query.plan import Plan, make_plan
@@ -168,7 +169,7 @@ class Query:
         return bool(self.by) and self.keys is None
 
     def plan(self, epsilon: float, delta: float = 0.0, *, noise: str | None = None,
-             accountant: str = "pld") -> Plan:
+             accountant: str = DEFAULT_ACCOUNTANT) -> Plan:
         """The noise and the certified cost of this query: a dry run, no data read.
 
         ``noise``: "laplace" or "gaussian" (default: Laplace when ``delta == 0``, else the
@@ -198,7 +199,7 @@ class Query:
             raise ConfigError(f"ledger={ledger!r} is not allowed: expected a veil.dp.Ledger "
                               "or None")
         plan = self.plan(epsilon, delta, noise=noise,
-                         accountant=ledger.accountant if ledger is not None else "pld")
+                         accountant=ledger.accountant if ledger is not None else DEFAULT_ACCOUNTANT)
         # one stream for bounding, one for noise: both backends draw the same noise
         bounding_rng, noise_rng = check_rng(rng).spawn(2)
         measurements = self.measurements()

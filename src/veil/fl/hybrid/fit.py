@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from veil._validation import check_choice
+from veil.dp.accounting import DEFAULT_ACCOUNTANT
 from veil.dp.distributed import NOISES, DistributedMechanism, calibrate_multiplier, check_trust
 from veil.dp.ledger import Ledger
 from veil.errors import ConfigError, DataError
@@ -149,8 +150,11 @@ def fit_queries(learner: QueryLearner, aggregator: Aggregator, *, method: str = 
 
     For a noisy method the noise multiplier is calibrated so that all the queries of
     ``learner.plan()`` fit (epsilon, delta) under the ledger's accountant
-    (:func:`veil.dp.distributed.calibrate_multiplier`), and each query is charged to
-    ``ledger`` (default: a new ``Ledger(epsilon, delta)``) before its noise is drawn.
+    (:func:`veil.dp.distributed.calibrate_multiplier`). With Gaussian-like noise all the
+    planned queries are reserved on ``ledger`` (default: a new ``Ledger(epsilon, delta)``)
+    as one planned block before the first runs (:meth:`veil.dp.Ledger.plan`, priced at
+    ``delta``; an early stop still pays for it); Laplace queries (pure DP) are charged one
+    by one. Each query is charged before its noise is drawn.
     ``trust``: t, the minimum number of honest parties (``method="hybrid"`` only).
     ``noise_multiplier``: skip the calibration (e.g. reuse one across methods); the ledger
     still refuses any query that does not fit.
@@ -171,12 +175,27 @@ def fit_queries(learner: QueryLearner, aggregator: Aggregator, *, method: str = 
         z = noise_multiplier if noise_multiplier is not None else plan_multiplier(
             learner, noise, epsilon, delta, accountant=ledger.accountant)
     fit = QueryFit(learner.model, ledger, z)
+
+    def mechanism(shape: Any) -> DistributedMechanism:
+        return query_noise(noise, z, shape, parties=adders, honest=honest, delta=delta)
+
+    block = None
+    if z is not None and noise != "laplace":
+        # the learner's queries are fixed in advance: one planned block, priced by PLD and
+        # charged whole before the first query (BudgetExceededError: nothing charged).
+        # Pure-DP (Laplace) queries are charged one by one: the filter adds them exactly,
+        # so a learner that stops early (a tree) pays only for the queries it asked.
+        planned = [mechanism(shape).event for shape in learner.plan()]
+        block = ledger.plan(planned, delta=delta,
+                            label=f"{method}: {len(planned)} planned queries")
     while (query := learner.next_query()) is not None:
         party_noise = server_noise = None
         if z is not None:
-            mech = query_noise(noise, z, query.shape, parties=adders, honest=honest,
-                               delta=delta)
-            ledger.charge(mech.event, label=f"{method} {query.name}", delta=mech.delta or None)
+            mech = mechanism(query.shape)
+            if block is None:
+                ledger.charge(mech.event, label=f"{method} {query.name}")
+            else:
+                block.charge(mech.event, label=f"{method} {query.name}")
             party_noise, server_noise = (mech, None) if m.noise == "parties" else (None, mech)
         agg = aggregator.aggregate(query, learner, party_noise=party_noise,
                                    server_noise=server_noise, rng=rng)
@@ -189,7 +208,7 @@ def fit_queries(learner: QueryLearner, aggregator: Aggregator, *, method: str = 
 
 
 def plan_multiplier(learner: QueryLearner, noise: str, epsilon: float, delta: float, *,
-                    accountant: str = "pld") -> float:
+                    accountant: str = DEFAULT_ACCOUNTANT) -> float:
     """The noise multiplier for which all of ``learner.plan()`` fits (epsilon, delta)
     (Laplace noise is pure: delta is not used)."""
     kind = NOISES[check_choice(noise, "noise", tuple(NOISES))]

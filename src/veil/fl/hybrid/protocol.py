@@ -79,6 +79,7 @@ from veil.crypto.identity import make_identities, public_identity, sign, verify
 from veil.crypto.paillier import EncryptedArray, NoisePool
 from veil.dp import Ledger
 from veil.dp.distributed import NOISES, DistributedMechanism, check_trust
+from veil.dp.ledger import Block
 from veil.errors import ConfigError, CryptoError, DataError, ProtocolError
 from veil.fl.hybrid.fit import METHODS
 from veil.fl.hybrid.grid import contribute, decode, noise_std, query_noise, value_limit
@@ -485,6 +486,7 @@ class HybridClient(ClientProtocol):
         self.records_clipped = 0
         self.answered = 0
         self._current: tuple[int, Query, QueryEncoding] | None = None
+        self._block: Block | None | bool = None  # the planned queries on its ledger
 
     def __getstate__(self) -> dict[str, Any]:
         # A party shipped to a worker process takes its budget along: a Ledger never pickles
@@ -505,6 +507,23 @@ class HybridClient(ClientProtocol):
         self.ledger = None if budget is None else Ledger(budget[0], budget[1],
                                                          accountant=budget[2])
 
+    def _charge(self, event: Any, plan: list[Any], query: Query, bits: int) -> None:
+        """Charge ``query`` to this party's ledger. At the first query the longest prefix
+        of the planned queries (fixed by the agreement) that fits is reserved as one block
+        (:meth:`veil.dp.Ledger.longest_plan`, at the agreement's delta) unless the noise is
+        pure; a query that is not the plan's next step is charged on its own, or refused
+        (BudgetExceededError)."""
+        if self._block is None:  # pure (Laplace) queries are added exactly one by one
+            planned = [QueryEncoding(dataclasses.replace(p, size=query.shape.size),
+                                     self.agreement, bits).mechanism.event for p in plan]
+            self._block = self.agreement.noise != "laplace" and self.ledger.longest_plan(
+                planned, delta=self.agreement.delta,
+                label=f"party {self.client_id}: planned queries") or False
+        if self._block and self._block.fits(event):
+            self._block.charge(event, label=f"query {query.name}")
+        else:
+            self.ledger.charge(event, label=f"query {query.name}")
+
     def precompute(self, count: int) -> None:
         """Fill the noise pool with ``count`` more encryption noises (offline work)."""
         if self.pool is not None:
@@ -523,10 +542,10 @@ class HybridClient(ClientProtocol):
         if self.answered >= len(plan):
             raise ProtocolError(f"party {self.client_id}: {self.answered} queries answered, "
                                 f"all that its plan has: refused")
-        encoding = QueryEncoding(query.shape, self.agreement,
-                                 self.key_share.public_key.bits if self.key_share else 2048)
+        bits = self.key_share.public_key.bits if self.key_share else 2048
+        encoding = QueryEncoding(query.shape, self.agreement, bits)
         if self.ledger is not None and encoding.mechanism is not None:
-            self.ledger.charge(encoding.mechanism.event, label=f"query {query.name}")
+            self._charge(encoding.mechanism.event, plan, query, bits)
         self.answered += 1
         answer, records = self.learner.answer(query, self.X, self.y)
         ints, over = contribute(query.shape, answer, encoding.mechanism, noise_rng(rng),

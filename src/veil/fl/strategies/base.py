@@ -118,6 +118,13 @@ class Strategy(ABC):
         return False
 
     @property
+    def fixed_round_event(self) -> bool:
+        """True when ``round_event`` is the same every round, set by the configuration
+        alone (never by data or by earlier rounds): a federation then charges its rounds as
+        one planned block (:meth:`veil.dp.Ledger.plan`), priced tightly for the whole run."""
+        return False
+
+    @property
     def secure(self) -> bool:
         """True when the transport hides single updates from the server."""
         return False
@@ -226,6 +233,10 @@ class StrategyWrapper(UpdateStrategy):
     @property
     def noise_at_clients(self) -> bool:
         return self.inner.noise_at_clients
+
+    @property
+    def fixed_round_event(self) -> bool:
+        return self.inner.fixed_round_event
 
     @property
     def secure(self) -> bool:

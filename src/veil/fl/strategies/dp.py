@@ -63,7 +63,11 @@ import dp_accounting
 import numpy as np
 
 from veil._validation import check_choice, check_positive, check_probability
-from veil.dp.accounting import calibrate_noise, subsampled_gaussian_event
+from veil.dp.accounting import (
+    DEFAULT_ACCOUNTANT,
+    calibrate_noise,
+    subsampled_gaussian_event,
+)
 from veil.dp.samplers import rounded_gaussian
 from veil.dp.sensitivity import clip_l2
 from veil.errors import ConfigError, ProtocolError
@@ -145,14 +149,20 @@ class DPFedAvg(StrategyWrapper):
 
     @classmethod
     def from_budget(cls, inner: UpdateStrategy, *, epsilon: float, delta: float, rounds: int,
-                    accountant: str = "rdp", **kwargs: Any) -> DPFedAvg:
+                    accountant: str = DEFAULT_ACCOUNTANT, **kwargs: Any) -> DPFedAvg:
         """A DPFedAvg whose z makes ``rounds`` rounds (epsilon, delta)-DP (client level),
         calibrated with :func:`veil.dp.accounting.calibrate_noise` at the sampling rate
         (at rate 1 for local and distributed noise, which claim no amplification by
-        sampling: the server that samples is the party they protect against)."""
+        sampling: the server that samples is the party they protect against), with
+        ``accountant`` (the default policy's; "rdp" for distributed noise, which SecAgg
+        charges as zCDP)."""
         q = kwargs.get("sample_rate") or getattr(inner, "fraction", 1.0)
         if kwargs.get("noise") in ("local", "distributed"):
             q = 1.0
+        if kwargs.get("noise") == "distributed":
+            # charged by SecAgg as zCDP, whose cost every policy takes from its Renyi curve
+            # (the Gaussian's, exactly): calibrate on that curve
+            accountant = "rdp"
         z = calibrate_noise(epsilon, delta, sample_rate=q, steps=rounds, accountant=accountant)
         return cls(inner, noise_multiplier=z, **kwargs)
 
@@ -203,6 +213,10 @@ class DPFedAvg(StrategyWrapper):
     @property
     def noise_at_clients(self) -> bool:
         return self.noise != "central"
+
+    @property
+    def fixed_round_event(self) -> bool:
+        return self.noise != "distributed"  # z and q are fixed; SecAgg prices distributed
 
     @property
     def requires_secure_aggregation(self) -> bool:

@@ -33,6 +33,7 @@ import numpy as np
 
 from veil._validation import check_choice, check_delta, check_epsilon, check_int
 from veil.dp import Ledger
+from veil.dp.accounting import DEFAULT_ACCOUNTANT
 from veil.dp.distributed import NOISES, check_trust
 from veil.errors import ConfigError
 from veil.fl.hybrid.fit import plan_multiplier
@@ -83,7 +84,7 @@ class Hybrid(Strategy):
                  key_bits: int = 2048, primes: Any = None, insecure_ok: bool = False,
                  keygen: str = "dealer",
                  packed: bool = True, min_answers: int | None = None,
-                 accountant: str = "pld", rng: RngLike = None) -> None:
+                 accountant: str = DEFAULT_ACCOUNTANT, rng: RngLike = None) -> None:
         self.trust, self.parties = check_trust(trust, parties)
         self.rounds = check_int(rounds, "rounds", low=1)
         if (epsilon is None) == (noise_multiplier is None):
@@ -177,6 +178,10 @@ class Hybrid(Strategy):
     @property
     def private(self) -> bool:
         return True
+
+    @property
+    def fixed_round_event(self) -> bool:
+        return True  # the agreed mechanism for the model's shape, the same every round
 
     @property
     def noise_at_clients(self) -> bool:

@@ -165,6 +165,17 @@ class SecAgg(StrategyWrapper):
         return Plan(self.bits, degree, threshold, min_survivors, clip_range, scale, extras,
                      extras_scale, sigma, sigmas, rho, self.prg)
 
+    @property
+    def fixed_round_event(self) -> bool:
+        """With distributed noise a round's zCDP cost depends on the number of clients in
+        it and on the clip norm: fixed when every client takes part (sampling rate 1) and
+        the clip norm is fixed (a round whose event differs from the plan is then charged
+        on its own by the federation, so this is only an optimisation)."""
+        if not self.inner.requires_secure_aggregation:
+            return self.inner.fixed_round_event
+        return getattr(self.inner, "sample_rate", None) == 1.0 and \
+            getattr(self.inner, "adaptive", True) is False
+
     def round_event(self, server_round: int, params: np.ndarray, sampled: Sequence[int],
                     population: int) -> dp_accounting.DpEvent | None:
         plan = self.plan(server_round, params, sampled)  # also checks the ring before any charge

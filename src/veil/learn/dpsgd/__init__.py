@@ -27,6 +27,7 @@ from typing import Any
 
 _EXPORTS = {
     "make_private": "veil.learn.dpsgd.privacy",
+    "EstimatedSize": "veil.learn.dpsgd.size",
     "PrivacyPlan": "veil.learn.dpsgd.privacy",
     "PrivateModel": "veil.learn.dpsgd.privacy",
     "PrivateOptimizer": "veil.learn.dpsgd.optimizer",

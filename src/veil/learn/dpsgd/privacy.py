@@ -35,14 +35,22 @@ from veil._validation import (
     check_positive,
     check_probability,
 )
-from veil.dp.accounting import calibrate_noise, epsilon_for, subsampled_gaussian_event
+from veil.dp.accounting import (
+    DEFAULT_ACCOUNTANT,
+    NOT_A_FILTER,
+    calibrate_noise,
+    epsilon_for,
+    subsampled_gaussian_event,
+)
 from veil.dp.ledger import Ledger, check_ledger
+from veil.dp.selection import pure_dp_event
 from veil.errors import BudgetExceededError, ConfigError
 from veil.learn.dpsgd._torch import nn, torch
 from veil.learn.dpsgd.engine import PerExampleGradients
 from veil.learn.dpsgd.loader import PrivateLoader, StepCounter, as_source
 from veil.learn.dpsgd.optimizer import PrivateOptimizer
 from veil.learn.dpsgd.probe import check_independent
+from veil.learn.dpsgd.size import EstimatedSize, estimated_size
 from veil.learn.public import declared_size
 from veil.random import RngLike, check_rng
 
@@ -135,16 +143,17 @@ def _schedule(n: int, batch_size: Any, sample_rate: Any, sampling: str) -> tuple
 
 
 def _sigma_to_fit(ledger: Ledger, q: float, steps: int, sampling: str, n: int,
-                  sigma: float) -> float:
+                  sigma: float, delta: float) -> float:
     """The smallest noise multiplier (within 1%) whose schedule still fits ``ledger``."""
     lo, hi = sigma, sigma
-    while not ledger.fits(_event(hi, q, steps, sampling, n)):
+    while not ledger.fits(_event(hi, q, steps, sampling, n), delta=delta):
         lo, hi = hi, hi * 2
         if hi > 1e6:
             return math.inf
     while hi / lo > 1.01:
         mid = math.sqrt(lo * hi)
-        lo, hi = (lo, mid) if ledger.fits(_event(mid, q, steps, sampling, n)) else (mid, hi)
+        lo, hi = (lo, mid) if ledger.fits(_event(mid, q, steps, sampling, n),
+                                          delta=delta) else (mid, hi)
     return hi
 
 
@@ -202,6 +211,9 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data: Any, 
         Poisson sampling then draws each record with probability q whatever the true size.
         ``"public"``: the true size is public (``len(data)``); None (default): the same,
         with a warning. ``sampling="fixed"`` needs the true size, so an int is refused.
+        ``EstimatedSize(epsilon_n)``: no public size; ``epsilon_n`` of ``epsilon`` buys a
+        private count (charged first, before the model is checked), whose lower confidence
+        bound is N (:func:`veil.learn.dpsgd.size.estimated_size`); DP-SGD gets the rest.
 
     Returns
     -------
@@ -237,9 +249,9 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data: Any, 
         max_physical_batch_size = check_int(max_physical_batch_size, "max_physical_batch_size",
                                             low=1)
     check_ledger(ledger, optional=True)
-    default = ledger.accountant if ledger is not None else "pld"
+    default = ledger.accountant if ledger is not None else DEFAULT_ACCOUNTANT
     accountant = default if accountant is None else accountant
-    check_choice(accountant, "accountant", ("pld", "rdp"))
+    check_choice(accountant, "accountant", ("pld", "rdp", NOT_A_FILTER))
     if ledger is not None and accountant != ledger.accountant:
         raise ConfigError(f"accountant={accountant!r} is not allowed with this ledger, which "
                           f"accounts with {ledger.accountant!r}")
@@ -255,7 +267,20 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data: Any, 
                           "(exactly batch_size of the true records, accounted with the true "
                           "size): use sampling='poisson' with a declared size, or "
                           "dataset_size='public'")
-    n = declared_size(dataset_size, source.size, "make_private", "dataset_size")
+    if isinstance(dataset_size, EstimatedSize):  # a slice of epsilon buys a private count
+        if epsilon is None or not dataset_size.epsilon < check_epsilon(epsilon):
+            raise ConfigError(f"dataset_size={dataset_size!r} is not allowed with epsilon="
+                              f"{epsilon!r}: its slice comes out of the target epsilon, so "
+                              "give epsilon= larger than it")
+        if ledger is None:
+            ledger = Ledger(epsilon, delta, accountant)
+        if not ledger.fits(pure_dp_event(epsilon)):
+            raise BudgetExceededError(f"epsilon={epsilon:g} (the size estimate and DP-SGD) "
+                                      "does not fit the ledger; nothing was charged")
+        n = estimated_size(dataset_size, source.size, ledger, "make_private", generator)
+        epsilon -= dataset_size.epsilon
+    else:
+        n = declared_size(dataset_size, source.size, "make_private", "dataset_size")
     q, batch = _schedule(n, batch_size, sample_rate, sampling)
     steps_per_epoch = max(1, int(1.0 / q))
     steps = epochs * steps_per_epoch
@@ -287,16 +312,18 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data: Any, 
         check_independent(model, source.take(np.arange(min(2, source.size))))
         if ledger is None:
             ledger = Ledger(epsilon if epsilon is not None else spent, delta, accountant)
-        elif not ledger.fits(plan.event):
-            need = _sigma_to_fit(ledger, q, steps, sampling, n, sigma)
+        elif not ledger.fits(plan.event, delta=delta):
+            need = _sigma_to_fit(ledger, q, steps, sampling, n, sigma, delta)
             left, at = ledger.remaining()
             raise BudgetExceededError(
                 f"the DP-SGD schedule ({steps} steps, sample_rate={q:.4g}, noise_multiplier="
                 f"{sigma:.4g}) costs epsilon={spent:.4g} at delta={delta:g}, more than the "
                 f"ledger has left (epsilon={left:.4g} at delta={at:g}); it would fit with "
                 f"noise_multiplier >= {need:.4g}, or with fewer epochs; nothing was charged")
-        ledger.charge(plan.event, label=f"dpsgd: {steps} steps, q={q:.4g}, "
-                                         f"sigma={sigma:.4g}, C={max_grad_norm:g}")
+        # the whole run is one planned block, priced at the delta sigma was calibrated for
+        # (veil.dp.accounting.filter); an early stop still pays for it
+        ledger.charge(plan.event, delta=delta, label=f"dpsgd: {steps} steps, q={q:.4g}, "
+                                                     f"sigma={sigma:.4g}, C={max_grad_norm:g}")
     except BaseException:
         engine.detach()
         raise

@@ -38,7 +38,7 @@ def dp_sgd(model: GradientClassifier, X: np.ndarray, y: np.ndarray, *, epsilon: 
     q = batch_size / n
     steps = epochs * max(1, int(1.0 / q))
     sigma = calibrate_noise(epsilon, delta, q, steps, ledger.accountant)
-    ledger.charge(subsampled_gaussian_event(sigma, q, steps),
+    ledger.charge(subsampled_gaussian_event(sigma, q, steps), delta=delta,  # one block
                   label=f"dp-sgd {type(model).__name__}: {steps} steps, q={q:.4g}, "
                         f"sigma={sigma:.4g}, C={max_grad_norm:g}")
     w = model.get_params_vector()
