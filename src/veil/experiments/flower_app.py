@@ -1,7 +1,7 @@
 """A Flower app for a ``veil fl run`` configuration: the run on a real Flower deployment.
 
 :func:`write_app` writes an app directory (``pyproject.toml``, ``veil_app.py``, the run's
-TOML file and, for the hybrid approach, the public set-up ``public.bin``) that ``flwr run
+TOML file and, for the hybrid approach, the public set-up ``public.toml``) that ``flwr run
 DIR CONNECTION`` submits to a SuperLink. Its ServerApp trains the federation described by
 the TOML file, moving every round through :class:`veil.fl.runtime.flower.FlowerRuntime`;
 it never builds a party (``Federation(remote=True)``): it holds no party's data, key share,
@@ -44,20 +44,25 @@ on the SuperLink; ``FLWR_TELEMETRY_ENABLED=0``, ``FLWR_DISABLE_UPDATE_CHECK=1``)
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import json
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
+import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from veil._io import atomic_write
 from veil.errors import ConfigError, DataError
 from veil.experiments.fl_config import FLConfig, load_config
 from veil.fl.federation import Federation
@@ -70,6 +75,8 @@ __all__ = ["NODE_KEYS", "Loopback", "client", "plan", "server", "write_app",
 NODE_KEYS = {"party-id": int, "plans": str, "data": str, "ledger": str, "key-share": str,
              "identity": str}
 #: sections and keys of a run file that are not the parties' plan (the server's own)
+#: the app's copy of the hybrid approach's public set-up
+_SETUP_FILE = "public.toml"
 _NOT_PLAN = {"faults": None, "data": ("path",), "run": ("out", "timeout", "workers")}
 
 _PYPROJECT = """[build-system]
@@ -135,8 +142,9 @@ def write_app(config: str | os.PathLike, out_dir: str | os.PathLike,
         name=name, out=where.resolve(), plan=config.name))
     (out_dir / "veil_app.py").write_text(_APP)
     shutil.copyfile(config, out_dir / "run.toml")
-    if public is not None:
-        shutil.copyfile(setup, out_dir / "public.bin")
+    if public is not None:   # a Flower app ships text files only: the set-up as base64
+        (out_dir / _SETUP_FILE).write_text(
+            f'setup = "{base64.b64encode(public.to_bytes()).decode()}"\n')
     return out_dir
 
 
@@ -191,8 +199,10 @@ def _federation(config: str | os.PathLike, *, seeded: bool = True, remote: bool 
 
 
 def server(config: str | os.PathLike) -> ServerApp:
-    """The ServerApp of ``config``: trains, writes ``results.json`` into the app config's
-    ``out`` directory (a DP run's ledger, ``ledger.sqlite``, beside it)."""
+    """The ServerApp of ``config``: trains, writes ``results.json``, the final model's
+    parameters ``params.npy`` and the time of every stage ``stages.json``
+    (:attr:`FlowerRuntime.timeline`) into the app config's ``out`` directory (a DP run's
+    ledger, ``ledger.sqlite``, beside them)."""
     app = ServerApp()
 
     @app.main()
@@ -201,9 +211,11 @@ def server(config: str | os.PathLike) -> ServerApp:
         from veil.fl.hybrid.setup import PublicSetup
 
         cfg = load_config(config)
-        public = Path(config).with_name("public.bin")
-        setup = PublicSetup.load(public, insecure_ok=cfg["hybrid"]["insecure_ok"]) \
-            if cfg.kind == "hybrid" else None
+        setup = None
+        if cfg.kind == "hybrid":
+            text = tomllib.loads(Path(config).with_name(_SETUP_FILE).read_text())
+            setup = PublicSetup.from_bytes(base64.b64decode(text["setup"]),
+                                           insecure_ok=cfg["hybrid"]["insecure_ok"])
         _, federation = _federation(config, seeded=False, remote=True, setup=setup)
         out = Path(str(context.run_config["out"]))
         out.mkdir(parents=True, exist_ok=True)
@@ -214,7 +226,10 @@ def server(config: str | os.PathLike) -> ServerApp:
         federation.runtime = FlowerRuntime(grid, cfg.faults(), timeout=cfg["run"]["timeout"],
                                            plan=plan(cfg, setup))
         federation.runtime.connect(federation.clients)
-        federation.run().save_json(out / "results.json")
+        history = federation.run()
+        history.save_json(out / "results.json")
+        np.save(out / "params.npy", history.params)
+        atomic_write(out / "stages.json", json.dumps(federation.runtime.timeline, indent=1))
 
     return app
 
@@ -394,9 +409,12 @@ class Loopback:
             [str(self._bin / "flwr"), "run", str(app_dir), "veil", "--stream"],
             env=dict(self._env, FLWR_HOME=str(self.directory / "user")),
             capture_output=True, text=True, timeout=timeout)
-        if done.returncode != 0:
-            raise ConfigError(f"flwr run {app_dir} failed ({done.returncode}): "
-                              f"{done.stdout[-2000:]}{done.stderr[-2000:]}")
+        # flwr run exits 0 when the ServerApp failed: its exit code is in the log
+        codes = [int(c) for c in re.findall(r"Exit Code: (\d+)", done.stdout)]
+        if done.returncode != 0 or any(codes):
+            raise ConfigError(f"flwr run {app_dir} failed ({done.returncode}, ServerApp "
+                              f"exit codes {codes}): {done.stdout[-3000:]}"
+                              f"{done.stderr[-2000:]}")
         return done.stdout
 
     def kill(self, node: int) -> None:

@@ -266,6 +266,10 @@ class FlowerRuntime(LocalRuntime):
                  record: bool = False, plan: Mapping[str, Any] | None = None) -> None:
         super().__init__(faults, record=record, timeout=timeout)
         self.grid = grid
+        #: per stage delivered: round, stage, nodes asked, wall seconds from sending to the
+        #: last answer, and the most CPU seconds one party spent on it (the rest of the
+        #: wall time is Flower's own latency: polling, process start-up, transport)
+        self.timeline: list[dict[str, Any]] = []
         self.plan = None if plan is None else json.loads(_canonical(plan))
         self._plan_digest = None if plan is None else _digest(self.plan)
         self.nodes: dict[int, int] | None = None   # party index -> Flower node id
@@ -337,8 +341,16 @@ class FlowerRuntime(LocalRuntime):
                  _record(message=data, seed=seed if seeded else None,
                          kind=kind if seeded else None, plan=self._plan_digest))
                 for cid, data, seed in deliveries]
-        for (cid, _, _), reply in zip(deliveries, self._send_and_receive(sent)):
+        began = time.perf_counter()
+        replies = self._send_and_receive(sent)
+        seconds = time.perf_counter() - began
+        for (cid, _, _), reply in zip(deliveries, replies):
             out.append(_answers(cid, reply))
+        if deliveries:
+            first = Message.from_bytes(deliveries[0][1])
+            self.timeline.append({"round": first.round, "stage": first.stage,
+                                  "nodes": len(sent), "seconds": seconds,
+                                  "client_cpu": max(cpu for _, cpu, _ in out)})
         return out
 
     def _send_and_receive(self, sent: list[tuple[int, str, RecordDict]]
