@@ -17,6 +17,7 @@ from veil.dp import Ledger  # noqa: E402
 from veil.errors import ConfigError, CryptoError, ProtocolError  # noqa: E402
 from veil.experiments.flower_app import (  # noqa: E402
     _federation,
+    app_setup,
     client,
     plan,
     write_app,
@@ -84,7 +85,7 @@ def _deployment(tmp_path, dealt, *, epsilon=2.0, nodes=None):
 def _server(app, configs, ledger_path):
     """The aggregator's federation, runtime and ledger, as its ServerApp builds them, over
     nodes running the app's real ClientApp."""
-    setup = PublicSetup.load(app / "public.bin", insecure_ok=True)
+    setup = app_setup(app / "run.toml")
     cfg, federation = _federation(app / "run.toml", seeded=False, remote=True, setup=setup)
     federation.ledger = Ledger(cfg["privacy"]["epsilon"], 1e-5, path=ledger_path)
     node_app = client(app / "run.toml")
@@ -168,3 +169,34 @@ def test_a_hybrid_app_needs_the_dealers_public_set_up(tmp_path):
     config.write_text(HYBRID.format(epsilon=2.0))
     with pytest.raises(ConfigError, match="veil fl deal"):
         write_app(config, tmp_path / "app")
+
+
+def test_cli_deal_split_and_app_write_each_partys_files(tmp_path, capsys):
+    import tomllib
+
+    import numpy as np
+
+    from veil.cli.main import main
+
+    config = tmp_path / "hybrid.toml"
+    config.write_text(HYBRID.format(epsilon=2.0))
+    assert main(["fl", "deal", str(config), "--out", str(tmp_path / "dealt")]) == 0
+    assert "party 2 only" in capsys.readouterr().out
+    setup = PublicSetup.load(tmp_path / "dealt" / "public.bin", insecure_ok=True)
+    for i in range(3):
+        share, identity = load_party(i, tmp_path / "dealt" / f"party-{i}.key",
+                                     tmp_path / "dealt" / f"party-{i}.id", insecure_ok=True)
+        assert share.public_key == setup.public_key and identity.setup == setup
+    assert main(["fl", "split", str(config), "--out", str(tmp_path / "split")]) == 0
+    sizes = [len(np.load(tmp_path / "split" / f"party-{i}.npz")["y"]) for i in range(3)]
+    assert sum(sizes) == int(round(569 * 0.8))       # breast_cancer's training split
+    assert main(["fl", "app", str(config), "--out", str(tmp_path / "app"), "--setup",
+                 str(tmp_path / "dealt" / "public.bin")]) == 0
+    project = tomllib.loads((tmp_path / "app" / "pyproject.toml").read_text())
+    assert project["tool"]["flwr"]["app"]["config"]["plan"] == "hybrid.toml"
+    assert (tmp_path / "app" / "public.toml").exists()
+    capsys.readouterr()
+    plain = tmp_path / "plain.toml"
+    plain.write_text("[data]\ndataset = 'wine'\n[run]\nseed = 1\n")
+    assert main(["fl", "deal", str(plain), "--out", str(tmp_path / "no")]) == 2
+    assert "for hybrid runs" in capsys.readouterr().err and not (tmp_path / "no").exists()

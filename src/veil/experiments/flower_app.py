@@ -68,7 +68,7 @@ from veil.experiments.fl_config import FLConfig, load_config
 from veil.fl.federation import Federation
 from veil.fl.runtime.flower import Context, FlowerRuntime, Grid, ServerApp, client_app
 
-__all__ = ["NODE_KEYS", "Loopback", "client", "plan", "server", "write_app",
+__all__ = ["NODE_KEYS", "Loopback", "app_setup", "client", "plan", "server", "write_app",
            "write_party_data"]
 
 #: what a SuperNode's node configuration may name, and the type of each
@@ -198,6 +198,18 @@ def _federation(config: str | os.PathLike, *, seeded: bool = True, remote: bool 
     return cfg, federation
 
 
+def app_setup(config: str | os.PathLike) -> Any:
+    """The public set-up an app's ``run.toml`` was written with (hybrid runs; else None)."""
+    from veil.fl.hybrid.setup import PublicSetup
+
+    cfg = load_config(config)
+    if cfg.kind != "hybrid":
+        return None
+    text = tomllib.loads(Path(config).with_name(_SETUP_FILE).read_text())
+    return PublicSetup.from_bytes(base64.b64decode(text["setup"]),
+                                  insecure_ok=cfg["hybrid"]["insecure_ok"])
+
+
 def server(config: str | os.PathLike) -> ServerApp:
     """The ServerApp of ``config``: trains, writes ``results.json``, the final model's
     parameters ``params.npy`` and the time of every stage ``stages.json``
@@ -208,14 +220,9 @@ def server(config: str | os.PathLike) -> ServerApp:
     @app.main()
     def main(grid: Grid, context: Context) -> None:
         from veil.dp import Ledger
-        from veil.fl.hybrid.setup import PublicSetup
 
         cfg = load_config(config)
-        setup = None
-        if cfg.kind == "hybrid":
-            text = tomllib.loads(Path(config).with_name(_SETUP_FILE).read_text())
-            setup = PublicSetup.from_bytes(base64.b64decode(text["setup"]),
-                                           insecure_ok=cfg["hybrid"]["insecure_ok"])
+        setup = app_setup(config)
         _, federation = _federation(config, seeded=False, remote=True, setup=setup)
         out = Path(str(context.run_config["out"]))
         out.mkdir(parents=True, exist_ok=True)

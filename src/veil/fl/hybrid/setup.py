@@ -144,6 +144,7 @@ def deal(parties: int, trust: int, out_dir: str | os.PathLike, *, bits: int = 20
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write(out / "public.bin", setup.to_bytes())
+    os.chmod(out / "public.bin", 0o644)     # public: the aggregator and every party
     for i, share in enumerate(keys.shares):
         keyfile.save_key_share(out / f"party-{i}.key", share)
         atomic_write(out / f"party-{i}.id", PartyIdentity(i, private[i], setup).to_bytes())
