@@ -158,6 +158,7 @@ def main() -> None:
                         help="also run each strategy on a loopback deployment (slow)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("flwr").setLevel(logging.ERROR)
     envelope = _envelope(1000)
     print(f"{args.parties} parties, digits (64 features, 10 classes, 650 parameters), "
           f"{args.rounds} rounds; Flower envelope per veil message: {envelope} bytes")

@@ -127,6 +127,9 @@ def test_parties_use_their_own_files_and_charge_their_own_ledgers(tmp_path, deal
     (None, {"key-share": "party-2.key"}, "holds the share of party 2, not of party 1"),
     (None, {"identity": "party-2.id"}, "is party 2's, not party 1's"),
     (None, {"party-id": 7}, "claims party 7"),
+    # party 1's node started with organisation C's whole configuration
+    (None, {"party-id": 2, "key-share": "party-2.key", "identity": "party-2.id"},
+     "both claim party 2"),
     (None, {"plans": "missing"}, "has no plan 'hybrid.toml'"),
 ])
 def test_a_party_refuses_a_run_not_its_own_before_anything_is_charged(
