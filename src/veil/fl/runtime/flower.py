@@ -142,8 +142,8 @@ def _digest(plan: Mapping[str, Any]) -> str:
 
 def plan_differences(mine: Mapping[str, Any], theirs: Mapping[str, Any],
                      prefix: str = "") -> list[str]:
-    """Where two plans (nested mappings) differ, one line per key: ``key: ours X, theirs
-    Y`` (a key missing on one side reads ``(none)``)."""
+    """Where two plans (nested mappings) differ, one line per key: ``section.key: this
+    party's X, the server's Y`` (a key missing on one side reads ``(none)``)."""
     out = []
     for key in sorted(set(mine) | set(theirs), key=str):
         a, b = mine.get(key, "(none)"), theirs.get(key, "(none)")
@@ -238,7 +238,7 @@ def _check_plan(mine: Mapping[str, Any], content: RecordDict, context: Context) 
         theirs = json.loads(sent.decode())
         if not isinstance(theirs, dict):
             raise ProtocolError("the server's plan is not a JSON object")
-    except (ProtocolError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (ProtocolError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         return f"the server sent no readable plan ({exc})"
     mine = json.loads(_canonical(mine))       # as the server's went: through JSON
     differences = plan_differences(mine, theirs)
