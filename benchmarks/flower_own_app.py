@@ -129,11 +129,13 @@ def server(config: Path = CONFIG, secagg: bool = False, out: Path | None = None)
                 num_shares=neighbours + 1,
                 reconstruction_threshold=math.floor(s["threshold"] * neighbours) + 1,
                 clipping_range=s["clip_range"], quantization_range=2 ** s["bits"] // n,
-                modulus_range=2 ** s["bits"], max_weight=float(max(len(y) for _, y in clients)))
+                modulus_range=2 ** s["bits"], max_weight=float(max(len(y) for _, y in clients)),
+                timeout=cfg["run"]["timeout"])
             for name in _STAGES:
                 setattr(fit, name, _timed(getattr(fit, name), name, stages))
-        legacy = LegacyContext(context=context, config=ServerConfig(num_rounds=rounds),
-                               strategy=strategy)
+        # a round waits at most [run] timeout for its replies, as veil's stages do
+        legacy = LegacyContext(context=context, strategy=strategy, config=ServerConfig(
+            num_rounds=rounds, round_timeout=cfg["run"]["timeout"]))
         per_round: list[dict] = []
         before = dict(counts)
         DefaultWorkflow(fit_workflow=fit)(grid, legacy)
