@@ -1,12 +1,18 @@
 """Bytes and seconds per round: veil's local runtime against veil on Flower's simulation
 engine and on a Flower deployment on loopback (issue 15), for FedAvg and SecAgg+ on the same
-parties, seeds and model (one TOML file per run, as `veil fl run` reads).
+parties, seeds and model (one TOML file per run, as `veil fl run` reads), beside Flower's OWN
+FedAvg and SecAgg+ (its strategy and DefaultWorkflow / SecAggPlusWorkflow, flower_own_app.py)
+on the same data, model, local training and SecAgg+ parameters, in the same run.
 
-All runtimes move the same veil messages (local and simulation give the same model: checked
-here); Flower adds its envelope around each (a ConfigRecord holding the bytes), counted from
-Flower's own serializer, and its delivery latency. "s/round" is the mean wall time of the
-rounds after the first (round 1 under simulation also warms the Ray actors); "start" is
-the time before the first round (Ray, or SuperLink + SuperNodes + `flwr run`).
+All veil runtimes move the same veil messages (local and simulation give the same model:
+checked here); Flower adds its envelope around each (a ConfigRecord holding the bytes),
+counted from Flower's own serializer, and its delivery latency. Flower's own runs count the
+serialized contents of their messages the same way. "s/round" is the mean wall time of the
+rounds after the first (round 1 under simulation also warms the Ray actors); "start" is the
+time before the first round (Ray, or SuperLink + SuperNodes + `flwr run`). With --deploy the
+per-stage breakdown of the deployed runs follows: each stage's wall time, the most CPU one
+party spent on it (veil), and the rest -- Flower's own latency (SuperNode polling, one
+process per message, transport).
 
     .venv/bin/python benchmarks/bench_flower.py [--parties 10] [--rounds 3] [--deploy]
 """
@@ -16,16 +22,24 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 from flwr.common.serde import recorddict_to_proto
+from flwr.simulation import run_simulation
 
-from veil.experiments.flower_app import Loopback, _federation, write_app
-from veil.fl import LocalRuntime
-from veil.fl.runtime.flower import _record, simulate
+sys.path.insert(0, str(Path(__file__).parent))
+
+import flower_own_app  # noqa: E402
+
+from veil.errors import ConfigError  # noqa: E402
+from veil.experiments.flower_app import Loopback, _federation, write_app  # noqa: E402
+from veil.fl import LocalRuntime  # noqa: E402
+from veil.fl.runtime.flower import _record, simulate  # noqa: E402
 
 CONFIG = """
 [data]
@@ -43,9 +57,17 @@ batch_size = 32
 {secagg}
 [run]
 seed = 1
-timeout = 300
+timeout = 120
 """
 SECAGG = "\n[secagg]\nbits = 32\nclip_range = 2.0\nneighbours = 4\n"
+_OWN_APP = """from pathlib import Path
+
+from flower_own_app import client as _client, server as _server
+
+CONFIG = Path(__file__).with_name("run.toml")
+server = _server(CONFIG, secagg={secagg})
+client = _client(CONFIG, secagg={secagg})
+"""
 
 
 class _Counting(LocalRuntime):
@@ -67,13 +89,66 @@ def _envelope(nbytes: int) -> int:
     return recorddict_to_proto(content).ByteSize() - nbytes
 
 
-def _deployed(config: Path, parties: int, work: Path) -> tuple[list[dict], float]:
+def _nodes(config: Path, parties: int, work: Path) -> list[dict]:
+    """Every node's configuration: its party and its own copy of the run file."""
+    plans = work / "plans"
+    plans.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(config, plans / config.name)
+    return [{"party-id": i, "plans": str(plans)} for i in range(parties)]
+
+
+def _deployed(config: Path, parties: int, work: Path) -> tuple[list[dict], float, list]:
     app = write_app(config, work / "app", results=work / "results")
     began = time.perf_counter()
-    with Loopback(work / "deployment", parties) as deployment:
-        deployment.run(app, timeout=900)
+    with Loopback(work / "deployment", parties, nodes=_nodes(config, parties, work)) as d:
+        d.run(app, timeout=900)
     total = time.perf_counter() - began
-    return json.loads((work / "results" / "results.json").read_text())["rounds"], total
+    results = work / "results"
+    return (json.loads((results / "results.json").read_text())["rounds"], total,
+            json.loads((results / "stages.json").read_text()))
+
+
+def _own_app(config: Path, secagg: bool, work: Path) -> Path:
+    """Flower's own FedAvg / SecAgg+ as an app directory for `flwr run`."""
+    app = work / "own-app"
+    app.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(config, app / "run.toml")
+    shutil.copyfile(Path(flower_own_app.__file__), app / "flower_own_app.py")
+    (app / "own.py").write_text(_OWN_APP.format(secagg=secagg))
+    (app / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["hatchling"]\nbuild-backend = "hatchling.build"\n\n'
+        '[project]\nname = "flower-own"\nversion = "1.0.0"\ndependencies = []\n\n'
+        '[tool.hatch.build.targets.wheel]\npackages = ["."]\n\n'
+        '[tool.flwr.app]\npublisher = "veil"\n\n[tool.flwr.app.components]\n'
+        'serverapp = "own:server"\nclientapp = "own:client"\n\n'
+        f'[tool.flwr.app.config]\nout = "{(work / "own-results").resolve()}"\n')
+    return app
+
+
+def _own(config: Path, parties: int, secagg: bool, work: Path, deploy: bool) -> tuple:
+    """Flower's own run: (per-round records, total seconds, bytes up, bytes down, stages)."""
+    began = time.perf_counter()
+    if deploy:
+        nodes = [{"party-id": i} for i in range(parties)]
+        with Loopback(work / "own-deployment", parties, nodes=nodes) as d:
+            d.run(_own_app(config, secagg, work), timeout=900)
+        own = json.loads((work / "own-results" / "own.json").read_text())
+    else:
+        run_simulation(server_app=flower_own_app.server(config, secagg, out=work / "own-sim"),
+                       client_app=flower_own_app.client(config, secagg),
+                       num_supernodes=parties,
+                       backend_config={"client_resources": {"num_cpus": 1.0,
+                                                            "num_gpus": 0.0}})
+        own = json.loads((work / "own-sim" / "own.json").read_text())
+    total = time.perf_counter() - began
+    return own["rounds"], total, own["bytes_up"], own["bytes_down"], own["stages"]
+
+
+def _row(name, runtime, veil_bytes, flower_bytes, rounds, total, base):
+    seconds = np.mean([r["time"] for r in rounds[1:] or rounds])
+    start = total - sum(r["time"] for r in rounds)
+    print(f"{name:8} {runtime:19} {veil_bytes:12.0f} {flower_bytes:12.0f} {seconds:9.3f} "
+          f"{start:8.1f} {total:8.1f} {seconds / base:16.1f}")
 
 
 def main() -> None:
@@ -84,12 +159,14 @@ def main() -> None:
                         help="also run each strategy on a loopback deployment (slow)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("flwr").setLevel(logging.ERROR)
     envelope = _envelope(1000)
     print(f"{args.parties} parties, digits (64 features, 10 classes, 650 parameters), "
-          f"{args.rounds} rounds; Flower envelope per message: {envelope} bytes")
-    print(f"{'strategy':8} {'runtime':11} {'bytes/round':>12} {'+flower env':>12} "
+          f"{args.rounds} rounds; Flower envelope per veil message: {envelope} bytes")
+    print(f"{'strategy':8} {'runtime':19} {'bytes/round':>12} {'on Flower':>12} "
           f"{'s/round':>9} {'start s':>8} {'total s':>8} {'s/round / local':>16}")
     work = Path(tempfile.mkdtemp(prefix="veil-bench-flower-"))
+    breakdowns = []
     for name, secagg in (("FedAvg", ""), ("SecAgg+", SECAGG)):
         config = work / f"{name.lower().rstrip('+')}.toml"
         config.write_text(CONFIG.format(parties=args.parties, rounds=args.rounds,
@@ -106,16 +183,38 @@ def main() -> None:
         runs["flower-sim"] = (flower.rounds, time.perf_counter() - began)
         assert np.array_equal(local.params, flower.params), "the runtimes disagree"
         if args.deploy:
-            runs["deployed"] = _deployed(config, args.parties, work / name)
+            try:
+                rounds, total, stages = _deployed(config, args.parties, work / name)
+                runs["deployed"] = (rounds, total)
+                breakdowns.append((f"veil {name}", stages))
+            except ConfigError as exc:      # e.g. the SuperLink's SQLite locked under load
+                print(f"{name:8} deployed: failed: {str(exc)[:300]}")
         messages = float(np.mean(counting.messages))  # the same messages under Flower
         base = np.mean([r["time"] for r in local.rounds[1:] or local.rounds])
         for runtime, (rounds, total) in runs.items():
             veil_bytes = np.mean([r["bytes_up"] + r["bytes_down"] for r in rounds])
             extra = 0 if runtime == "local" else messages * envelope
-            seconds = np.mean([r["time"] for r in rounds[1:] or rounds])
-            start = total - sum(r["time"] for r in rounds)
-            print(f"{name:8} {runtime:11} {veil_bytes:12.0f} {veil_bytes + extra:12.0f} "
-                  f"{seconds:9.3f} {start:8.1f} {total:8.1f} {seconds / base:16.1f}")
+            _row(name, runtime, veil_bytes, veil_bytes + extra, rounds, total, base)
+        for deploy in (False, True) if args.deploy else (False,):
+            where = "deployed" if deploy else "sim"
+            try:
+                rounds, total, up, down, stages = _own(config, args.parties, bool(secagg),
+                                                       work / name, deploy)
+            except ConfigError as exc:
+                print(f"{name:8} Flower own {where}: failed: {str(exc)[:300]}")
+                continue
+            _row(name, f"Flower own {where}", float("nan"), up + down, rounds, total, base)
+            if deploy and stages:
+                breakdowns.append((f"Flower's own {name}", stages))
+    for title, stages in breakdowns:
+        print(f"\n{title}, deployed: per stage (mean over rounds) wall s, veil's busiest "
+              "party's CPU s, the rest (Flower's own latency)")
+        names = list(dict.fromkeys(s["stage"] for s in stages))
+        for stage in names:
+            rows = [s for s in stages if s["stage"] == stage]
+            wall = np.mean([s["seconds"] for s in rows])
+            cpu = np.mean([s.get("client_cpu", float("nan")) for s in rows])
+            print(f"  {stage:16} {wall:8.2f} {cpu:8.3f} {wall - cpu:8.2f}")
 
 
 if __name__ == "__main__":

@@ -280,16 +280,56 @@ Results = Annotated[Path | None, typer.Option(
     "path on the SuperLink's machine.")]
 
 
+Setup = Annotated[Path | None, typer.Option(
+    "--setup", help="Hybrid runs: the public set-up (public.bin) that `veil fl deal` wrote.")]
+
+
 @app.command("app")
-def flower_app(config: Config, out: AppOut, results: Results = None) -> None:
+def flower_app(config: Config, out: AppOut, results: Results = None,
+               setup: Setup = None) -> None:
     """Write a Flower app for CONFIG: submit it with `flwr run DIR CONNECTION` to a
-    SuperLink whose SuperNodes run with --node-config "party-id=I" (needs veil[flower]
-    on every machine). SecAgg needs the parties' identity table ([secagg] identities) and
-    each node its key: --node-config "party-id=I identity-key='PATH'"."""
+    SuperLink whose SuperNodes each run with --node-config node.toml (party-id, plans,
+    data, ledger, key-share, identity, identity-key; needs veil[flower] on every machine)."""
     from veil.experiments.flower_app import write_app
 
-    where = write_app(config, out, results)
+    where = write_app(config, out, results, setup)
     say(f"Flower app written to {where}: flwr run {where} <connection>")
+
+
+DealOut = Annotated[Path, typer.Option("--out", help="Directory for public.bin and each "
+                                       "party's party-I.key and party-I.id.")]
+
+
+@app.command("deal")
+def deal(config: Config, out: DealOut) -> None:
+    """The hybrid approach's dealer, run on its own: make the threshold key and the
+    parties' identities for CONFIG; hand party I its party-I.key and party-I.id (private),
+    everyone public.bin; then delete the party files here."""
+    from veil.experiments.fl_config import load_config
+    from veil.fl.hybrid.setup import deal as deal_keys
+
+    cfg = load_config(check_input_file(config, "CONFIG", text=True))
+    if cfg.kind != "hybrid":
+        raise ConfigError(f"{config}: veil fl deal is for hybrid runs ([training] strategy = "
+                          f"\"hybrid\"); this run is {cfg.kind}")
+    h = cfg["hybrid"]
+    setup = deal_keys(cfg["data"]["clients"], h["trust"], out, bits=h["key_bits"],
+                      insecure_ok=h["insecure_ok"], keygen=h["keygen"])
+    print_table([["public.bin", "everyone (the aggregator too)"]] +
+                [[f"party-{i}.key, party-{i}.id", f"party {i} only"]
+                 for i in range(cfg["data"]["clients"])], ["file", "goes to"],
+                title=f"veil fl deal -> {out} (set-up {setup.fingerprint[:16]})")
+
+
+@app.command("split")
+def split(config: Config, out: Annotated[Path, typer.Option(
+        "--out", help="Directory for party-I.npz.")]) -> None:
+    """Write each party's share of CONFIG's data set (under [run] seed) as party-I.npz:
+    the data files of a demo deployment's nodes."""
+    from veil.experiments.flower_app import write_party_data
+
+    paths = write_party_data(check_input_file(config, "CONFIG", text=True), out)
+    say(f"{len(paths)} data files written to {out}")
 
 
 Hosts = Annotated[list[str] | None, typer.Option(

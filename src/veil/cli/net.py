@@ -156,10 +156,9 @@ def keygen(
 ) -> None:
     """Dealer-free threshold Paillier key generation with the other parties of the hosts
     file; this party writes only its own share (public key + share, one file)."""
-    from veil._io import atomic_write
     from veil._validation import check_positive
     from veil.crypto.hosts import keygen_on_hosts
-    from veil.crypto.serialization import dump_key_share
+    from veil.crypto.keyfile import save_key_share
     check_positive(timeout, "--timeout")
     target = Path(out)
     if target.exists() and not force:
@@ -171,8 +170,7 @@ def keygen(
     share, stats = keygen_on_hosts(hosts, identity, bits=bits, threshold=threshold,
                                    stat_bits=stat_bits, insecure_ok=insecure_ok,
                                    timeout=timeout, connect_timeout=timeout)
-    atomic_write(target, dump_key_share(share))
-    target.chmod(0o600)
+    save_key_share(target, share)
     pk = share.public_key
     print_mapping({"party": identity.name, "share": share.index, "bits": pk.bits,
                    "threshold": f"{pk.threshold} of {pk.parties}",

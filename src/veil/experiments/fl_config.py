@@ -177,13 +177,16 @@ class FLConfig:
                SoftmaxRegression, "linear_svm": LinearSVC}[kind]
         return cls(alpha=m["alpha"])
 
-    def strategy(self, clients: list[tuple[np.ndarray, np.ndarray]]) -> Any:
+    def strategy(self, clients: list[tuple[np.ndarray, np.ndarray]], setup: Any = None) -> Any:
+        """The run's strategy for ``clients``. ``setup``: for the hybrid approach, the
+        public set-up of parties that hold their own key shares
+        (:class:`veil.fl.hybrid.setup.PublicSetup`; default: a dealer makes the key now)."""
         from veil.fl.strategies import DPFedAvg, FedAvg, FedProx, SecAgg
 
         t = self["training"]
         kind = check_choice(t["strategy"], "training.strategy", _STRATEGIES)
         if kind == "hybrid":
-            return self._hybrid(len(clients))
+            return self._hybrid(len(clients), setup)
         weighted = t["weighted"] and not self.has("privacy")
         max_weight = max(len(y) for _, y in clients) if self.has("secagg") and weighted \
             else None
@@ -217,12 +220,19 @@ class FLConfig:
                               consistency=s["consistency"], identities=table)
         return strategy
 
-    def _hybrid(self, parties: int) -> Any:
-        """The Hybrid strategy; the dealer generates the threshold key now (secure
-        randomness, whatever the run's seed)."""
+    def _hybrid(self, parties: int, setup: Any = None) -> Any:
+        """The Hybrid strategy; without ``setup`` the dealer generates the threshold key now
+        (secure randomness, whatever the run's seed)."""
+        from veil.fl.hybrid.protocol import HybridKeys
         from veil.fl.strategies import Hybrid
 
         t, p, h = self["training"], self["privacy"], self["hybrid"]
+        keys = identities = None
+        if setup is not None:
+            if setup.public_key.bits != h["key_bits"]:
+                raise ConfigError(f"{self.path}: [hybrid] key_bits={h['key_bits']} but the "
+                                  f"set-up's key has {setup.public_key.bits} bits")
+            keys, identities = HybridKeys(setup.public_key, ()), setup.identities
         given = self.given.get("training", frozenset())
         learning_rate = t["learning_rate"] if "learning_rate" in given else 1.0
         return Hybrid(parties, h["trust"], rounds=t["rounds"], epsilon=p["epsilon"],
@@ -230,7 +240,8 @@ class FLConfig:
                       clip_norm=p["clip_norm"], count_weight=h["count_weight"],
                       max_records=h["max_records"], key_bits=h["key_bits"],
                       insecure_ok=h["insecure_ok"], keygen=h["keygen"], packed=h["packed"],
-                      min_answers=h["min_answers"], accountant=p["accountant"])
+                      min_answers=h["min_answers"], accountant=p["accountant"], keys=keys,
+                      identities=identities)
 
     @property
     def kind(self) -> str:

@@ -1,20 +1,42 @@
 """A Flower app for a ``veil fl run`` configuration: the run on a real Flower deployment.
 
-:func:`write_app` writes an app directory (``pyproject.toml``, ``veil_app.py`` and the run's
-TOML file) that ``flwr run DIR CONNECTION`` submits to a SuperLink. Its ServerApp trains
-the federation described by the TOML file, moving every round through
-:class:`veil.fl.runtime.flower.FlowerRuntime`; its ClientApp hosts party ``party-id`` (the
-SuperNode's ``--node-config "party-id=I"``) with that party's share of the data.
+:func:`write_app` writes an app directory (``pyproject.toml``, ``veil_app.py``, the run's
+TOML file and, for the hybrid approach, the public set-up ``public.toml``) that ``flwr run
+DIR CONNECTION`` submits to a SuperLink. Its ServerApp trains the federation described by
+the TOML file, moving every round through :class:`veil.fl.runtime.flower.FlowerRuntime`;
+it never builds a party (``Federation(remote=True)``): it holds no party's data, key share,
+identity, ledger or randomness.
 
-The same TOML file describes the run under every runtime. In this version each party's
-data is its share of the configured data set under the run's seed (``[run] seed`` is
-required, so that every node computes the same split; on a deployment it seeds nothing
-else: the server's sampling and noise and the parties' randomness are secure); the server
-process reads the data set too, to size the model and evaluate it on the test split. The
-hybrid approach is refused: it needs a dealer step that delivers each key share to its
-party only (not built yet). It never receives a party's
-update outside the protocol (SecAgg+ hides them) and never holds a party's protocol state,
-keys or randomness: those live on the party's node (see :mod:`veil.fl.runtime.flower`).
+Each SuperNode hosts one party and names its own files in its node configuration
+(``flower-supernode --node-config node.toml``; :data:`NODE_KEYS`)::
+
+    party-id  = 0                          # the party this node hosts
+    plans     = "/org0/plans"              # this party's own copies of the run files
+    data      = "/org0/data.npz"           # its records (X, y); default: its share of
+                                           # the configured data set under [run] seed
+    ledger    = "/org0/ledger.sqlite"      # its privacy budget (hybrid: required)
+    key-share = "/org0/party-0.key"        # hybrid: its threshold key share
+    identity  = "/org0/party-0.id"         # hybrid: its identity key and set-up
+    identity-key = "/org0/identity-0.key"  # SecAgg: its identity key (veil fl identities)
+
+The party reads the plan from *its own* copy, ``<plans>/<run file name>``, never from the
+app the server sent; it compares that plan (:func:`plan`: every section of the file but
+``[faults]``, ``[data] path`` and ``[run]``'s out/timeout/workers, and the fingerprint of
+its public set-up) with the server's and refuses a run whose plan differs, naming each
+difference, before any round (nothing charged). A party builds its protocol object from
+its own plan, data, key share (checked to be its own, under the set-up's key:
+:func:`veil.fl.hybrid.setup.load_party`) and ledger on the first message of a run.
+
+In the hybrid approach each party charges every query to its own ledger on its own node
+and refuses one beyond its budget (:class:`veil.fl.hybrid.protocol.HybridClient`); the
+server charges its own ledger, ``ledger.sqlite`` beside ``results.json``. The keys come
+from a dealer step run on its own (:func:`veil.fl.hybrid.setup.deal`, ``veil fl deal``),
+which hands each party its files and keeps nothing; the aggregator gets ``public.bin`` only.
+
+``[run] seed`` is required (on a deployment it seeds nothing but the split of a configured
+data set, for nodes without a ``data`` file; the server's sampling and noise and the
+parties' randomness are secure). The server reads the configured data set to size the
+model and evaluate it on the test split.
 
 veil must be installed on the SuperLink's and every SuperNode's machine: the app declares no
 dependencies, and the processes run offline (``--disable-runtime-dependency-installation``
@@ -23,23 +45,40 @@ on the SuperLink; ``FLWR_TELEMETRY_ENABLED=0``, ``FLWR_DISABLE_UPDATE_CHECK=1``)
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import json
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
+import tomllib
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from veil.errors import ConfigError
-from veil.experiments.fl_config import load_config
+import numpy as np
+
+from veil._io import atomic_write
+from veil.errors import ConfigError, DataError
+from veil.experiments.fl_config import FLConfig, load_config
 from veil.fl.federation import Federation
 from veil.fl.runtime.flower import Context, FlowerRuntime, Grid, ServerApp, client_app
 
-__all__ = ["Loopback", "client", "server", "write_app"]
+__all__ = ["NODE_KEYS", "Loopback", "app_setup", "client", "plan", "server", "write_app",
+           "write_party_data"]
+
+#: what a SuperNode's node configuration may name, and the type of each
+NODE_KEYS = {"party-id": int, "plans": str, "data": str, "ledger": str, "key-share": str,
+             "identity": str, "identity-key": str}
+#: sections and keys of a run file that are not the parties' plan (the server's own)
+#: the app's copy of the hybrid approach's public set-up
+_SETUP_FILE = "public.toml"
+_NOT_PLAN = {"faults": None, "data": ("path",), "run": ("out", "timeout", "workers")}
 
 _PYPROJECT = """[build-system]
 requires = ["hatchling"]
@@ -64,6 +103,7 @@ clientapp = "veil_app:client"
 
 [tool.flwr.app.config]
 out = "{out}"
+plan = "{plan}"
 """
 
 _APP = '''"""veil federated run: the ServerApp and ClientApp for run.toml (veil fl app)."""
@@ -79,120 +119,259 @@ client = _client(CONFIG)
 
 
 def write_app(config: str | os.PathLike, out_dir: str | os.PathLike,
-              results: str | os.PathLike | None = None) -> Path:
+              results: str | os.PathLike | None = None,
+              setup: str | os.PathLike | None = None) -> Path:
     """Write the Flower app for ``config`` into ``out_dir``; returns it. ``results``: where
-    the ServerApp writes results.json (default ``<out_dir>/results``)."""
+    the ServerApp writes results.json (default ``<out_dir>/results``); ``setup``: the
+    hybrid approach's public set-up file (``public.bin`` of ``veil fl deal``)."""
+    from veil.fl.hybrid.setup import PublicSetup
+
     config, out_dir = Path(config), Path(out_dir)
-    cfg, _ = _federation(config)   # refuse a bad config now, not on the SuperLink
+    cfg = load_config(config)
+    public = None
     if cfg.kind == "hybrid":
-        raise ConfigError(f"{config}: the hybrid approach is not yet deployable on Flower: "
-                          "each party's threshold key share must come from a dealer over "
-                          "TLS, a step not built yet (every node would make its own key); "
-                          "run it with --runtime flower-sim or the local runtime")
+        if setup is None:
+            raise ConfigError(f"{config}: a hybrid run on Flower needs setup= (--setup): the "
+                              "public.bin that the dealer step (veil fl deal) wrote; each "
+                              "party holds its own key share")
+        public = PublicSetup.load(setup, insecure_ok=cfg["hybrid"]["insecure_ok"])
     secagg = cfg["secagg"] if cfg.has("secagg") else {}
     if secagg.get("consistency") and not (secagg["identities"] and
                                           Path(secagg["identities"]).is_absolute()):
         raise ConfigError(f"{config}: SecAgg on a deployment needs the parties' identity "
                           "table: [secagg] identities = '<absolute path of identities.json>' "
                           "(veil.crypto.identity.write_identities), and each SuperNode its "
-                          "own key (--node-config \"party-id=I identity-key='<path>'\")")
+                          "own key file (node config identity-key = '<path>')")
+    _federation(config, setup=public, remote=True)   # refuse a bad config now
     out_dir.mkdir(parents=True, exist_ok=True)
     name = "veil-" + "".join(c if c.isalnum() else "-" for c in config.stem.lower())
     where = Path(results) if results else out_dir / "results"
-    (out_dir / "pyproject.toml").write_text(_PYPROJECT.format(name=name,
-                                                               out=where.resolve()))
+    (out_dir / "pyproject.toml").write_text(_PYPROJECT.format(
+        name=name, out=where.resolve(), plan=config.name))
     (out_dir / "veil_app.py").write_text(_APP)
     shutil.copyfile(config, out_dir / "run.toml")
+    if public is not None:   # a Flower app ships text files only: the set-up as base64
+        (out_dir / _SETUP_FILE).write_text(
+            f'setup = "{base64.b64encode(public.to_bytes()).decode()}"\n')
     return out_dir
 
 
-def _federation(config: Path, *, seeded: bool = True) -> tuple[Any, Federation]:
-    """The run's config and federation; ``seeded=False``: the server's own randomness
-    (sampling, central noise) is secure, the seed only splits the data."""
+def write_party_data(config: str | os.PathLike, out_dir: str | os.PathLike) -> list[Path]:
+    """Each party's share of the configured data set under ``[run] seed``, as
+    ``party-I.npz`` (arrays ``X``, ``y``) in ``out_dir``: the ``data`` files of a demo or
+    test deployment (each organisation brings its own in a real one)."""
     cfg = load_config(config)
+    clients, _, _ = cfg.data(_seed(cfg))
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i, (X, y) in enumerate(clients):
+        paths.append(out / f"party-{i}.npz")
+        np.savez(paths[-1], X=X, y=y)
+    return paths
+
+
+def plan(cfg: FLConfig, setup: Any = None) -> dict[str, Any]:
+    """The parties' plan in a run file: what every party and the server must agree on
+    (module docstring); ``setup``: the hybrid approach's public set-up."""
+    out: dict[str, Any] = {}
+    for name, values in cfg.sections.items():
+        skip = _NOT_PLAN.get(name, ())
+        if skip is not None:
+            out[name] = {k: v for k, v in values.items() if k not in skip}
+    if setup is not None:
+        out["setup"] = setup.fingerprint
+    return out
+
+
+def _seed(cfg: FLConfig) -> int:
     seed = cfg["run"]["seed"]
     if seed is None:
-        raise ConfigError(f"{config}: [run] seed is required on Flower, so that every node "
+        raise ConfigError(f"{cfg.path}: [run] seed is required on Flower, so that every node "
                           "computes the same split of the data set")
+    return seed
+
+
+def _federation(config: str | os.PathLike, *, seeded: bool = True, remote: bool = False,
+                setup: Any = None) -> tuple[FLConfig, Federation]:
+    """The run's config and federation; ``seeded=False``: the server's own randomness
+    (sampling, central noise) is secure, the seed only splits the data; ``remote``: no
+    party is built here; ``setup``: the hybrid approach's public set-up."""
+    cfg = load_config(config)
+    seed = _seed(cfg)
     clients, test, classes = cfg.data(seed)
-    federation = Federation(clients, cfg.model(), cfg.strategy(clients),
+    federation = Federation(clients, cfg.model(), cfg.strategy(clients, setup),
                             cfg["training"]["rounds"], test=test, classes=classes,
-                            rng=seed if seeded else None)
+                            rng=seed if seeded else None, remote=remote)
     return cfg, federation
 
 
+def app_setup(config: str | os.PathLike) -> Any:
+    """The public set-up an app's ``run.toml`` was written with (hybrid runs; else None)."""
+    from veil.fl.hybrid.setup import PublicSetup
+
+    cfg = load_config(config)
+    if cfg.kind != "hybrid":
+        return None
+    text = tomllib.loads(Path(config).with_name(_SETUP_FILE).read_text())
+    return PublicSetup.from_bytes(base64.b64decode(text["setup"]),
+                                  insecure_ok=cfg["hybrid"]["insecure_ok"])
+
+
 def server(config: str | os.PathLike) -> ServerApp:
-    """The ServerApp of ``config``: trains, writes ``results.json`` into the app config's
-    ``out`` directory (a DP run's ledger, ``ledger.sqlite``, beside it)."""
+    """The ServerApp of ``config``: trains, writes ``results.json``, the final model's
+    parameters ``params.npy`` and the time of every stage ``stages.json``
+    (:attr:`FlowerRuntime.timeline`) into the app config's ``out`` directory (a DP run's
+    ledger, ``ledger.sqlite``, beside them)."""
     app = ServerApp()
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
         from veil.dp import Ledger
 
-        cfg, federation = _federation(Path(config), seeded=False)
+        cfg = load_config(config)
+        setup = app_setup(config)
+        _, federation = _federation(config, seeded=False, remote=True, setup=setup)
         out = Path(str(context.run_config["out"]))
         out.mkdir(parents=True, exist_ok=True)
         if cfg.has("privacy"):
             p = cfg["privacy"]
             federation.ledger = Ledger(p["epsilon"], p["delta"], accountant=p["accountant"],
                                        path=out / "ledger.sqlite")
-        federation.runtime = FlowerRuntime(grid, cfg.faults(), timeout=cfg["run"]["timeout"])
+        federation.runtime = FlowerRuntime(grid, cfg.faults(), timeout=cfg["run"]["timeout"],
+                                           plan=plan(cfg, setup))
         federation.runtime.connect(federation.clients)
-        federation.run().save_json(out / "results.json")
+        history = federation.run()
+        history.save_json(out / "results.json")
+        np.save(out / "params.npy", history.params)
+        atomic_write(out / "stages.json", json.dumps(federation.runtime.timeline, indent=1))
 
     return app
 
 
+class _Node:
+    """A SuperNode's own files, from its node configuration (module docstring)."""
+
+    def __init__(self, context: Context) -> None:
+        config = dict(context.node_config)
+        for key, kind in NODE_KEYS.items():
+            value = config.get(key)
+            if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+                raise ConfigError(f"node config {key}={value!r} is not allowed: expected "
+                                  f"a {kind.__name__}")
+        self.party = config.get("party-id")
+        if self.party is None or self.party < 0:
+            raise ConfigError(f"node config party-id={self.party!r} is not allowed: expected "
+                              "the party index, an integer >= 0")
+        if config.get("plans") is None:
+            raise ConfigError(f"node of party {self.party}: node config plans=DIR is "
+                              "required: the folder of this party's own copies of the run "
+                              "files (a party never takes its plan from the server)")
+        name = Path(str(context.run_config.get("plan", ""))).name
+        self.plan_file = Path(config["plans"]) / name
+        if not name or not self.plan_file.is_file():
+            raise ConfigError(f"party {self.party} has no plan {name!r} in its plans folder "
+                              f"{config['plans']}: it refuses a run it was not configured for")
+        self.config = config
+        self.cfg = load_config(self.plan_file)
+        if self.party >= self.cfg["data"]["clients"]:
+            raise ConfigError(f"node config party-id={self.party} is not allowed: the run "
+                              f"{name} has parties 0..{self.cfg['data']['clients'] - 1}")
+        self.hybrid = self.cfg.kind == "hybrid"
+        self.identity = self.share = None
+        if self.hybrid:   # its own files, each checked to be this party's (load_party)
+            from veil.fl.hybrid.setup import load_party
+
+            self.share, self.identity = load_party(
+                self.party, self._file("key-share"), self._file("identity"),
+                insecure_ok=self.cfg["hybrid"]["insecure_ok"])
+
+    def _file(self, key: str) -> str:
+        value = self.config.get(key)
+        if value is None:
+            raise ConfigError(f"party {self.party}: node config {key}=FILE is required for "
+                              f"the run {self.plan_file.name}")
+        return value
+
+    def plan(self) -> dict[str, Any]:
+        return plan(self.cfg, None if self.identity is None else self.identity.setup)
+
+    def data(self) -> tuple[np.ndarray, np.ndarray]:
+        """The party's records: its data file, else its share of the configured set."""
+        path = self.config.get("data")
+        if path is None:
+            return self.cfg.data(_seed(self.cfg))[0][self.party]
+        try:
+            with np.load(path, allow_pickle=False) as arrays:
+                return np.asarray(arrays["X"], dtype=np.float64), np.asarray(arrays["y"])
+        except (OSError, KeyError, ValueError) as exc:
+            raise DataError(f"party {self.party}: data file {path!r} is not an .npz file "
+                            f"with arrays X and y ({exc})") from None
+
+    def build(self) -> Any:
+        from veil.crypto.identity import read_key
+        from veil.dp import Ledger
+        from veil.fl.secagg.protocol import SecAggClient
+        from veil.fl.trainer import LocalTrainer
+
+        setup = None if self.identity is None else self.identity.setup
+        _, federation = _federation(self.plan_file, seeded=False, remote=True, setup=setup)
+        X, y = self.data()
+        trainer = LocalTrainer(federation.model, X, y)
+        if not self.hybrid:
+            party = federation.strategy.client(self.party, trainer)
+            if isinstance(party, SecAggClient) and party.strategy.consistency:
+                party.use_identity(read_key(self._file("identity-key")))
+            return party
+        p = self.cfg["privacy"]
+        ledger = Ledger(p["epsilon"], p["delta"], accountant=p["accountant"],
+                        path=self._file("ledger"))
+        return federation.strategy.party(self.party, trainer, self.share,
+                                         self.identity.private_key, ledger)
+
+
 def client(config: str | os.PathLike) -> Any:
-    """The ClientApp of ``config``: the node hosts party ``party-id``. Flower starts a
-    process per message: the party is built from the config on the node's first message
-    of a run only (then it lives in ``context.state``), so the others stay cheap."""
-    from veil.crypto.identity import read_key
+    """The ClientApp of the run: the node hosts party ``party-id`` with its own plan,
+    data, key share and ledger (module docstring). Flower starts a process per message:
+    the party is built on the node's first message of a run only (then it lives in
+    ``context.state``), so the others stay cheap. ``config`` (the copy the server sent)
+    only names the stages; the party never reads it."""
     from veil.fl.hybrid.protocol import HybridClient
     from veil.fl.secagg.protocol import SecAggClient
     from veil.fl.strategies.base import PlainClient
 
     stages = {s for kind in (PlainClient, SecAggClient, HybridClient) for s in kind.stages}
-
-    def party(context: Context) -> Any:
-        _, federation = _federation(Path(config), seeded=False)
-        index = context.node_config.get("party-id")
-        if index not in federation.clients:
-            raise ConfigError(f"node config party-id={index!r} is not allowed: this run "
-                              f"has parties 0..{len(federation.clients) - 1}")
-        party = federation.clients[index]
-        if isinstance(party, SecAggClient) and party.strategy.consistency:
-            key = context.node_config.get("identity-key")
-            if not isinstance(key, str):
-                raise ConfigError(f"node config identity-key={key!r} is not allowed: give "
-                                  "the path of this party's identity key file")
-            party.use_identity(read_key(key))
-        return party
-
-    return client_app(party, stages)
+    return client_app(lambda context: _Node(context).build(), stages,
+                      plan=lambda context: _Node(context).plan())
 
 
 class Loopback:
     """A whole Flower deployment on this machine, for tests, benchmarks and trying a run:
-    one SuperLink and ``parties`` SuperNodes (node ``i`` hosts party ``i``) as separate
-    processes on 127.0.0.1, with TLS (a fresh self-signed CA, :mod:`veil.fl.runtime.tls`),
-    offline, each with its own ``FLWR_HOME`` under ``directory``. Use as a context manager:
-    on exit every process group is stopped (SIGTERM, then SIGKILL after ``grace`` s).
+    one SuperLink and ``parties`` SuperNodes as separate processes on 127.0.0.1, with TLS
+    (a fresh self-signed CA, :mod:`veil.fl.runtime.tls`), offline, each with its own
+    ``FLWR_HOME`` under ``directory``. Use as a context manager: on exit every process
+    group is stopped (SIGTERM, then SIGKILL after ``grace`` s).
 
-    ``run(app_dir)`` submits an app (:func:`write_app`) with ``flwr run`` and waits for it.
-    ``identities``: the directory of the parties' identity keys
-    (:func:`veil.crypto.identity.write_identities`; node i gets ``identity-<i>.key``).
+    ``nodes[i]``: node i's node configuration (:data:`NODE_KEYS`; default ``party-id = i``
+    only), written to ``node<i>.toml``; ``trust``: the CA certificate the nodes trust
+    (default the deployment's own). ``run(app_dir)`` submits an app (:func:`write_app`)
+    with ``flwr run`` and waits for it; ``kill(i)`` SIGKILLs node i and its app processes.
     """
 
     def __init__(self, directory: str | os.PathLike, parties: int, *,
-                 grace: float = 15.0, identities: str | os.PathLike | None = None) -> None:
+                 nodes: Sequence[Mapping[str, Any]] | None = None,
+                 trust: str | os.PathLike | None = None, grace: float = 15.0) -> None:
         from veil._validation import check_int
 
         self.directory = Path(directory)
         self.parties = check_int(parties, "parties", low=1)
+        self.nodes = [dict(n) for n in nodes] if nodes is not None else \
+            [{"party-id": i} for i in range(self.parties)]
+        if len(self.nodes) != self.parties:
+            raise ConfigError(f"nodes has {len(self.nodes)} entries; expected one node "
+                              f"configuration per party ({self.parties})")
+        self.trust = trust
         self.grace = grace
-        self.identities = None if identities is None else Path(identities).resolve()
         self.processes: list[Any] = []
         bin_dir = Path(sys.executable).parent
         self._bin = bin_dir
@@ -213,14 +392,14 @@ class Loopback:
                 "--disable-runtime-dependency-installation",
                 "--database", str(self.directory / "superlink.db")])
             _wait_listening(self.port, self.processes[0], self.directory / "superlink.log")
-            for i in range(self.parties):
-                key = "" if self.identities is None else \
-                    f" identity-key='{self.identities / f'identity-{i}.key'}'"
+            for i, node in enumerate(self.nodes):
+                node_file = self.directory / f"node{i}.toml"
+                node_file.write_text("".join(f"{k} = {_toml(v)}\n" for k, v in node.items()))
                 self._start(f"node{i}", [
                     "flower-supernode", "--superlink", f"127.0.0.1:{self.port}",
-                    "--root-certificates", str(self.tls["ca"]), "--node-config",
-                    f"party-id={i}{key}", "--host", "127.0.0.1", "--port",
-                    str(_free_port())])
+                    "--root-certificates", str(self.trust or self.tls["ca"]),
+                    "--node-config", str(node_file), "--host", "127.0.0.1",
+                    "--port", str(_free_port())])
             home = self.directory / "user"
             home.mkdir(parents=True, exist_ok=True)
             (home / "config.toml").write_text(
@@ -250,22 +429,34 @@ class Loopback:
             [str(self._bin / "flwr"), "run", str(app_dir), "veil", "--stream"],
             env=dict(self._env, FLWR_HOME=str(self.directory / "user")),
             capture_output=True, text=True, timeout=timeout)
-        if done.returncode != 0:
-            raise ConfigError(f"flwr run {app_dir} failed ({done.returncode}): "
-                              f"{done.stdout[-2000:]}{done.stderr[-2000:]}")
+        # flwr run exits 0 when the ServerApp failed: its exit code is in the log
+        codes = [int(c) for c in re.findall(r"Exit Code: (\d+)", done.stdout)]
+        if done.returncode != 0 or any(codes):
+            raise ConfigError(f"flwr run {app_dir} failed ({done.returncode}, ServerApp "
+                              f"exit codes {codes}): {done.stdout[-3000:]}"
+                              f"{done.stderr[-2000:]}")
         return done.stdout
 
-    def pids(self) -> list[int]:
-        """Every live process of this deployment: those started here and those Flower
-        detached from them (SuperExec, ServerApp and ClientApp runners, each in its own
-        session), found by the ``FLWR_HOME`` under ``directory`` they inherit."""
-        marker = f"FLWR_HOME={self.directory}".encode()
+    def kill(self, node: int) -> None:
+        """SIGKILL node ``node`` and every process it started (a machine that dies)."""
+        for pid in self.pids(f"node{node}"):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self.processes[1 + node].wait()
+
+    def pids(self, component: str = "") -> list[int]:
+        """Every live process of this deployment (or of one ``component``: ``"node2"``):
+        those started here and those Flower detached from them (SuperExec, ServerApp and
+        ClientApp runners, each in its own session), found by the ``FLWR_HOME`` under
+        ``directory`` they inherit."""
+        marker = f"FLWR_HOME={self.directory / component if component else self.directory}"
+        marker = marker.encode()
         found = []
         for entry in Path("/proc").iterdir():
             if entry.name.isdigit():
                 with contextlib.suppress(OSError):
                     environ = (entry / "environ").read_bytes().split(b"\0")
-                    if any(v.startswith(marker) for v in environ):
+                    if any(v == marker or v.startswith(marker + b"/") for v in environ):
                         found.append(int(entry.name))
         return sorted(found)
 
@@ -298,6 +489,13 @@ def _wait_listening(port: int, process: Any, log_file: Path, timeout: float = 60
             return
         time.sleep(0.2)
     raise ConfigError(f"the SuperLink did not listen on port {port} within {timeout} s")
+
+
+def _toml(value: Any) -> str:
+    """A node configuration value in TOML (ints, strings)."""
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return str(value)
 
 
 def _free_port() -> int:

@@ -113,6 +113,11 @@ class Federation:
         a warning (a client's one relabelled record could add a row to the model).
     on_progress:
         Called with each round's metrics (a dict) after the round is recorded.
+    remote:
+        The parties live on their own machines (Flower nodes,
+        :class:`~veil.fl.runtime.flower.FlowerRuntime`): ``clients`` only size the model
+        and the plan, and no party is built here (``self.clients`` maps each index to
+        None): the server never holds a party's data, keys or state.
 
     ``observers`` (a list, empty at first) holds objects that see the global parameters
     after every round, ``observer.observe(round, params)``, and whose ``state_dict()`` and
@@ -126,7 +131,7 @@ class Federation:
                  checkpoint: str | os.PathLike | None = None, rng: RngLike = None,
                  classes: Sequence[Any] | None = None,
                  on_progress: Callable[[dict[str, Any]], None] | None = None,
-                 simulate_noise: bool = False) -> None:
+                 simulate_noise: bool = False, remote: bool = False) -> None:
         if not isinstance(strategy, Strategy):
             raise ConfigError(f"strategy={strategy!r} is not allowed: expected a veil.fl "
                               "strategy (FedAvg, FedProx, DPFedAvg, SecAgg, ...)")
@@ -152,8 +157,12 @@ class Federation:
         self.model = copy.deepcopy(model).initialize(widths.pop(), classes)
         self.initial_params = self.model.get_params_vector()
         self.strategy = strategy
-        self.clients = {i: strategy.client(i, LocalTrainer(self.model, X, y))
+        self.remote = bool(remote)
+        self.clients: dict[int, Any] = {i: None if self.remote else
+                        strategy.client(i, LocalTrainer(self.model, X, y))
                         for i, (X, y) in enumerate(data)}
+        if self.remote:
+            strategy.prepare(self.model)
         self.ledger = ledger
         self.runtime = runtime if runtime is not None else LocalRuntime()
         self.checkpoint = None if checkpoint is None else Checkpoint(checkpoint)
@@ -177,6 +186,10 @@ class Federation:
         """Train for the remaining rounds; returns the history (with the final params)."""
         if resume:
             self._resume()
+        if self.remote and not self.runtime.remote:
+            raise ConfigError("remote=True is not allowed with this runtime: its parties live "
+                              "on their own nodes, which only a runtime that reaches them "
+                              "(veil.fl.runtime.flower.FlowerRuntime) can run")
         ids = sorted(self.clients)
         for t in range(self._next_round, self.rounds):
             rng = self._round_rng(t)

@@ -491,21 +491,30 @@ class HybridClient(ClientProtocol):
     def __getstate__(self) -> dict[str, Any]:
         # A party shipped to a worker process takes its budget along: a Ledger never pickles
         # (a copy could be spent twice), so an unspent in-memory one travels as its budget
-        # and is rebuilt there, where it is then the party's only ledger.
+        # and is rebuilt there, where it is then the party's only ledger. A persisted one
+        # travels as its file name and is reopened there: the file stays its one record
+        # (several processes may share it, veil.dp.ledger), so this works on the party's
+        # own machine only (a Flower node keeps its party between messages this way).
         state = self.__dict__.copy()
         ledger = state["ledger"]
         if ledger is not None:
-            if ledger.path is not None or ledger.history():
-                raise ConfigError(f"party {self.client_id}: a persisted or spent ledger cannot "
-                                  "move to another process (open its file there instead)")
-            state["ledger"] = (ledger.epsilon, ledger.delta, ledger.accountant)
+            if ledger.path is not None:
+                state["ledger"] = ledger.path
+            elif ledger.history():
+                raise ConfigError(f"party {self.client_id}: a spent in-memory ledger cannot "
+                                  "move to another process (persist it: Ledger(path=...))")
+            else:
+                state["ledger"] = (ledger.epsilon, ledger.delta, ledger.accountant)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         budget = state["ledger"]
         self.__dict__.update(state)
-        self.ledger = None if budget is None else Ledger(budget[0], budget[1],
-                                                         accountant=budget[2])
+        if isinstance(budget, str):
+            self.ledger = Ledger.open(budget)
+        else:
+            self.ledger = None if budget is None else Ledger(budget[0], budget[1],
+                                                             accountant=budget[2])
 
     def _charge(self, event: Any, plan: list[Any], query: Query, bits: int) -> None:
         """Charge ``query`` to this party's ledger. At the first query the longest prefix

@@ -24,6 +24,15 @@ deployment: ``flower-supernode --node-config "party-id=3"``; ``partition-id`` in
 simulation). Two nodes claiming one index, or an index outside the federation, are refused
 (:class:`~veil.errors.ProtocolError`) before anything is sent.
 
+The plan. Each party trusts only its own configuration: a node built with ``plan=``
+(a function of its context giving the node's own plan, e.g. its copy of the run's
+configuration) compares it, at ``query.party``, with the plan the server was started
+with (:class:`FlowerRuntime`'s ``plan``); a node whose plan differs refuses, naming every
+difference, and :meth:`FlowerRuntime.connect` raises :class:`~veil.errors.ProtocolError`
+before any round runs, so nothing is charged anywhere. Every later message carries the
+plan's digest (SHA-256 of its canonical JSON), and a node refuses one whose digest is not
+the one it agreed to.
+
 Failures are dropouts, exactly as under the local runtime: a node that does not answer
 within ``timeout`` seconds, whose ClientApp failed (Flower error replies: code 2 the app
 raised, 3 the node stopped, 5 the node was lost), whose party refused the request (a veil
@@ -62,6 +71,8 @@ Offline by default: importing this module sets ``FLWR_TELEMETRY_ENABLED=0`` and
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import pickle
@@ -81,13 +92,13 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise ImportError("the Flower runtime needs flwr: pip install 'veil[flower]'") from exc
 
 from veil._validation import check_int, check_positive
-from veil.errors import ConfigError, ProtocolError
+from veil.errors import ConfigError, ProtocolError, VeilError
 from veil.fl.messages import Message
 from veil.fl.protocol import ClientProtocol, ServerRound
 from veil.fl.runtime.local import Faults, LocalRuntime, RoundReport
 from veil.fl.runtime.workers import Served, serve
 
-__all__ = ["PARTY_STAGE", "FlowerRuntime", "client_app", "simulate"]
+__all__ = ["PARTY_STAGE", "FlowerRuntime", "client_app", "plan_differences", "simulate"]
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +106,9 @@ log = logging.getLogger(__name__)
 PARTY_STAGE = "party"
 _RECORD = "veil"      # the ConfigRecord every message carries
 _STATE = "veil"       # the ConfigRecord of context.state holding the pickled party
+_PLAN = "veil-plan"   # the ConfigRecord of context.state holding the agreed plan digest
+#: the largest plan (canonical JSON) a node reads from the server
+MAX_PLAN_BYTES = 1 << 20
 
 
 def _record(**fields: Any) -> RecordDict:
@@ -118,9 +132,33 @@ def _field(content: RecordDict, name: str, kind: type) -> Any:
     return value
 
 
+def _canonical(plan: Mapping[str, Any]) -> bytes:
+    return json.dumps(plan, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _digest(plan: Mapping[str, Any]) -> str:
+    return hashlib.sha256(_canonical(plan)).hexdigest()
+
+
+def plan_differences(mine: Mapping[str, Any], theirs: Mapping[str, Any],
+                     prefix: str = "") -> list[str]:
+    """Where two plans (nested mappings) differ, one line per key: ``section.key: this
+    party's X, the server's Y`` (a key missing on one side reads ``(none)``)."""
+    out = []
+    for key in sorted(set(mine) | set(theirs), key=str):
+        a, b = mine.get(key, "(none)"), theirs.get(key, "(none)")
+        name = f"{prefix}{key}"
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            out += plan_differences(a, b, f"{name}.")
+        elif a != b:
+            out.append(f"{name}: this party's {a!r}, the server's {b!r}")
+    return out
+
+
 # -- the node side ---------------------------------------------------------------------
 def client_app(party: Callable[[Context], ClientProtocol], stages: Iterable[str], *,
-               seeded: bool = False) -> ClientApp:
+               seeded: bool = False,
+               plan: Callable[[Context], Mapping[str, Any]] | None = None) -> ClientApp:
     """A ClientApp hosting one veil party per node.
 
     ``party(context)`` builds the node's party the first time the node gets a message of a
@@ -128,7 +166,8 @@ def client_app(party: Callable[[Context], ClientProtocol], stages: Iterable[str]
     party lives in ``context.state`` (see the module docstring). ``stages``: the stage
     names of the hosted protocol (``type(party).stages``), each served as ``query.<stage>``.
     ``seeded=True`` lets the server's seeds drive the party's randomness (simulations and
-    tests only).
+    tests only). ``plan(context)``: the node's own plan, compared with the server's (see
+    the module docstring).
     """
     app = ClientApp()
 
@@ -152,12 +191,25 @@ def client_app(party: Callable[[Context], ClientProtocol], stages: Iterable[str]
         return hosted
 
     def hello(message: FlowerMessage, context: Context) -> FlowerMessage:
-        return FlowerMessage(_record(party=index(context)), reply_to=message)
+        refused = None
+        if plan is not None:
+            try:
+                refused = _check_plan(plan(context), message.content, context)
+            except VeilError as exc:    # its own files refuse it: the server is told why
+                refused = str(exc)
+        return FlowerMessage(_record(party=index(context), refused=refused),
+                             reply_to=message)
 
     def handle(message: FlowerMessage, context: Context) -> FlowerMessage:
+        record = message.content.config_records.get(_RECORD)
+        if plan is not None:
+            agreed = context.state.config_records.get(_PLAN, {}).get("digest")
+            if agreed is None or record is None or record.get("plan") != agreed:
+                kind = message.metadata.message_type
+                raise ProtocolError(f"party {index(context)} refuses a {kind} message: it "
+                                    "is not of the plan this party agreed to")
         hosted = load(context)
         data = _field(message.content, "message", bytes)
-        record = message.content.config_records[_RECORD]
         seed, kind = record.get("seed"), record.get("kind")
         use_seed = (seeded and isinstance(seed, bytes) and len(seed) == 32
                     and kind in ("seeded", "simulation"))
@@ -176,6 +228,26 @@ def client_app(party: Callable[[Context], ClientProtocol], stages: Iterable[str]
     return app
 
 
+def _check_plan(mine: Mapping[str, Any], content: RecordDict, context: Context) -> str | None:
+    """Why this node refuses the server's plan (None: it agrees, and keeps the digest)."""
+    try:
+        sent = _field(content, "plan", bytes)
+        if len(sent) > MAX_PLAN_BYTES:
+            raise ProtocolError(f"the server's plan has {len(sent)} bytes (at most "
+                                f"{MAX_PLAN_BYTES})")
+        theirs = json.loads(sent.decode())
+        if not isinstance(theirs, dict):
+            raise ProtocolError("the server's plan is not a JSON object")
+    except (ProtocolError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        return f"the server sent no readable plan ({exc})"
+    mine = json.loads(_canonical(mine))       # as the server's went: through JSON
+    differences = plan_differences(mine, theirs)
+    if differences:
+        return "its plan differs from the server's: " + "; ".join(differences)
+    context.state.config_records[_PLAN] = ConfigRecord({"digest": _digest(mine)})
+    return None
+
+
 # -- the server side -------------------------------------------------------------------
 class FlowerRuntime(LocalRuntime):
     """Runs rounds through a Flower ``grid`` (see the module docstring).
@@ -183,13 +255,23 @@ class FlowerRuntime(LocalRuntime):
     ``faults``: simulated faults on top of the real ones (default none); ``timeout``:
     seconds a stage waits for the nodes' answers. :meth:`run_round` has the local runtime's
     signature; the ``clients`` it is given are ignored (the parties live on the nodes), and
-    the nodes are mapped to parties on the first call (:meth:`connect`).
+    the nodes are mapped to parties on the first call (:meth:`connect`). ``plan``: the
+    run's plan (a JSON-able mapping), which nodes built with a plan check (module
+    docstring); every message then carries its digest.
     """
 
+    remote = True
+
     def __init__(self, grid: Grid, faults: Faults | None = None, *, timeout: float = 600.0,
-                 record: bool = False) -> None:
+                 record: bool = False, plan: Mapping[str, Any] | None = None) -> None:
         super().__init__(faults, record=record, timeout=timeout)
         self.grid = grid
+        #: per stage delivered: round, stage, nodes asked, wall seconds from sending to the
+        #: last answer, and the most CPU seconds one party spent on it (the rest of the
+        #: wall time is Flower's own latency: polling, process start-up, transport)
+        self.timeline: list[dict[str, Any]] = []
+        self.plan = None if plan is None else json.loads(_canonical(plan))
+        self._plan_digest = None if plan is None else _digest(self.plan)
         self.nodes: dict[int, int] | None = None   # party index -> Flower node id
 
     def connect(self, parties: Iterable[int] | None = None) -> dict[int, int]:
@@ -198,13 +280,14 @@ class FlowerRuntime(LocalRuntime):
         ``parties``: the indices the federation expects (others are refused). A node that
         does not answer within ``timeout``, or answers something else than an index, is
         left out (its party is a dropout in every round);
-        two nodes claiming one index are a ProtocolError. Waits up to ``timeout`` seconds
-        for as many nodes as ``parties`` to connect.
+        two nodes claiming one index, or a node refusing the plan, are a ProtocolError.
+        Waits up to ``timeout`` seconds for as many nodes as ``parties`` to connect.
         """
         expected = None if parties is None else set(parties)
         node_ids = self._wait_for_nodes(len(expected) if expected else 1)
+        plan = None if self.plan is None else _canonical(self.plan)
         replies = self._send_and_receive(
-            [(node, PARTY_STAGE, _record()) for node in node_ids])
+            [(node, PARTY_STAGE, _record(plan=plan)) for node in node_ids])
         nodes: dict[int, int] = {}
         for node, reply in zip(node_ids, replies):
             if reply is None or reply.has_error():
@@ -222,6 +305,9 @@ class FlowerRuntime(LocalRuntime):
             if party in nodes:
                 raise ProtocolError(f"nodes {nodes[party]} and {node} both claim party "
                                     f"{party}: give each node its own party-id")
+            refused = reply.content.config_records[_RECORD].get("refused")
+            if refused is not None:
+                raise ProtocolError(f"party {party} (node {node}) refuses the run: {refused}")
             nodes[party] = node
         log.info("%d Flower node(s) host parties %s", len(nodes), sorted(nodes))
         self.nodes = nodes
@@ -253,10 +339,18 @@ class FlowerRuntime(LocalRuntime):
         seeded = kind != "secure"
         sent = [(clients[cid], Message.from_bytes(data).stage,
                  _record(message=data, seed=seed if seeded else None,
-                         kind=kind if seeded else None))
+                         kind=kind if seeded else None, plan=self._plan_digest))
                 for cid, data, seed in deliveries]
-        for (cid, _, _), reply in zip(deliveries, self._send_and_receive(sent)):
+        began = time.perf_counter()
+        replies = self._send_and_receive(sent)
+        seconds = time.perf_counter() - began
+        for (cid, _, _), reply in zip(deliveries, replies):
             out.append(_answers(cid, reply))
+        if deliveries:
+            first = Message.from_bytes(deliveries[0][1])
+            self.timeline.append({"round": first.round, "stage": first.stage,
+                                  "nodes": len(sent), "seconds": seconds,
+                                  "client_cpu": max(cpu for _, cpu, _ in out)})
         return out
 
     def _send_and_receive(self, sent: list[tuple[int, str, RecordDict]]

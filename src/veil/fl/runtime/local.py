@@ -155,6 +155,9 @@ class LocalRuntime:
     (or call :meth:`close`): the processes are started now and stopped on exit.
     """
 
+    #: whether the parties live outside this process's reach (on their own nodes)
+    remote = False
+
     def __init__(self, faults: Faults | None = None, *, workers: int = 1,
                  record: bool = False, timeout: float = 600.0) -> None:
         self.faults = faults or Faults()

@@ -136,6 +136,10 @@ class Strategy(ABC):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:  # noqa: B027 (no state)
         """Restore :meth:`state_dict`."""
 
+    def prepare(self, model: Any) -> None:  # noqa: B027 (most strategies need nothing)
+        """Set up what depends on the (initialized) model before the first round, where no
+        client is built (``Federation(remote=True)``: the parties live on their nodes)."""
+
     # -- protocol objects ----------------------------------------------------------------
     @abstractmethod
     def server(self, server_round: int, params: np.ndarray, sampled: Sequence[int],

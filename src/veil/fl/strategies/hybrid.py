@@ -74,6 +74,10 @@ class Hybrid(Strategy):
         together: :func:`veil.fl.hybrid.protocol.deal_keys`); packed: many values per
         ciphertext; min_answers: fewest answers a round proceeds with (default n);
         accountant: the ledger's (for calibration).
+    identities: the parties' Ed25519 identity public keys, when each party made its own
+        (a deployment: :mod:`veil.fl.hybrid.setup`); then ``keys`` is the public set-up's
+        key with no shares (the aggregator holds none) and each party is built on its own
+        machine with :meth:`party`. Default: simulated here at set-up.
     """
 
     def __init__(self, parties: int, trust: int, *, rounds: int, epsilon: float | None = None,
@@ -84,7 +88,8 @@ class Hybrid(Strategy):
                  key_bits: int = 2048, primes: Any = None, insecure_ok: bool = False,
                  keygen: str = "dealer",
                  packed: bool = True, min_answers: int | None = None,
-                 accountant: str = DEFAULT_ACCOUNTANT, rng: RngLike = None) -> None:
+                 accountant: str = DEFAULT_ACCOUNTANT, identities: Sequence[bytes] | None = None,
+                 rng: RngLike = None) -> None:
         self.trust, self.parties = check_trust(trust, parties)
         self.rounds = check_int(rounds, "rounds", low=1)
         if (epsilon is None) == (noise_multiplier is None):
@@ -112,8 +117,9 @@ class Hybrid(Strategy):
                               f"-of-{self.parties}")
         # the dealer's shares are handed to their parties by client(), and forgotten here
         self.public_key = keys.public_key
-        self._shares: list[Any] = list(keys.shares)
+        self._shares: list[Any] = list(keys.shares) or [None] * self.parties
         self._identities: list[bytes | None] = []
+        self._public = None if identities is None else tuple(identities)
         self.agreement: Agreement | None = None
         self.learner: GradientQueries | None = None
 
@@ -124,11 +130,18 @@ class Hybrid(Strategy):
         if z is None:
             z = plan_multiplier(self.learner, self.noise, self.epsilon, self.delta,
                                 accountant=self.accountant)
-        # each party makes its identity key at set-up (simulated here; see make_identities)
-        self._identities, public = make_identities(self.parties)
+        if self._public is None:
+            # each party makes its identity key at set-up (simulated here; make_identities)
+            self._identities, public = make_identities(self.parties)
+        else:
+            self._identities, public = [None] * self.parties, self._public
         self.agreement = Agreement(self.parties, "hybrid", trust=self.trust, noise=self.noise,
                                    noise_multiplier=z, delta=self.delta, packed=self.packed,
                                    min_answers=self.min_answers, identities=public)
+
+    def prepare(self, model: Any) -> None:
+        if self.learner is None:
+            self._setup(model)
 
     def _ready(self) -> tuple[GradientQueries, Agreement]:
         if self.learner is None or self.agreement is None:
@@ -142,18 +155,31 @@ class Hybrid(Strategy):
                               f"set up for parties 0..{self.parties - 1}")
         if self.learner is None:
             self._setup(trainer.model)
-        _, agreement = self._ready()
         share, identity = self._shares[client_id], self._identities[client_id]
-        if share is None:
-            raise ConfigError(f"party {client_id}'s key share was already handed to it: each "
-                              "party gets its share once, and this strategy keeps none")
+        if share is None or identity is None:
+            raise ConfigError(f"this strategy holds no key share for party {client_id}: it was "
+                              "already handed to the party, or the party holds its own "
+                              "(build it on its machine with Hybrid.party)")
         self._shares[client_id] = self._identities[client_id] = None
-        party_learner = GradientQueries(trainer.model, **self.learner_options)
         # the party's own budget: it refuses a query that would overspend it
         ledger = None if self.epsilon is None else Ledger(self.epsilon, self.delta,
                                                           accountant=self.accountant)
+        return self.party(client_id, trainer, share, identity, ledger)
+
+    def party(self, client_id: int, trainer: LocalTrainer, key_share: Any, identity: bytes,
+              ledger: Ledger | None) -> HybridClient:
+        """Party ``client_id`` with its own key share, identity private key and ledger (on
+        its own machine: :mod:`veil.fl.hybrid.setup`); its plan is this strategy's."""
+        if self.learner is None:
+            self._setup(trainer.model)
+        _, agreement = self._ready()
+        if key_share.public_key != self.public_key:
+            raise ConfigError(f"party {client_id}'s key share is under key "
+                              f"{key_share.public_key.fingerprint.hex()[:16]}, not this "
+                              f"federation's {self.public_key.fingerprint.hex()[:16]}")
+        party_learner = GradientQueries(trainer.model, **self.learner_options)
         return HybridClient(client_id, trainer.X, trainer.y, agreement, learner=party_learner,
-                            key_share=share, identity=identity, ledger=ledger)
+                            key_share=key_share, identity=identity, ledger=ledger)
 
     # -- the server side --------------------------------------------------------------------
     def sample(self, server_round: int, clients: Sequence[int], rng: Generator) -> list[int]:

@@ -1,0 +1,167 @@
+"""The hybrid approach's set-up as files, for parties on their own machines.
+
+Who holds what (:mod:`veil.fl.hybrid.protocol` states the trust assumptions):
+
+* every party and the aggregator hold the **public set-up** (:class:`PublicSetup`): the
+  threshold Paillier public key and each party's Ed25519 identity public key, in the order
+  of the party indices. Its :attr:`~PublicSetup.fingerprint` (SHA-256 of its bytes) is part
+  of the run's plan, so a party whose set-up differs from the aggregator's refuses the run;
+* party i alone holds its **key share** (:mod:`veil.crypto.keyfile`: the public key and
+  share number i + 1, the format the dealer-free key generation writes too) and its
+  **identity** file (:class:`PartyIdentity`: its index, its Ed25519 private key, and its
+  own copy of the public set-up -- it never takes the set-up from the aggregator);
+* the aggregator holds no share and no private identity.
+
+:func:`deal` is the trusted dealer of the paper run as its own step (``veil fl deal``): it
+makes the key (:func:`veil.fl.hybrid.protocol.deal_keys`) and every identity, writes
+``public.bin`` and, per party, ``party-I.key`` and ``party-I.id`` (mode 0600), and keeps
+nothing; each organisation receives its two files over a private channel. (A dealer-free
+key generation writes the ``party-I.key`` files itself; the identities are then each
+party's own, their public keys collected into ``public.bin``.)
+
+File formats: checksummed frames of :mod:`veil._codec` -- ``public.bin`` magic ``b"VHPS"``
+(the public key blob of :mod:`veil.crypto.serialization`, then the identity keys, 32 bytes
+each), ``party-I.id`` magic ``b"VHID"`` (the index u32, the 32-byte private key, the public
+set-up's bytes). Every load checks what it can: the identity's private key must give the
+public key the set-up lists for its index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from veil._codec import Format
+from veil._io import atomic_write
+from veil._validation import check_int
+from veil.crypto import keyfile, serialization, threshold
+from veil.errors import ConfigError, CryptoError
+from veil.fl.hybrid.protocol import deal_keys, make_identities
+
+__all__ = ["PartyIdentity", "PublicSetup", "deal", "load_party"]
+
+_PUBLIC = Format(b"VHPS", 1, error=CryptoError, checksum=True, name="hybrid public set-up")
+_IDENTITY = Format(b"VHID", 1, error=CryptoError, checksum=True, name="hybrid party identity")
+
+
+def _read(path: str | os.PathLike, what: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{what} file {os.fspath(path)!r} cannot be read: "
+                          f"{exc.strerror}") from None
+
+
+@dataclass(frozen=True)
+class PublicSetup:
+    """The threshold public key and the parties' identity public keys (public)."""
+
+    public_key: threshold.ThresholdPublicKey
+    identities: tuple[bytes, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.identities) != self.public_key.parties or not all(
+                isinstance(k, bytes) and len(k) == 32 for k in self.identities):
+            raise ConfigError(f"a set-up for {self.public_key.parties} parties needs as many "
+                              f"32-byte identity keys; got {len(self.identities)}")
+
+    def to_bytes(self) -> bytes:
+        writer = _PUBLIC.writer().blob(serialization.dumps(self.public_key))
+        writer.u32(len(self.identities))
+        for key in self.identities:
+            writer.raw(key)
+        return writer.finish()
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, insecure_ok: bool = False) -> PublicSetup:
+        reader = _PUBLIC.reader(data)
+        public_key = serialization.loads(reader.blob(), insecure_ok=insecure_ok)
+        if not isinstance(public_key, threshold.ThresholdPublicKey):
+            raise CryptoError("the hybrid set-up holds no threshold public key")
+        count = reader.u32()
+        if count != public_key.parties:
+            raise CryptoError(f"the hybrid set-up lists {count} identities for a key of "
+                              f"{public_key.parties} parties")
+        identities = tuple(bytes(reader.take(32)) for _ in range(count))
+        reader.done()
+        return cls(public_key, identities)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, *, insecure_ok: bool = False) -> PublicSetup:
+        try:
+            return cls.from_bytes(_read(path, "public set-up"), insecure_ok=insecure_ok)
+        except CryptoError as exc:
+            raise CryptoError(f"public set-up file {os.fspath(path)!r}: {exc}") from None
+
+    @property
+    def fingerprint(self) -> str:
+        """SHA-256 of the set-up's bytes, hex: what the parties compare."""
+        return hashlib.sha256(self.to_bytes()).hexdigest()
+
+
+@dataclass(frozen=True)
+class PartyIdentity:
+    """Party ``index``'s identity: its Ed25519 private key and its copy of the set-up."""
+
+    index: int
+    private_key: bytes
+    setup: PublicSetup
+
+    def __post_init__(self) -> None:
+        check_int(self.index, "index", low=0, high=len(self.setup.identities) - 1)
+        public = Ed25519PrivateKey.from_private_bytes(self.private_key).public_key()
+        if public.public_bytes_raw() != self.setup.identities[self.index]:
+            raise ConfigError(f"the identity key of party {self.index} is not the one its "
+                              "set-up lists for that party")
+
+    def to_bytes(self) -> bytes:
+        return (_IDENTITY.writer().u32(self.index).raw(self.private_key)
+                .blob(self.setup.to_bytes()).finish())
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, *, insecure_ok: bool = False) -> PartyIdentity:
+        try:
+            reader = _IDENTITY.reader(_read(path, "identity"))
+            index, private = reader.u32(), bytes(reader.take(32))
+            setup = PublicSetup.from_bytes(reader.blob(), insecure_ok=insecure_ok)
+            reader.done()
+        except CryptoError as exc:
+            raise CryptoError(f"identity file {os.fspath(path)!r}: {exc}") from None
+        return cls(index, private, setup)
+
+
+def deal(parties: int, trust: int, out_dir: str | os.PathLike, *, bits: int = 2048,
+         insecure_ok: bool = False, keygen: str = "dealer") -> PublicSetup:
+    """The dealer: make the key and identities, write ``public.bin`` and each party's
+    ``party-I.key`` / ``party-I.id`` into ``out_dir``; returns the public set-up."""
+    keys = deal_keys(parties, trust, bits=bits, insecure_ok=insecure_ok, keygen=keygen)
+    private, public = make_identities(parties)
+    setup = PublicSetup(keys.public_key, public)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write(out / "public.bin", setup.to_bytes())
+    os.chmod(out / "public.bin", 0o644)     # public: the aggregator and every party
+    for i, share in enumerate(keys.shares):
+        keyfile.save_key_share(out / f"party-{i}.key", share)
+        atomic_write(out / f"party-{i}.id", PartyIdentity(i, private[i], setup).to_bytes())
+        os.chmod(out / f"party-{i}.id", 0o600)
+    return setup
+
+
+def load_party(party: int, key_share: str | os.PathLike, identity: str | os.PathLike, *,
+               insecure_ok: bool = False) -> tuple[threshold.KeyShare, PartyIdentity]:
+    """Party ``party``'s own key share and identity, checked against each other: the
+    identity must be this party's and the share this party's under the set-up's key
+    (ConfigError naming the file otherwise; a party started with another party's files is
+    refused here, before it does anything)."""
+    ident = PartyIdentity.load(identity, insecure_ok=insecure_ok)
+    if ident.index != party:
+        raise ConfigError(f"identity file {os.fspath(identity)!r} is party {ident.index}'s, "
+                          f"not party {party}'s")
+    share = keyfile.load_key_share(key_share, party=party, insecure_ok=insecure_ok,
+                                   fingerprint=ident.setup.public_key.fingerprint)
+    return share, ident
