@@ -55,6 +55,6 @@ def load_key_share(path: str | os.PathLike, *, party: int | None = None,
                           "its own share")
     if fingerprint is not None and share.public_key.fingerprint != fingerprint:
         raise ConfigError(f"key share file {path!r} is a share of key "
-                          f"{share.public_key.fingerprint.hex()[:16]}, not of this federation's key "
-                          f"{fingerprint.hex()[:16]}")
+                          f"{share.public_key.fingerprint.hex()[:16]}, not of this "
+                          f"federation's key {fingerprint.hex()[:16]}")
     return share
