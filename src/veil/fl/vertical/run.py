@@ -11,6 +11,8 @@ PSI, trains the model and returns a dict of results::
     id = "id"                   # the id column of every table
     label = "y"                 # the label column (in exactly one table)
     parties = { guest = "guest.csv", host = "host.csv" }   # name -> CSV path
+    # or UCI Adult split by attributes (veil.fl.vertical.data.vertical_adult):
+    # dataset = "adult"; parties = 3; overlap = 0.8; rows = 5000
     epochs = 10
     batch_size = 256
     learning_rate = 0.15
@@ -26,6 +28,10 @@ PSI, trains the model and returns a dict of results::
                                 #   guest and at the host are different features), so they
                                 #   are read as "guest.x0", "host.x0"; false: a name at two
                                 #   parties is refused as an overlap
+
+Every key is checked (name and type) by :func:`check_section` before anything is read or
+spent: a bad one is a :class:`~veil.errors.ConfigError` naming it. ``out``: the folder for
+the parties' ledgers (``ledger.sqlite``, the guest's), None: ledgers in memory.
 
 ``run_transfer(config)`` takes the ``[transfer]`` section (source, targets, transfer and
 test CSVs with a label column; see :mod:`veil.fl.vertical.transfer`).
@@ -46,26 +52,43 @@ from veil.errors import ConfigError, DataError
 from veil.fl.vertical.align import align, read_ids
 from veil.random import check_rng
 
-__all__ = ["run_vertical", "run_transfer", "check_tables"]
+__all__ = ["run_vertical", "run_transfer", "check_tables", "check_section", "SECTIONS"]
 
 log = logging.getLogger(__name__)
 
-_VERTICAL_KEYS = {"model", "protocol", "id", "label", "parties", "epochs", "batch_size",
-                  "learning_rate", "alpha", "optimizer", "key_bits", "test_fraction", "seed",
-                  "label_epsilon", "label_delta", "hidden", "embedding",
-                  "prefix_columns", "decryption"}
-_TRANSFER_KEYS = {"label", "source", "targets", "transfer", "test", "teachers",
-                  "noise_multiplier", "epsilon", "delta", "max_queries", "rounds",
-                  "local_epochs", "learning_rate", "hidden", "source_epochs", "seed"}
+_NUM = (int, float)
+#: the settings of each section -> their allowed types
+SECTIONS: dict[str, dict[str, tuple[type, ...]]] = {
+    "vertical": {"model": (str,), "protocol": (str,), "id": (str,), "label": (str,),
+                 "parties": (dict, int), "dataset": (str,), "overlap": _NUM, "rows": (int,),
+                 "epochs": (int,), "batch_size": (int,), "learning_rate": _NUM,
+                 "alpha": _NUM, "optimizer": (str,), "key_bits": (int,),
+                 "test_fraction": _NUM, "seed": (int,), "label_epsilon": _NUM,
+                 "label_delta": _NUM, "hidden": (int,), "embedding": (int,),
+                 "prefix_columns": (bool,), "decryption": (str,)},
+    "transfer": {"label": (str,), "source": (str,), "targets": (list,), "transfer": (str,),
+                 "test": (str,), "teachers": (int,), "noise_multiplier": _NUM,
+                 "epsilon": _NUM, "delta": _NUM, "max_queries": (int,), "rounds": (int,),
+                 "local_epochs": (int,), "learning_rate": _NUM, "hidden": (int,),
+                 "source_epochs": (int,), "seed": (int,)},
+}
 
 
-def _keys(config: Any, allowed: set[str], section: str) -> dict:
+def check_section(config: Any, section: str) -> dict:
+    """``config`` as the ``[section]`` table: a ConfigError names an unknown key or a value
+    of the wrong type (a bool is not a number)."""
+    allowed = SECTIONS[section]
     if not isinstance(config, dict):
         raise ConfigError(f"[{section}] must be a table of settings")
-    unknown = sorted(set(config) - allowed)
+    unknown = sorted(set(config) - set(allowed))
     if unknown:
         raise ConfigError(f"[{section}] has unknown settings {unknown}; allowed: "
                           f"{sorted(allowed)}")
+    for key, value in config.items():
+        kinds = allowed[key]
+        if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+            raise ConfigError(f"[{section}] {key}={value!r} is not allowed: expected "
+                              f"{' or '.join(k.__name__ for k in kinds)}")
     return config
 
 
@@ -116,29 +139,55 @@ def _auc(y: np.ndarray, score: np.ndarray) -> float:
     return float(roc_auc_score(y, score)) if len(np.unique(y)) == 2 else float("nan")
 
 
-def run_vertical(config: dict, *, base: str | Path = ".") -> dict[str, Any]:
+def _tables(cfg: dict, base: Path, id_column: str, label: str, rng: Any
+            ) -> dict[str, pd.DataFrame]:
+    """The parties' tables: CSV files, or Adult split by ``dataset = "adult"``."""
+    parties = cfg.get("parties")
+    dataset = cfg.get("dataset")
+    if dataset is not None:
+        from veil.fl.vertical.data import vertical_adult
+
+        check_choice(dataset, "[vertical] dataset", ("adult",))
+        if not isinstance(parties, int) or parties < 2:
+            raise ConfigError(f"[vertical] parties={parties!r} is not allowed: with dataset, "
+                              "the number of parties (an integer >= 2)")
+        if id_column != "id":
+            raise ConfigError(f"[vertical] id={id_column!r} is not allowed with dataset: its "
+                              "tables have the id column 'id'")
+        overlap = check_probability(cfg.get("overlap", 0.8), "[vertical] overlap",
+                                    low_open=True)
+        return vertical_adult(parties, overlap=overlap, rows=cfg.get("rows"), label=label,
+                              rng=rng)
+    for key in ("overlap", "rows"):
+        if key in cfg:
+            raise ConfigError(f"[vertical] {key} applies to dataset = \"adult\" only; "
+                              "CSV parties come as they are")
+    if not isinstance(parties, dict) or len(parties) < 2:
+        raise ConfigError("[vertical] parties must map at least two party names to CSV "
+                          "paths (or be a number of parties with dataset = \"adult\")")
+    return {str(k): _read(v, base, f"parties.{k}") for k, v in parties.items()}
+
+
+def run_vertical(config: dict, *, base: str | Path = ".", out: str | Path | None = None
+                 ) -> dict[str, Any]:
     """The ``[vertical]`` section -> results (see the module docstring)."""
-    cfg = _keys(config, _VERTICAL_KEYS, "vertical")
-    model_kind = check_choice(cfg.get("model", "logistic"), "model",
+    cfg = check_section(config, "vertical")
+    model_kind = check_choice(cfg.get("model", "logistic"), "[vertical] model",
                               ("logistic", "linear", "split"))
     id_column, label = cfg.get("id", "id"), cfg.get("label", "y")
-    parties = cfg.get("parties")
-    if not isinstance(parties, dict) or len(parties) < 2:
-        raise ConfigError("parties must map at least two party names to CSV paths")
-    test_fraction = check_probability(cfg.get("test_fraction", 0.0), "test_fraction",
-                                      high_open=True)
+    test_fraction = check_probability(cfg.get("test_fraction", 0.0),
+                                      "[vertical] test_fraction", high_open=True)
     label_epsilon = cfg.get("label_epsilon")
     if label_epsilon is not None:
-        check_epsilon(label_epsilon, "label_epsilon")
-    base = Path(base)
-    tables = {str(k): _read(v, base, f"parties.{k}") for k, v in parties.items()}
+        check_epsilon(label_epsilon, "[vertical] label_epsilon")
+    rng = check_rng(cfg.get("seed"))
+    tables = _tables(cfg, Path(base), id_column, label, rng)
     if cfg.get("prefix_columns", False):
         tables = {k: t.rename(columns={c: f"{k}.{c}" for c in t.columns
                                        if c not in (id_column, label)})
                   for k, t in tables.items()}
     guest = check_tables(tables, id_column, label)
     hosts = [n for n in tables if n != guest]
-    rng = check_rng(cfg.get("seed"))
     alignment = align(tables[guest], {h: tables[h] for h in hosts},
                       column=id_column)             # PSI keys: the CSPRNG, whatever the seed
     ordered = [guest, *hosts]
@@ -158,7 +207,8 @@ def run_vertical(config: dict, *, base: str | Path = ".") -> dict[str, Any]:
         from veil.dp import Ledger
 
         ledger = Ledger(epsilon=label_epsilon, delta=cfg.get("label_delta", 1e-5),
-                        accountant="rdp" if model_kind != "split" else "pld")
+                        accountant="rdp" if model_kind != "split" else "pld",
+                        path=None if out is None else Path(out) / "ledger.sqlite")
     common = {"epochs": cfg.get("epochs", 10), "batch_size": cfg.get("batch_size", 256)}
     results: dict[str, Any] = {"aligned": alignment.size, "psi_bytes": alignment.bytes,
                                "parties": ordered, "guest": guest}
@@ -200,18 +250,20 @@ def run_vertical(config: dict, *, base: str | Path = ".") -> dict[str, Any]:
     return results
 
 
-def run_transfer(config: dict, *, base: str | Path = ".") -> dict[str, Any]:
+def run_transfer(config: dict, *, base: str | Path = ".", out: str | Path | None = None
+                 ) -> dict[str, Any]:
     """The ``[transfer]`` section -> target test accuracy with and without the source model.
 
     ``source``, ``transfer``, ``test``: CSV paths; ``targets``: a list of CSV paths (one
     per target party); all share the feature columns, ``label`` is the class column
-    (integers 0..K-1; the transfer table's labels, if any, are ignored).
+    (integers 0..K-1; the transfer table's labels, if any, are ignored). ``out``: the
+    folder of the source's ledger (``ledger.sqlite``; None: in memory).
     """
     from veil.dp import Ledger
     from veil.fl.strategies import FedAvg
     from veil.fl.vertical.transfer import SourceParty, _torch, transfer_learn
 
-    cfg = _keys(config, _TRANSFER_KEYS, "transfer")
+    cfg = check_section(config, "transfer")
     torch = _torch()
     base = Path(base)
     label = cfg.get("label", "y")
@@ -246,7 +298,8 @@ def run_transfer(config: dict, *, base: str | Path = ".") -> dict[str, Any]:
     rng = check_rng(cfg.get("seed"))
     ledger = None
     if cfg.get("noise_multiplier") is not None:
-        ledger = Ledger(epsilon=cfg.get("epsilon", 3.0), delta=cfg.get("delta", 1e-5))
+        ledger = Ledger(epsilon=cfg.get("epsilon", 3.0), delta=cfg.get("delta", 1e-5),
+                        path=None if out is None else Path(out) / "ledger.sqlite")
     source = SourceParty(Xs, ys, make, teachers=cfg.get("teachers", 1),
                          epochs=cfg.get("source_epochs", 5),
                          noise_multiplier=cfg.get("noise_multiplier"), ledger=ledger,
