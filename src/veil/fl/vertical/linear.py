@@ -16,6 +16,12 @@ Each party's block of the trained weights is then revealed to that party only, t
 intercept to the guest. Threat model: :mod:`veil.mpc.session` (semi-honest parties, a
 trusted dealer of correlated randomness that sees no shares).
 
+Optional differential privacy of the secret-shared logistic regression (``epsilon``,
+``delta``, ``clip``, ``ledgers``): every party clips its rows to ``clip`` and every
+gradient step gets discrete Gaussian noise from two parties, each party's ledger charged
+the run (:mod:`veil.fl.vertical.gradient_noise`). (The Paillier protocol offers label DP
+against the hosts instead: ``label_epsilon``, :mod:`veil.fl.vertical.paillier_lr`.)
+
 Both end the same way: every party keeps its own coefficient block; a prediction sums
 the parties' partial scores at the guest (hosts reveal ``X_k w_k`` for the rows to
 predict, as in FATE). ``X`` is a list of the parties' aligned feature blocks, the guest's
@@ -35,6 +41,7 @@ import numpy as np
 
 from veil._validation import check_array, check_choice, check_fitted
 from veil.errors import ConfigError, DataError
+from veil.fl.vertical.gradient_noise import GradientNoise, clip_rows
 from veil.fl.vertical.paillier_lr import (
     Arbiter,
     PaillierGuest,
@@ -50,6 +57,7 @@ __all__ = ["VerticalLogisticRegression", "VerticalLinearRegression", "EpochStats
 log = logging.getLogger(__name__)
 
 PROTOCOLS = ("paillier", "ss")
+_DP_FRAC_BITS = 16       # the secret-shared fixed point of a private run (Session default)
 DECRYPTIONS = ("arbiter", "threshold")
 
 
@@ -103,22 +111,26 @@ def train_paillier(guest: PaillierGuest, hosts: Sequence[PaillierHost],
 
 
 def train_ss(X: Sequence[np.ndarray], y: np.ndarray, task: str, *, steps: int, epochs: int,
-             learning_rate: float, alpha: float, fit_intercept: bool
+             learning_rate: float, alpha: float, fit_intercept: bool,
+             noise: GradientNoise | None = None
              ) -> tuple[list[np.ndarray], float, EpochStats]:
     """Secret-shared training; returns each party's coefficient block (revealed to that
     party only), the intercept (to the guest) and the cost (the run's totals, sharing
-    included, spread evenly over the ``epochs``: its steps are all alike)."""
+    included, spread evenly over the ``epochs``: its steps are all alike). ``noise``: the
+    charged noise of a private run (added to every gradient)."""
     from veil.mpc import Session
     from veil.mpc.models import LinearRegression, LogisticRegression, share_columns
 
     model_cls = LogisticRegression if task == "logistic" else LinearRegression
     stats = EpochStats()
-    with Session(parties=len(X)) as session:        # shares and masks: the CSPRNG
+    frac = {} if noise is None else {"frac_bits": noise.frac_bits}
+    with Session(parties=len(X), **frac) as session:   # shares and masks: the CSPRNG
         with session.measure() as m:
             shared = share_columns(session, X)
             labels = session.share(np.asarray(y, dtype=np.float64), owner=0)
             model = model_cls(learning_rate=learning_rate, max_iter=steps,
-                              fit_intercept=fit_intercept, alpha=alpha).fit(shared, labels)
+                              fit_intercept=fit_intercept, alpha=alpha
+                              ).fit(shared, labels, noise=noise)
             bounds = np.cumsum([0, *(x.shape[1] for x in X)])
             coefs = [model.coef_[int(a):int(b)].reveal(to=k)
                      for k, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))]
@@ -139,7 +151,9 @@ class _VerticalRegression:
                  fit_intercept: bool = True, key_bits: int = 2048, insecure_ok: bool = False,
                  short_exponents: bool = False, decryption: str = "arbiter",
                  label_epsilon: float | None = None,
-                 label_delta: float = 1e-5, ledger: Any = None, random_state: Any = None) -> None:
+                 label_delta: float = 1e-5, ledger: Any = None, epsilon: float | None = None,
+                 delta: float = 1e-5, clip: float | Sequence[float] = 1.0,
+                 ledgers: Sequence[Any] | None = None, random_state: Any = None) -> None:
         self.protocol = protocol
         self.epochs = epochs
         self.batch_size = batch_size
@@ -154,6 +168,10 @@ class _VerticalRegression:
         self.label_epsilon = label_epsilon
         self.label_delta = label_delta
         self.ledger = ledger
+        self.epsilon = epsilon
+        self.delta = delta
+        self.clip = clip
+        self.ledgers = ledgers
         self.random_state = random_state
 
     def _blocks(self, X: Any, name: str = "X") -> list[np.ndarray]:
@@ -177,6 +195,11 @@ class _VerticalRegression:
                     optimizer=self.optimizer)
         rng = check_rng(self.random_state)
         hosts = [f"host{k}" for k in range(1, len(blocks))]
+        if self.epsilon is not None and (protocol, self.task) != ("ss", "logistic"):
+            raise ConfigError("epsilon (noisy gradients) is for protocol='ss' logistic "
+                              f"regression; got protocol={protocol!r}, task {self.task!r} "
+                              "(Paillier: label_epsilon)")
+        self.clip_ = None
         if protocol == "paillier":
             guest = PaillierGuest(blocks[0], y, hosts, plan, fit_intercept=self.fit_intercept,
                                   label_epsilon=self.label_epsilon,
@@ -203,10 +226,18 @@ class _VerticalRegression:
             if y.size != blocks[0].shape[0]:
                 raise DataError(f"y has {y.size} labels for {blocks[0].shape[0]} rows")
             steps = plan.epochs * math.ceil(y.size / plan.batch_size)
+            noise = None
+            if self.epsilon is not None:
+                noise = GradientNoise([b.shape[1] for b in blocks], self.clip, steps,
+                                      self.epsilon, self.delta, frac_bits=_DP_FRAC_BITS,
+                                      fit_intercept=self.fit_intercept)
+                blocks = noise.clip_blocks(blocks)
+                noise.charge(self.ledgers or [])    # the last check: then it is spent
+                self.clip_ = noise.clip
             self.coefs_, self.intercept_, self.stats_ = train_ss(
                 blocks, y, self.task, steps=steps, epochs=plan.epochs,
                 learning_rate=plan.learning_rate,
-                alpha=plan.alpha, fit_intercept=self.fit_intercept)
+                alpha=plan.alpha, fit_intercept=self.fit_intercept, noise=noise)
         self.n_features_in_ = [b.shape[1] for b in blocks]
         return self
 
@@ -217,6 +248,8 @@ class _VerticalRegression:
         if [b.shape[1] for b in blocks] != self.n_features_in_:
             raise DataError(f"X has blocks of {[b.shape[1] for b in blocks]} columns; the "
                             f"model was fitted on {self.n_features_in_}")
+        if self.clip_ is not None:      # trained on clipped rows: score clipped rows
+            blocks = [clip_rows(b, c) for b, c in zip(blocks, self.clip_)]
         return sum(b @ w for b, w in zip(blocks, self.coefs_)) + self.intercept_
 
 
