@@ -139,3 +139,20 @@ def test_the_fate_example_runs_from_the_cli(fate_or_skip, tmp_path, capsys):
     results = json.loads(capsys.readouterr().out)
     assert results["aligned"] == 569 and results["auc"] > 0.98
     assert np.isfinite(results["seconds"])
+
+
+def test_noisy_gradients_charge_every_partys_ledger_in_out(folder, capsys):
+    out = folder / "out"
+    config = _write(folder, SS.format(extra="epsilon = 3.0\nclip = [1.0, 2.0]\n"))
+    assert main(["fl", "run", str(config), "--out", str(out), "--json"]) == 0
+    spent = json.loads(capsys.readouterr().out)["epsilon_spent"]
+    assert set(spent) == {"guest", "host"} and all(2.9 < e <= 3.0 + 1e-9
+                                                   for e in spent.values())
+    for name in ("ledger.sqlite", "ledger_host.sqlite"):
+        assert Ledger.open(out / name, read_only=True).spent()[0] == pytest.approx(
+            spent["guest"])
+    both = _write(folder, SS.format(extra="epsilon = 3.0\nlabel_epsilon = 1.0\n"))
+    with pytest.raises(ConfigError, match="exclude each other"):
+        from veil.fl.vertical.run import run_vertical
+
+        run_vertical(load_config(both)["vertical"], base=folder)

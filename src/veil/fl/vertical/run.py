@@ -24,6 +24,9 @@ PSI, trains the model and returns a dict of results::
     seed = 0                    # simulation randomness (data split, batches); omit: secure
     label_epsilon = 1.0         # optional label DP (paillier logistic, split), with
     label_delta = 1e-5          #   a fresh ledger of that budget for the label holder
+    epsilon = 1.0               # or: noisy gradients (ss logistic), every party's rows
+    delta = 1e-5                #   clipped to clip (one bound or one per party), a fresh
+    clip = 1.0                  #   ledger of that budget for every party
     prefix_columns = false      # true: column names are local to each party ("x0" at the
                                 #   guest and at the host are different features), so they
                                 #   are read as "guest.x0", "host.x0"; false: a name at two
@@ -41,6 +44,7 @@ Relative paths are resolved against ``base`` (the directory of the TOML file).
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +68,8 @@ SECTIONS: dict[str, dict[str, tuple[type, ...]]] = {
                  "epochs": (int,), "batch_size": (int,), "learning_rate": _NUM,
                  "alpha": _NUM, "optimizer": (str,), "key_bits": (int,),
                  "test_fraction": _NUM, "seed": (int,), "label_epsilon": _NUM,
-                 "label_delta": _NUM, "hidden": (int,), "embedding": (int,),
+                 "label_delta": _NUM, "epsilon": _NUM, "delta": _NUM,
+                 "clip": (int, float, list), "hidden": (int,), "embedding": (int,),
                  "prefix_columns": (bool,), "decryption": (str,)},
     "transfer": {"label": (str,), "source": (str,), "targets": (list,), "transfer": (str,),
                  "test": (str,), "teachers": (int,), "noise_multiplier": _NUM,
@@ -168,6 +173,21 @@ def _tables(cfg: dict, base: Path, id_column: str, label: str, rng: Any
     return {str(k): _read(v, base, f"parties.{k}") for k, v in parties.items()}
 
 
+def _ledger(out: str | Path | None, name: str, guest: str, epsilon: float, delta: float,
+            accountant: str) -> Any:
+    """Party ``name``'s fresh ledger of that budget: ``out/ledger.sqlite`` for the guest,
+    ``out/ledger_<name>.sqlite`` for a host (None: in memory)."""
+    from veil.dp import Ledger
+
+    path = None
+    if out is not None:
+        if name != guest and not re.fullmatch(r"[A-Za-z0-9_-]+", name):
+            raise ConfigError(f"party name {name!r} is not allowed with a persisted ledger: "
+                              "letters, digits, '_' and '-' only")
+        path = Path(out) / ("ledger.sqlite" if name == guest else f"ledger_{name}.sqlite")
+    return Ledger(epsilon=epsilon, delta=delta, accountant=accountant, path=path)
+
+
 def run_vertical(config: dict, *, base: str | Path = ".", out: str | Path | None = None
                  ) -> dict[str, Any]:
     """The ``[vertical]`` section -> results (see the module docstring)."""
@@ -180,6 +200,12 @@ def run_vertical(config: dict, *, base: str | Path = ".", out: str | Path | None
     label_epsilon = cfg.get("label_epsilon")
     if label_epsilon is not None:
         check_epsilon(label_epsilon, "[vertical] label_epsilon")
+    epsilon = cfg.get("epsilon")
+    if epsilon is not None:
+        check_epsilon(epsilon, "[vertical] epsilon")
+        if label_epsilon is not None:
+            raise ConfigError("[vertical] epsilon (noisy gradients, protocol \"ss\") and "
+                              "label_epsilon (protocol \"paillier\", split) exclude each other")
     rng = check_rng(cfg.get("seed"))
     tables = _tables(cfg, Path(base), id_column, label, rng)
     if cfg.get("prefix_columns", False):
@@ -202,13 +228,13 @@ def run_vertical(config: dict, *, base: str | Path = ".", out: str | Path | None
     train_blocks, test_blocks = [b[~test] for b in blocks], [b[test] if test.any() else b[~test]
                                                              for b in blocks]
     y_train, y_test = y[~test], (y[test] if test.any() else y[~test])
-    ledger = None
+    ledger, ledgers = None, None
     if label_epsilon is not None:
-        from veil.dp import Ledger
-
-        ledger = Ledger(epsilon=label_epsilon, delta=cfg.get("label_delta", 1e-5),
-                        accountant="rdp" if model_kind != "split" else "pld",
-                        path=None if out is None else Path(out) / "ledger.sqlite")
+        ledger = _ledger(out, guest, guest, label_epsilon, cfg.get("label_delta", 1e-5),
+                         "rdp" if model_kind != "split" else "pld")
+    if epsilon is not None:
+        ledgers = [_ledger(out, name, guest, epsilon, cfg.get("delta", 1e-5), "rdp")
+                   for name in ordered]
     common = {"epochs": cfg.get("epochs", 10), "batch_size": cfg.get("batch_size", 256)}
     results: dict[str, Any] = {"aligned": alignment.size, "psi_bytes": alignment.bytes,
                                "parties": ordered, "guest": guest}
@@ -234,7 +260,8 @@ def run_vertical(config: dict, *, base: str | Path = ".", out: str | Path | None
                     key_bits=cfg.get("key_bits", 2048),
                     decryption=cfg.get("decryption", "arbiter"), label_epsilon=label_epsilon,
                     label_delta=cfg.get("label_delta", 1e-5), ledger=ledger,
-                    random_state=rng.spawn(1)[0], **common)
+                    epsilon=epsilon, delta=cfg.get("delta", 1e-5), clip=cfg.get("clip", 1.0),
+                    ledgers=ledgers, random_state=rng.spawn(1)[0], **common)
         model.fit(train_blocks, y_train)
         results["seconds_per_epoch"] = model.stats_.seconds
         results["bytes_per_epoch"] = model.stats_.bytes
@@ -245,6 +272,8 @@ def run_vertical(config: dict, *, base: str | Path = ".", out: str | Path | None
             results["r2"] = model.score(test_blocks, y_test)
     if ledger is not None:
         results["label_epsilon_spent"] = ledger.spent()[0]
+    if ledgers is not None:
+        results["epsilon_spent"] = {n: lg.spent()[0] for n, lg in zip(ordered, ledgers)}
     results["evaluated_on"] = "held-out aligned rows" if test.any() else "training rows"
     log.info("vertical run: %s", results)
     return results
