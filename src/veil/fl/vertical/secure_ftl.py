@@ -58,6 +58,7 @@ from veil.crypto import paillier, serialization
 from veil.errors import ConfigError, CryptoError, DataError, ProtocolError
 from veil.fl.messages import encode
 from veil.fl.vertical._wire import read_message
+from veil.fl.vertical.paillier_lr import FX, _Features
 from veil.random import check_rng
 
 __all__ = ["FTLSource", "FTLTarget", "FTLStats", "train_secure_ftl", "predict_secure_ftl"]
@@ -65,6 +66,8 @@ __all__ = ["FTLSource", "FTLTarget", "FTLStats", "train_secure_ftl", "predict_se
 log = logging.getLogger(__name__)
 
 F = 16
+#: the scale of a gradient: F (u) + 2F (coefficients) + FX (features, as in paillier_lr)
+G = 3 * F + FX
 _MASK_MARGIN = 8
 
 
@@ -103,6 +106,7 @@ class _Party:
                  crypto_rng: Any = None) -> None:
         self._X = check_array(X, f"X of {self.name!r}", ndim=2)
         self._Xa = np.hstack([self._X, np.ones((self._X.shape[0], 1))])
+        self._features = _Features(self._Xa, self.name)
         self.overlap = check_array(overlap, f"overlap of {self.name!r}", ndim=1).astype(np.int64)
         if self.overlap.size == 0 or self.overlap.min() < 0 or \
                 self.overlap.max() >= self._X.shape[0] or \
@@ -158,6 +162,16 @@ class _Party:
                                 f"{self.name!r} is at step {self._step}")
         return msg
 
+    def _transpose_times(self, rows: np.ndarray, S: paillier.EncryptedArray
+                         ) -> paillier.EncryptedArray:
+        """``[[Xa[rows]^T S]]`` (Xa in units of 2^-FX): one Pippenger multi-exponentiation
+        per feature and column of S (:class:`veil.fl.vertical.paillier_lr._Features`)."""
+        columns = [self._features.gradient(rows, S[:, k]) for k in range(S.shape[1])]
+        raw = np.empty((self._Xa.shape[1], S.shape[1]), dtype=object)
+        for k, column in enumerate(columns):
+            raw[:, k] = column
+        return paillier.EncryptedArray(S.public_key, raw)
+
     def _masked(self, grad: paillier.EncryptedArray) -> bytes:
         """This party's encrypted gradient (under the peer's key) plus a fresh mask."""
         pk = self._peer_key()
@@ -185,7 +199,7 @@ class _Party:
             raise ProtocolError(f"message from {self.peer!r}: {len(values or [])} values for "
                                 f"a gradient of {0 if self._mask is None else self._mask.size}")
         raw = np.array(values, dtype=object).reshape(self._mask.shape) - self._mask
-        grad = raw.astype(np.float64) / (2.0 ** (4 * F) * self._batch.size)
+        grad = raw.astype(np.float64) / (2.0 ** G * self._batch.size)
         if not np.all(np.isfinite(grad)):
             raise ProtocolError(f"message from {self.peer!r}: the gradient is not finite")
         self.W -= self.learning_rate * (grad + self.lam * self.W)
@@ -242,11 +256,11 @@ class FTLSource(_Party):
         # [[dL/dPhi]] * |S| at scale 2F
         v = (_fixed(-0.5 * y[rows]) @ enc_u) + enc_k.dot(_fixed(phi))
         P = self._Xa.T @ ((y / y.size)[:, None] * deriv)           # (d_in + 1, dim)
-        term1 = v.reshape(1, d) * _fixed(P, 2 * F)                   # scale 4F
-        Xs = _fixed(self._Xa[rows])
-        term2 = Xs.T @ (enc_u * _fixed(-2 * self.gamma * deriv[rows], 2 * F))
+        term1 = v.reshape(1, d) * _fixed(P, F + FX)                  # scale G
+        term2 = self._transpose_times(rows, enc_u * _fixed(-2 * self.gamma * deriv[rows],
+                                                           2 * F))
         term3 = self._Xa[rows].T @ (deriv[rows] * 2 * self.gamma * u[rows])
-        return self._masked(term1 + term2 + _fixed(term3, 4 * F))
+        return self._masked(term1 + term2 + _fixed(term3, G))
 
 
 class FTLTarget(_Party):
@@ -283,7 +297,7 @@ class FTLTarget(_Party):
         u, rows = self._u, self.overlap[self._batch]
         g = self._a + self._m.dot(_fixed(u).T).T + _fixed(2 * self.gamma * u, 2 * F)
         s = g * _fixed(1.0 - u * u)                                  # scale 3F
-        return self._masked(_fixed(self._Xa[rows]).T @ s)            # scale 4F
+        return self._masked(self._transpose_times(rows, s))         # scale G
 
     def score_request(self, message: bytes, X: Any) -> bytes:
         """A's ``[[Phi]]`` -> masked ``[[Phi . u_B,j]]`` for B's rows ``X``."""
