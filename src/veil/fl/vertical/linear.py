@@ -148,7 +148,8 @@ class _VerticalRegression:
 
     def __init__(self, protocol: str = "paillier", *, epochs: int = 10, batch_size: int = 1024,
                  learning_rate: float = 0.15, alpha: float = 0.0, optimizer: str = "sgd",
-                 fit_intercept: bool = True, key_bits: int = 2048, insecure_ok: bool = False,
+                 link: str = "taylor2", fit_intercept: bool = True, key_bits: int = 2048,
+                 insecure_ok: bool = False,
                  short_exponents: bool = False, decryption: str = "arbiter",
                  label_epsilon: float | None = None,
                  label_delta: float = 1e-5, ledger: Any = None, epsilon: float | None = None,
@@ -160,6 +161,7 @@ class _VerticalRegression:
         self.learning_rate = learning_rate
         self.alpha = alpha
         self.optimizer = optimizer
+        self.link = link
         self.fit_intercept = fit_intercept
         self.key_bits = key_bits
         self.insecure_ok = insecure_ok
@@ -192,7 +194,7 @@ class _VerticalRegression:
         blocks = self._blocks(X)
         plan = Plan(task=self.task, epochs=self.epochs, batch_size=self.batch_size,
                     learning_rate=self.learning_rate, alpha=self.alpha,
-                    optimizer=self.optimizer)
+                    optimizer=self.optimizer, link=self.link)
         rng = check_rng(self.random_state)
         hosts = [f"host{k}" for k in range(1, len(blocks))]
         if self.epsilon is not None and (protocol, self.task) != ("ss", "logistic"):
@@ -219,9 +221,11 @@ class _VerticalRegression:
             self.coefs_ = [own, *(h.coef_ for h in parties)]
             self.intercept_ = guest.intercept_
         else:
-            if self.label_epsilon is not None or plan.optimizer != "sgd":
-                raise ConfigError("protocol='ss' trains by plain gradient descent: "
-                                  "optimizer must be 'sgd' and label_epsilon None")
+            if self.label_epsilon is not None or plan.optimizer != "sgd" or \
+                    plan.link != "taylor2":
+                raise ConfigError("protocol='ss' trains by plain gradient descent with its own "
+                                  "sigmoid: optimizer must be 'sgd', link 'taylor2' (unused) "
+                                  "and label_epsilon None")
             y = check_array(y, "y", ndim=1)
             if y.size != blocks[0].shape[0]:
                 raise DataError(f"y has {y.size} labels for {blocks[0].shape[0]} rows")

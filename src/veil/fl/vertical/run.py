@@ -18,6 +18,7 @@ PSI, trains the model and returns a dict of results::
     learning_rate = 0.15
     alpha = 0.0                 # L2 penalty (logistic / linear)
     optimizer = "sgd"           # or "rmsprop" (paillier)
+    link = "taylor2"            # paillier logistic, one host: or "cubic" (third order)
     key_bits = 2048             # paillier
     decryption = "arbiter"      # paillier: "arbiter" (holds the key) or "threshold"
     test_fraction = 0.2         # aligned rows held out for the metrics (0: report on train)
@@ -66,7 +67,7 @@ SECTIONS: dict[str, dict[str, tuple[type, ...]]] = {
     "vertical": {"model": (str,), "protocol": (str,), "id": (str,), "label": (str,),
                  "parties": (dict, int), "dataset": (str,), "overlap": _NUM, "rows": (int,),
                  "epochs": (int,), "batch_size": (int,), "learning_rate": _NUM,
-                 "alpha": _NUM, "optimizer": (str,), "key_bits": (int,),
+                 "alpha": _NUM, "optimizer": (str,), "link": (str,), "key_bits": (int,),
                  "test_fraction": _NUM, "seed": (int,), "label_epsilon": _NUM,
                  "label_delta": _NUM, "epsilon": _NUM, "delta": _NUM,
                  "clip": (int, float, list), "hidden": (int,), "embedding": (int,),
@@ -257,6 +258,7 @@ def run_vertical(config: dict, *, base: str | Path = ".", out: str | Path | None
             VerticalLinearRegression
         model = cls(cfg.get("protocol", "paillier"), learning_rate=cfg.get("learning_rate", 0.15),
                     alpha=cfg.get("alpha", 0.0), optimizer=cfg.get("optimizer", "sgd"),
+                    link=cfg.get("link", "taylor2"),
                     key_bits=cfg.get("key_bits", 2048),
                     decryption=cfg.get("decryption", "arbiter"), label_epsilon=label_epsilon,
                     label_delta=cfg.get("label_delta", 1e-5), ledger=ledger,
