@@ -24,7 +24,8 @@ Each section runs veil and its peer in this process and prints the ratio:
    (the protocol's weights equal this schedule's, tests/fl/vertical/test_linear.py): the
    second-order Taylor residual against third-order ones (Taylor at 0, least-squares
    cubics of the sigmoid), on raw and on per-party winsorized features, with FATE's
-   schedule and with full-batch gradient descent; AUC beside scikit-learn's.
+   schedule and with full-batch gradient descent; AUC beside scikit-learn's. --only links:
+   the protocol's time and bytes per epoch with each link (2048-bit key).
 8. --only sftl: secure federated transfer learning (Liu et al. 2018, HE): seconds and
    bytes per iteration of 500 overlapping people, beside their 35 s; the target's
    accuracy on its own people.
@@ -364,9 +365,13 @@ def bench_taylor():
     _table("Default credit: loss approximations of vertical LR (plaintext twin of the "
            "Paillier protocol) vs scikit-learn on the same features",
            ["features", "schedule", "link", "AUC", "sklearn AUC", "diff"], rows)
-    # the protocol's cost of each link: one epoch on 1,000 aligned rows, 2048-bit key
+
+
+def bench_links():
+    """The protocol's cost of each link: one epoch on 1,000 aligned rows, 2048-bit key."""
     from veil.fl.vertical import VerticalLogisticRegression
 
+    blocks, y = fate_blocks("default_credit")
     part = [np.clip(b[:1000], -2, 2) for b in blocks]
     cost = []
     for link in ("taylor2", "cubic"):
@@ -453,7 +458,7 @@ def main(argv=None):
     parser.add_argument("--sftl-iterations", type=int, default=3)
     parser.add_argument("--sftl-bits", type=int, nargs="+", default=[1024, 2048])
     parser.add_argument("--only", choices=("psi", "accuracy", "epochs", "anchor", "split",
-                                           "transfer", "taylor", "sftl", "dp"))
+                                           "transfer", "taylor", "links", "sftl", "dp"))
     args = parser.parse_args(argv)
     sections = {
         "psi": lambda: bench_psi(args.psi),
@@ -463,6 +468,7 @@ def main(argv=None):
         "split": lambda: bench_split(args.split_epochs),
         "transfer": lambda: bench_transfer(args.rounds),
         "taylor": bench_taylor,
+        "links": bench_links,
         "sftl": lambda: bench_sftl(args.sftl_iterations, args.sftl_bits),
         "dp": bench_dp,
     }
