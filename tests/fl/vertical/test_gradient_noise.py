@@ -76,15 +76,15 @@ def test_every_ledger_is_charged_the_run_or_none(breast):
 
 def test_the_noise_is_there_and_a_large_budget_keeps_the_model(breast):
     blocks, y = breast
-    # 20 copies of breast: n ~ 11k rows, where the noise of a useful epsilon is small
-    big = [np.tile(b, (20, 1)) for b in blocks]
-    yy = np.tile(y, 20)
-    plain = VerticalLogisticRegression("ss", epochs=10, batch_size=len(yy), learning_rate=1.0,
+    # 10 copies of breast: n ~ 5.7k rows, where the noise of a useful epsilon is small
+    big = [np.tile(b, (10, 1)) for b in blocks]
+    yy = np.tile(y, 10)
+    plain = VerticalLogisticRegression("ss", epochs=6, batch_size=len(yy), learning_rate=1.0,
                                        random_state=0).fit([clip_rows(b, 1.0) for b in big], yy)
 
     def private(eps):
         ledgers = [Ledger(eps, 1e-5, accountant="rdp") for _ in range(2)]
-        return VerticalLogisticRegression("ss", epochs=10, batch_size=len(yy),
+        return VerticalLogisticRegression("ss", epochs=6, batch_size=len(yy),
                                           learning_rate=1.0, epsilon=eps, clip=1.0,
                                           ledgers=ledgers).fit(big, yy)
 

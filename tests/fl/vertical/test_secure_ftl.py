@@ -70,8 +70,8 @@ def test_one_encrypted_step_is_the_plaintext_step(split):
 def test_training_transfers_the_labels_to_the_targets_own_people(split):
     _, _, XB, _, _, y_own = split
     source, target = _parties(split, gamma=0.1, learning_rate=1.0, dim=4)
-    stats = train_secure_ftl(source, target, 12, batch_size=100, rng=4)
-    assert len(stats.seconds) == 12 and stats.bytes[0]["source"] > 0
+    stats = train_secure_ftl(source, target, 8, batch_size=100, rng=4)
+    assert len(stats.seconds) == 8 and stats.bytes[0]["source"] > 0
     scores = predict_secure_ftl(source, target, XB[200:])
     np.testing.assert_allclose(scores, target.represent(XB[200:]) @ source.phi(), atol=1e-3)
     accuracy = np.mean((scores > 0) == (y_own == 1))
