@@ -2,10 +2,10 @@
 
 ``protocol="paillier"``: the FATE-style protocol of :mod:`veil.fl.vertical.paillier_lr`
 (guest, hosts and an arbiter holding the key, or ``decryption="threshold"``: an n-of-n
-threshold key among the guest and the hosts; Taylor-approximated logistic loss), run by
-the local runner
-:func:`train_paillier` (the parties are sans-I/O objects; every message crosses as bytes
-and is counted).
+threshold key among the guest and the hosts; Taylor-approximated logistic loss, or with
+``link="cubic"`` and one host a least-squares cubic of the sigmoid, for winsorized features
+and plain steps), run by the local runner :func:`train_paillier` (the parties are sans-I/O
+objects; every message crosses as bytes and is counted).
 
 ``protocol="ss"``: secret-shared training in the shape of SecretFlow's SS-LR: each party
 secret-shares its feature block (and the guest its labels) in a :class:`veil.mpc.Session`
