@@ -159,6 +159,14 @@ def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = F
         raise ConfigError(f"--runtime {runtime_name!r} is not allowed: expected one of "
                           f"{', '.join(RUNTIMES)}")
     cfg = load_config(check_input_file(config, "CONFIG", text=True))
+    if cfg.kind in ("vertical", "transfer"):
+        for flag, given in (("--resume", resume), ("--report", report),
+                            (f"--runtime {runtime_name}", runtime_name != "local")):
+            if given:
+                raise ConfigError(f"{flag} is not allowed for a [{cfg.kind}] run (it runs "
+                                  "once, in this process)")
+        _run_vertical(cfg, config, out, json_, force)
+        return
     out_dir = out or Path(cfg["run"]["out"] or Path("fl_results") / config.stem)
     checkpoint, ledger_file = out_dir / "checkpoint.veil", out_dir / "ledger.sqlite"
     state_file = out_dir / "state.json"
@@ -272,6 +280,53 @@ def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = F
     say(f"model: {model_file} (veil predict {model_file} DATA.csv)")
     if html is not None:
         say(f"privacy report: {html}")
+
+
+def _total(counts: Any) -> int:
+    """The sum of the byte counts in nested dicts and lists."""
+    if isinstance(counts, dict):
+        counts = list(counts.values())
+    return sum(map(_total, counts)) if isinstance(counts, list) else int(counts)
+
+
+def _run_vertical(cfg: Any, config: Path, out: Path | None, json_: bool, force: bool) -> None:
+    """A ``[vertical]`` or ``[transfer]`` run (:mod:`veil.fl.vertical.run`): results.json,
+    run.json (the run directory `veil audit` reads) and the ledgers of the parties that
+    spend privacy budget, in the output folder. Relative paths in the section are read from
+    the config file's folder."""
+    import time
+
+    from veil._json import to_jsonable
+    from veil.audit import Run, RunRecord, write_run
+    from veil.fl.vertical.run import run_transfer, run_vertical
+
+    kind = cfg.kind
+    out_dir = check_out_dir(out or Path(cfg["run"]["out"] or Path("fl_results") / config.stem),
+                            force=force, keep=("ledger*.sqlite",))
+    os.makedirs(out_dir, exist_ok=True)
+    runner = run_vertical if kind == "vertical" else run_transfer
+    start = time.perf_counter()
+    with err_console.status(f"{kind} run {config}", spinner="dots"):
+        results = to_jsonable(runner(cfg[kind], base=config.resolve().parent, out=out_dir))
+    results["seconds"] = time.perf_counter() - start
+    atomic_write(out_dir / "results.json", json.dumps(results, indent=2))
+    scalars = {k: v for k, v in results.items() if isinstance(v, int | float)
+               and not isinstance(v, bool)}
+    accuracy = results.get("accuracy", results.get("accuracy_with_source"))
+    ledger = out_dir / "ledger.sqlite"
+    record = RunRecord(label=config.stem, accuracy=accuracy,
+                       ledger=ledger.name if ledger.exists() else None,
+                       metrics={k: v for k, v in scalars.items() if k != "accuracy"},
+                       cost={"seconds": results["seconds"],
+                             "bytes": _total(results.get("psi_bytes", 0))
+                             + _total(results.get("bytes_per_epoch", 0))
+                             + _total(results.get("bytes", 0))})
+    write_run(out_dir, Run(name=config.stem, kind="other", records=[record]))
+    if json_:
+        print_json({**results, "out": str(out_dir)})
+        return
+    print_table([[k, f"{v:.4g}" if isinstance(v, float) else v] for k, v in scalars.items()],
+                ["result", "value"], title=f"veil fl run {config} ({kind}) -> {out_dir}")
 
 
 AppOut = Annotated[Path, typer.Option("--out", help="Directory to write the Flower app into.")]

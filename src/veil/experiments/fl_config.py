@@ -21,6 +21,9 @@ Sections and keys (every key optional unless marked; unknown sections or keys ar
     [faults]    dropout, dropout_stage, dropout_exact, crash, straggler, latency, slowdown,
                 deadline, duplicate, reorder, replay (see veil.fl.runtime.Faults)
     [audit]     canaries, norm, kind (dirac | gaussian), confidence
+    [vertical]  a vertical run (same people, different columns), or
+    [transfer]  a federated transfer-learning run: every setting of either is in that
+                section (:mod:`veil.fl.vertical.run`); beside it only [run] seed, out
     [run]       seed, out, workers (processes for the clients, veil.fl.runtime.workers), timeout,
                 simulate_noise (draw the DP noise from the seed: a labelled simulation whose
                 epsilon is not certified; results.json says so)
@@ -104,6 +107,10 @@ SCHEMA: dict[str, dict[str, tuple[Any, Any]]] = {
     "run": {"seed": (int, None), "out": (str, None), "workers": (int, 1),
             "timeout": (_NUM, 600.0), "simulate_noise": (bool, False)},
 }
+#: sections of a vertical or transfer-learning run (veil.fl.vertical.run), each the only
+#: one of its file beside [run] (seed, out)
+VERTICAL_SECTIONS = frozenset({"vertical", "transfer"})
+_VERTICAL_RUN_KEYS = frozenset({"seed", "out"})
 _REQUIRED = {("data", "dataset"), ("privacy", "epsilon"), ("hybrid", "trust")}
 #: counts that must be >= 1, checked here so the error names the key the file spells
 _COUNTS = (("data", "clients"), ("training", "rounds"), ("training", "local_epochs"))
@@ -245,7 +252,10 @@ class FLConfig:
 
     @property
     def kind(self) -> str:
-        """What the run is, for its run directory: hybrid, dpfedavg or fedavg."""
+        """What the run is: vertical, transfer, hybrid, dpfedavg or fedavg."""
+        for name in sorted(VERTICAL_SECTIONS):
+            if self.has(name):
+                return name
         if self["training"]["strategy"] == "hybrid":
             return "hybrid"
         return "dpfedavg" if self.has("privacy") else "fedavg"
@@ -281,25 +291,15 @@ def load_config(path: str | os.PathLike) -> FLConfig:
         raise ConfigError(f"config file {path!r} does not exist") from None
     except tomllib.TOMLDecodeError as exc:
         raise DataError(f"{path} is not valid TOML: {exc}") from None
+    if VERTICAL_SECTIONS & set(raw):
+        return _load_vertical(path, raw)
     sections: dict[str, dict[str, Any]] = {}
     for name, table in raw.items():
         if name not in SCHEMA:
+            allowed = (*SCHEMA, *sorted(VERTICAL_SECTIONS))
             raise ConfigError(f"{path}: unknown section [{name}]; allowed: "
-                              f"{', '.join(f'[{s}]' for s in SCHEMA)}")
-        if not isinstance(table, dict):
-            raise ConfigError(f"{path}: {name} must be a [{name}] table")
-        schema = SCHEMA[name]
-        for key, value in table.items():
-            if key not in schema:
-                raise ConfigError(f"{path}: unknown key {key!r} in [{name}]; allowed: "
-                                  f"{', '.join(schema)}")
-            kinds = schema[key][0]
-            kinds = kinds if isinstance(kinds, tuple) else (kinds,)
-            if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
-                expected = " or ".join(k.__name__ for k in kinds)
-                raise ConfigError(f"{path}: [{name}] {key}={value!r} is not allowed: "
-                                  f"expected {expected}")
-        sections[name] = {key: table.get(key, default) for key, (_, default) in schema.items()}
+                              f"{', '.join(f'[{s}]' for s in allowed)}")
+        sections[name] = _section(path, name, table)
     for name in ("data", "model", "training", "run"):
         sections.setdefault(name, {k: default for k, (_, default) in SCHEMA[name].items()})
     for section, key in _REQUIRED:
@@ -315,6 +315,55 @@ def load_config(path: str | os.PathLike) -> FLConfig:
     if "audit" in sections:
         _check_audit(path, sections["audit"], sections.get("privacy"))
     return FLConfig(path, sections, given)
+
+
+def _section(path: str, name: str, table: Any) -> dict[str, Any]:
+    """One section of SCHEMA, its keys and types checked, defaults filled in."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: {name} must be a [{name}] table")
+    schema = SCHEMA[name]
+    for key, value in table.items():
+        if key not in schema:
+            raise ConfigError(f"{path}: unknown key {key!r} in [{name}]; allowed: "
+                              f"{', '.join(schema)}")
+        kinds = schema[key][0]
+        kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+        if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+            expected = " or ".join(k.__name__ for k in kinds)
+            raise ConfigError(f"{path}: [{name}] {key}={value!r} is not allowed: "
+                              f"expected {expected}")
+    return {key: table.get(key, default) for key, (_, default) in schema.items()}
+
+
+def _load_vertical(path: str, raw: dict[str, Any]) -> FLConfig:
+    """A ``[vertical]`` or ``[transfer]`` run (module docstring): that section, checked by
+    :func:`veil.fl.vertical.run.check_section`, and ``[run]`` (seed, out) beside it."""
+    from veil.fl.vertical.run import check_section
+
+    kinds = sorted(VERTICAL_SECTIONS & set(raw))
+    if len(kinds) > 1:
+        raise ConfigError(f"{path}: [vertical] and [transfer] are two runs; a file holds one")
+    kind = kinds[0]
+    other = sorted(set(raw) - {kind, "run"})
+    if other:
+        raise ConfigError(f"{path}: {', '.join(f'[{o}]' for o in other)} do(es) not apply to "
+                          f"a [{kind}] run (its settings are all in [{kind}]; [run] gives "
+                          "seed and out)")
+    run = _section(path, "run", raw.get("run", {}))
+    extra = sorted(set(raw.get("run", {})) - _VERTICAL_RUN_KEYS)
+    if extra:
+        raise ConfigError(f"{path}: [run] {', '.join(extra)} do(es) not apply to a [{kind}] "
+                          f"run; allowed: {', '.join(sorted(_VERTICAL_RUN_KEYS))}")
+    try:
+        section = dict(check_section(raw[kind], kind))
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    if run["seed"] is not None:
+        if "seed" in section:
+            raise ConfigError(f"{path}: seed is given in both [run] and [{kind}]; keep one")
+        section["seed"] = run["seed"]
+    return FLConfig(path, {kind: section, "run": run},
+                    {kind: frozenset(raw[kind]), "run": frozenset(raw.get("run", {}))})
 
 
 def _check_hybrid(path: str, sections: dict[str, dict[str, Any]],

@@ -84,8 +84,13 @@ class _GradientDescent(ABC):
                                 f"{getattr(y, 'shape', type(y).__name__)}")
             X._peer(y)
 
-    def fit(self, X: SharedTensor, y: SharedTensor) -> Any:
-        """Train on shared ``X`` (n x d) and ``y`` (n,); the weights stay shared."""
+    def fit(self, X: SharedTensor, y: SharedTensor, *, noise: Any = None) -> Any:
+        """Train on shared ``X`` (n x d) and ``y`` (n,); the weights stay shared.
+
+        ``noise``: None, or a callable ``(session, step) -> SharedTensor`` of the weights'
+        shape (d, plus 1 with the intercept) added to the gradient sum ``X^T (h - y)``
+        before each step (gradient perturbation, e.g.
+        :class:`veil.fl.vertical.gradient_noise.GradientNoise`)."""
         lr = check_positive(self.learning_rate, "learning_rate")
         iters = check_int(self.max_iter, "max_iter", low=1)
         alpha = check_positive(self.alpha, "alpha", allow_zero=True)
@@ -97,8 +102,10 @@ class _GradientDescent(ABC):
         w = session.public(np.zeros(X.shape[1]))
         Xt = X.T
         step = lr / n
-        for _ in range(iters):
+        for t in range(iters):
             grad = Xt @ (self._link(X @ w) - y)
+            if noise is not None:
+                grad = grad + noise(session, t)
             if alpha:
                 penalty = w if not self.fit_intercept else w * np.r_[np.ones(d), 0.0]
                 grad = grad + penalty * (alpha * n)

@@ -202,3 +202,24 @@ def test_threshold_decryption_gives_the_same_schedule_and_checks_proofs(data):
     del partials["h2"]
     with pytest.raises(ProtocolError, match="need 3"):
         combine(fresh.public_key, gradient, partials)
+
+
+def test_the_cubic_link_computes_its_plaintext_schedule(data, keys):
+    blocks, y = data
+    two = [blocks[0], np.hstack(blocks[1:])]
+    plan = Plan(epochs=3, batch_size=len(y), learning_rate=0.2, link="cubic")
+    c1, c3 = plan.coefficients
+    assert 0.8 < c1 < 1.0 and -0.03 < c3 < 0       # a flatter line, bent down at the ends
+    guest, (host,), arbiter = _parties(two, y, plan, keys)
+    train_paillier(guest, [host], arbiter)
+    X = np.hstack([two[0], np.ones((len(y), 1)), two[1]])
+    w = np.zeros(X.shape[1])
+    for _ in range(3):
+        z = X @ w
+        w = w - 0.2 * X.T @ (c1 * z + c3 * z ** 3 - 2 * (2 * y - 1)) / (4 * len(y))
+    got = np.concatenate([guest.coef_, host.coef_])
+    assert np.max(np.abs(got - w)) < 1e-3 and np.max(np.abs(w)) > 0.05
+    with pytest.raises(ConfigError, match="exactly one host"):
+        _parties(blocks, y, plan, keys)
+    with pytest.raises(ConfigError, match="for task='logistic' only"):
+        Plan(task="linear", link="cubic")

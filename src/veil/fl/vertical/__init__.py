@@ -6,11 +6,16 @@ regression (Paillier, FATE-style, or secret sharing), split learning, transfer l
   Paillier protocol (Hardy et al. 2017), with an arbiter or threshold decryption;
 * :mod:`veil.fl.vertical.linear` — ``VerticalLogisticRegression`` /
   ``VerticalLinearRegression`` (``protocol="paillier"`` or ``"ss"``) and local runners;
+* :mod:`veil.fl.vertical.gradient_noise` — DP for the secret-shared logistic regression
+  (noisy gradients, every party's ledger charged);
+* :mod:`veil.fl.vertical.secure_ftl` — secure federated transfer learning (Liu et al.
+  2018, Paillier);
 * :mod:`veil.fl.vertical.split` — split learning (PyTorch) with label DP and embedding
   noise (:mod:`veil.fl.vertical.label_dp`);
 * :mod:`veil.fl.vertical.transfer` — federated transfer learning by distillation (PATE-style
   noisy soft labels optional) and federated fine-tuning;
-* :mod:`veil.fl.vertical.run` — ``run_vertical(config)``: a whole run from a configuration.
+* :mod:`veil.fl.vertical.run` — ``run_vertical(config)``: a whole run from a configuration
+  (``veil fl run CONFIG.toml`` with a ``[vertical]`` or ``[transfer]`` section).
 
 The PyTorch parts are imported lazily (``from veil.fl.vertical.split import SplitNN``).
 """

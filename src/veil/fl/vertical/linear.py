@@ -2,10 +2,10 @@
 
 ``protocol="paillier"``: the FATE-style protocol of :mod:`veil.fl.vertical.paillier_lr`
 (guest, hosts and an arbiter holding the key, or ``decryption="threshold"``: an n-of-n
-threshold key among the guest and the hosts; Taylor-approximated logistic loss), run by
-the local runner
-:func:`train_paillier` (the parties are sans-I/O objects; every message crosses as bytes
-and is counted).
+threshold key among the guest and the hosts; Taylor-approximated logistic loss, or with
+``link="cubic"`` and one host a least-squares cubic of the sigmoid, for winsorized features
+and plain steps), run by the local runner :func:`train_paillier` (the parties are sans-I/O
+objects; every message crosses as bytes and is counted).
 
 ``protocol="ss"``: secret-shared training in the shape of SecretFlow's SS-LR: each party
 secret-shares its feature block (and the guest its labels) in a :class:`veil.mpc.Session`
@@ -15,6 +15,12 @@ per pass as many as the mini-batch schedule would take: ``epochs * ceil(n / batc
 Each party's block of the trained weights is then revealed to that party only, the
 intercept to the guest. Threat model: :mod:`veil.mpc.session` (semi-honest parties, a
 trusted dealer of correlated randomness that sees no shares).
+
+Optional differential privacy of the secret-shared logistic regression (``epsilon``,
+``delta``, ``clip``, ``ledgers``): every party clips its rows to ``clip`` and every
+gradient step gets discrete Gaussian noise from two parties, each party's ledger charged
+the run (:mod:`veil.fl.vertical.gradient_noise`). (The Paillier protocol offers label DP
+against the hosts instead: ``label_epsilon``, :mod:`veil.fl.vertical.paillier_lr`.)
 
 Both end the same way: every party keeps its own coefficient block; a prediction sums
 the parties' partial scores at the guest (hosts reveal ``X_k w_k`` for the rows to
@@ -35,6 +41,7 @@ import numpy as np
 
 from veil._validation import check_array, check_choice, check_fitted
 from veil.errors import ConfigError, DataError
+from veil.fl.vertical.gradient_noise import GradientNoise, clip_rows
 from veil.fl.vertical.paillier_lr import (
     Arbiter,
     PaillierGuest,
@@ -50,6 +57,7 @@ __all__ = ["VerticalLogisticRegression", "VerticalLinearRegression", "EpochStats
 log = logging.getLogger(__name__)
 
 PROTOCOLS = ("paillier", "ss")
+_DP_FRAC_BITS = 16       # the secret-shared fixed point of a private run (Session default)
 DECRYPTIONS = ("arbiter", "threshold")
 
 
@@ -103,22 +111,26 @@ def train_paillier(guest: PaillierGuest, hosts: Sequence[PaillierHost],
 
 
 def train_ss(X: Sequence[np.ndarray], y: np.ndarray, task: str, *, steps: int, epochs: int,
-             learning_rate: float, alpha: float, fit_intercept: bool
+             learning_rate: float, alpha: float, fit_intercept: bool,
+             noise: GradientNoise | None = None
              ) -> tuple[list[np.ndarray], float, EpochStats]:
     """Secret-shared training; returns each party's coefficient block (revealed to that
     party only), the intercept (to the guest) and the cost (the run's totals, sharing
-    included, spread evenly over the ``epochs``: its steps are all alike)."""
+    included, spread evenly over the ``epochs``: its steps are all alike). ``noise``: the
+    charged noise of a private run (added to every gradient)."""
     from veil.mpc import Session
     from veil.mpc.models import LinearRegression, LogisticRegression, share_columns
 
     model_cls = LogisticRegression if task == "logistic" else LinearRegression
     stats = EpochStats()
-    with Session(parties=len(X)) as session:        # shares and masks: the CSPRNG
+    frac = {} if noise is None else {"frac_bits": noise.frac_bits}
+    with Session(parties=len(X), **frac) as session:   # shares and masks: the CSPRNG
         with session.measure() as m:
             shared = share_columns(session, X)
             labels = session.share(np.asarray(y, dtype=np.float64), owner=0)
             model = model_cls(learning_rate=learning_rate, max_iter=steps,
-                              fit_intercept=fit_intercept, alpha=alpha).fit(shared, labels)
+                              fit_intercept=fit_intercept, alpha=alpha
+                              ).fit(shared, labels, noise=noise)
             bounds = np.cumsum([0, *(x.shape[1] for x in X)])
             coefs = [model.coef_[int(a):int(b)].reveal(to=k)
                      for k, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))]
@@ -136,16 +148,20 @@ class _VerticalRegression:
 
     def __init__(self, protocol: str = "paillier", *, epochs: int = 10, batch_size: int = 1024,
                  learning_rate: float = 0.15, alpha: float = 0.0, optimizer: str = "sgd",
-                 fit_intercept: bool = True, key_bits: int = 2048, insecure_ok: bool = False,
+                 link: str = "taylor2", fit_intercept: bool = True, key_bits: int = 2048,
+                 insecure_ok: bool = False,
                  short_exponents: bool = False, decryption: str = "arbiter",
                  label_epsilon: float | None = None,
-                 label_delta: float = 1e-5, ledger: Any = None, random_state: Any = None) -> None:
+                 label_delta: float = 1e-5, ledger: Any = None, epsilon: float | None = None,
+                 delta: float = 1e-5, clip: float | Sequence[float] = 1.0,
+                 ledgers: Sequence[Any] | None = None, random_state: Any = None) -> None:
         self.protocol = protocol
         self.epochs = epochs
         self.batch_size = batch_size
         self.learning_rate = learning_rate
         self.alpha = alpha
         self.optimizer = optimizer
+        self.link = link
         self.fit_intercept = fit_intercept
         self.key_bits = key_bits
         self.insecure_ok = insecure_ok
@@ -154,6 +170,10 @@ class _VerticalRegression:
         self.label_epsilon = label_epsilon
         self.label_delta = label_delta
         self.ledger = ledger
+        self.epsilon = epsilon
+        self.delta = delta
+        self.clip = clip
+        self.ledgers = ledgers
         self.random_state = random_state
 
     def _blocks(self, X: Any, name: str = "X") -> list[np.ndarray]:
@@ -174,9 +194,14 @@ class _VerticalRegression:
         blocks = self._blocks(X)
         plan = Plan(task=self.task, epochs=self.epochs, batch_size=self.batch_size,
                     learning_rate=self.learning_rate, alpha=self.alpha,
-                    optimizer=self.optimizer)
+                    optimizer=self.optimizer, link=self.link)
         rng = check_rng(self.random_state)
         hosts = [f"host{k}" for k in range(1, len(blocks))]
+        if self.epsilon is not None and (protocol, self.task) != ("ss", "logistic"):
+            raise ConfigError("epsilon (noisy gradients) is for protocol='ss' logistic "
+                              f"regression; got protocol={protocol!r}, task {self.task!r} "
+                              "(Paillier: label_epsilon)")
+        self.clip_ = None
         if protocol == "paillier":
             guest = PaillierGuest(blocks[0], y, hosts, plan, fit_intercept=self.fit_intercept,
                                   label_epsilon=self.label_epsilon,
@@ -196,17 +221,27 @@ class _VerticalRegression:
             self.coefs_ = [own, *(h.coef_ for h in parties)]
             self.intercept_ = guest.intercept_
         else:
-            if self.label_epsilon is not None or plan.optimizer != "sgd":
-                raise ConfigError("protocol='ss' trains by plain gradient descent: "
-                                  "optimizer must be 'sgd' and label_epsilon None")
+            if self.label_epsilon is not None or plan.optimizer != "sgd" or \
+                    plan.link != "taylor2":
+                raise ConfigError("protocol='ss' trains by plain gradient descent with its own "
+                                  "sigmoid: optimizer must be 'sgd', link 'taylor2' (unused) "
+                                  "and label_epsilon None")
             y = check_array(y, "y", ndim=1)
             if y.size != blocks[0].shape[0]:
                 raise DataError(f"y has {y.size} labels for {blocks[0].shape[0]} rows")
             steps = plan.epochs * math.ceil(y.size / plan.batch_size)
+            noise = None
+            if self.epsilon is not None:
+                noise = GradientNoise([b.shape[1] for b in blocks], self.clip, steps,
+                                      self.epsilon, self.delta, frac_bits=_DP_FRAC_BITS,
+                                      fit_intercept=self.fit_intercept)
+                blocks = noise.clip_blocks(blocks)
+                noise.charge(self.ledgers or [])    # the last check: then it is spent
+                self.clip_ = noise.clip
             self.coefs_, self.intercept_, self.stats_ = train_ss(
                 blocks, y, self.task, steps=steps, epochs=plan.epochs,
                 learning_rate=plan.learning_rate,
-                alpha=plan.alpha, fit_intercept=self.fit_intercept)
+                alpha=plan.alpha, fit_intercept=self.fit_intercept, noise=noise)
         self.n_features_in_ = [b.shape[1] for b in blocks]
         return self
 
@@ -217,6 +252,8 @@ class _VerticalRegression:
         if [b.shape[1] for b in blocks] != self.n_features_in_:
             raise DataError(f"X has blocks of {[b.shape[1] for b in blocks]} columns; the "
                             f"model was fitted on {self.n_features_in_}")
+        if self.clip_ is not None:      # trained on clipped rows: score clipped rows
+            blocks = [clip_rows(b, c) for b, c in zip(blocks, self.clip_)]
         return sum(b @ w for b, w in zip(blocks, self.coefs_)) + self.intercept_
 
 

@@ -57,6 +57,19 @@ is post-processing. The guest's :class:`~veil.dp.Ledger` is charged before each 
 noise is drawn (``epsilon / epochs``, ``delta / epochs`` each, composed by the ledger's
 accountant, which needs to handle zCDP events: ``accountant="rdp"``).
 
+Third order (``Plan(link="cubic")``, one host only): the residual becomes
+``r = 4 (s(z) - y) = c1 z + c3 z^3 - 2 y'`` for the odd cubic ``s(z) = 1/2 + a1 z + a3 z^3``
+fitted to the sigmoid by least squares on ``[-R, R]`` (``cubic_range``; a Taylor cubic at 0,
+``1/2 + z/4 - z^3/48``, turns down beyond |z| = 2 and diverges on FATE's default credit -
+benchmarks/RESULTS.md). The host sends ``[[u]], [[u^2]], [[u^3]]`` (powers of its own
+integer scores, so at 1, 2 and 3 times F fractional bits) and the guest, with its own score
+g, forms ``[[z^3]] = g^3 + 3 g^2 [[u]] + 3 g [[u^2]] + [[u^3]]`` by plaintext operations; the
+coefficients carry ``K = 16`` bits, the residual ``3F + K``. The host encrypts three values
+per row instead of one; the hosts' cross terms ``u_1 u_2`` of two or more hosts cannot be
+formed this way, so the cubic link takes exactly one host. The cubic's loss is not convex
+(s turns down beyond |z| = R'): features must be bounded (each party winsorizes its own)
+and the step small; with rmsprop on raw features it diverges.
+
 Encoding: scores and residuals carry ``F = 20`` fractional bits; features are rounded to
 ``FX = 12`` fractional bits and shifted by their column minimum so that exponents are
 non-negative (``X^T [[r]] = (X - m)^T [[r]] + m * sum [[r]]``); the product X^T [[r]] is
@@ -92,8 +105,10 @@ __all__ = ["Plan", "PaillierGuest", "PaillierHost", "Arbiter", "ShareHolder", "c
 log = logging.getLogger(__name__)
 
 TASKS = ("logistic", "linear")
+LINKS = ("taylor2", "cubic")
 F = 20
 FX = 12
+_K = 16          # fractional bits of the cubic residual's coefficients
 _MASK_MARGIN = 8
 _MAX_EXP_BITS = 40
 
@@ -108,9 +123,15 @@ class Plan:
     learning_rate: float = 0.15
     alpha: float = 0.0
     optimizer: str = "sgd"
+    link: str = "taylor2"
+    cubic_range: float = 4.0
 
     def __post_init__(self) -> None:
         check_choice(self.task, "task", TASKS)
+        check_choice(self.link, "link", LINKS)
+        check_positive(self.cubic_range, "cubic_range")
+        if self.link == "cubic" and self.task != "logistic":
+            raise ConfigError("link='cubic' is for task='logistic' only")
         check_int(self.epochs, "epochs", low=1)
         check_int(self.batch_size, "batch_size", low=1)
         check_positive(self.learning_rate, "learning_rate")
@@ -121,6 +142,23 @@ class Plan:
     def scale(self) -> int:
         """The residual's factor s: r = s * (gradient of the loss in z)."""
         return 4 if self.task == "logistic" else 1
+
+    @property
+    def residual_bits(self) -> int:
+        """Fractional bits of the residual integers (F; cubic: 3F + K)."""
+        return F if self.link == "taylor2" else 3 * F + _K
+
+    @property
+    def coefficients(self) -> tuple[float, float]:
+        """(c1, c3) of the logistic residual ``r = c1 z + c3 z^3 - 2 y'`` (module docstring,
+        "Third order"): (1, 0) for the Taylor expansion, 4 (a1, a3) for the least-squares
+        odd cubic ``1/2 + a1 z + a3 z^3`` of the sigmoid on [-cubic_range, cubic_range]."""
+        if self.link == "taylor2":
+            return 1.0, 0.0
+        t = np.linspace(-self.cubic_range, self.cubic_range, 4001)
+        a1, a3 = np.linalg.lstsq(np.column_stack([t, t ** 3]), 1 / (1 + np.exp(-t)) - 0.5,
+                                 rcond=None)[0]
+        return 4 * float(a1), 4 * float(a3)
 
 
 def _get(msg: dict, name: str, kind: type | tuple, party: str) -> Any:
@@ -254,7 +292,7 @@ class _Party:
             raise ProtocolError(f"message from 'arbiter': {len(values)} values for "
                                 f"{len(self._mask)} gradient entries")
         grad = np.array([float(v - m) for v, m in zip(values, self._mask)])
-        grad /= 2.0 ** (F + FX) * self.plan.scale * len(self._rows)
+        grad /= 2.0 ** (self.plan.residual_bits + FX) * self.plan.scale * len(self._rows)
         if not np.all(np.isfinite(grad)):
             raise ProtocolError("message from 'arbiter': the gradient is not finite")
         grad += self.plan.alpha * self.coef_ * self._penalized()
@@ -299,11 +337,15 @@ class PaillierHost(_Party):
             raise ProtocolError(f"message from 'guest': the batch rows are not distinct "
                                 f"int64 indices in [0, {n}) of at most "
                                 f"{self.plan.batch_size}")
+        if msg.get("link") != self.plan.link:
+            raise ProtocolError(f"message from 'guest': link {msg.get('link')!r}; "
+                                f"{self.name!r} agreed to {self.plan.link!r}")
         self._step, self._rows = (epoch, batch), rows
-        u = np.rint(self._X[rows] @ self.coef_ * 2.0 ** F).astype(np.int64)
-        blob = serialization.dumps(pk.encrypt(u, rng=self._secure))
+        u = np.rint(self._X[rows] @ self.coef_ * 2.0 ** F).astype(np.int64).astype(object)
+        powers = [u] if self.plan.link == "taylor2" else [u, u * u, u * u * u]
+        blobs = [serialization.dumps(pk.encrypt(p, rng=self._secure)) for p in powers]
         return encode({"stage": "scores", "party": self.name, "epoch": epoch,
-                       "batch": batch, "cts": blob})
+                       "batch": batch, "cts": blobs[0], "powers": blobs[1:]})
 
     def backward(self, message: bytes) -> bytes:
         """The guest's encrypted residual -> this host's masked gradient for the arbiter."""
@@ -363,6 +405,10 @@ class PaillierGuest(_Party):
         if not self.hosts or "guest" in self.hosts or len(set(self.hosts)) != len(self.hosts):
             raise ConfigError(f"hosts={list(hosts)!r} is not allowed: distinct names, none "
                               "'guest', at least one")
+        if plan.link == "cubic" and (len(self.hosts) != 1 or label_epsilon is not None):
+            raise ConfigError("link='cubic' needs exactly one host (the guest forms "
+                              "E((u_guest + u_host)^3) from the host's E(u), E(u^2), E(u^3); "
+                              "two hosts' cross terms cannot be formed) and no label_epsilon")
         self._y = y
         self._ledger = ledger
         self._order: list[np.ndarray] = []
@@ -398,7 +444,7 @@ class PaillierGuest(_Party):
         self._rows = self._order.pop(0)
         self._step = (epoch, batch)
         return encode({"stage": "batch", "epoch": epoch, "batch": batch,
-                       "task": self.plan.task, "rows": self._rows})
+                       "task": self.plan.task, "link": self.plan.link, "rows": self._rows})
 
     def residual(self, scores: dict[str, bytes]) -> bytes:
         """The hosts' encrypted scores -> the encrypted residual message for every host."""
@@ -407,7 +453,7 @@ class PaillierGuest(_Party):
             raise ProtocolError(f"scores from {sorted(scores)}; the guest expects one message "
                                 f"from each of {self.hosts} for batch {self._step}")
         size = self._rows.size
-        total = None
+        total, powers = None, []
         for host in self.hosts:
             msg = read_message(scores[host], "scores", host)
             if (msg.get("party"), msg.get("epoch"), msg.get("batch")) != (host, *self._step):
@@ -416,11 +462,26 @@ class PaillierGuest(_Party):
                                     f"{self._step}")
             enc = _ciphertexts(msg.get("cts"), pk, size, host)
             total = enc if total is None else total + enc
+            extra = msg.get("powers")
+            if not isinstance(extra, list) or len(extra) != (2 if self.plan.link == "cubic"
+                                                            else 0):
+                raise ProtocolError(f"message from {host!r}: the powers of the scores do not "
+                                    f"match link {self.plan.link!r}")
+            powers = [_ciphertexts(blob, pk, size, host) for blob in extra]
         y = self._y[self._rows]
         target = 2.0 * (2.0 * y - 1.0) if self.plan.task == "logistic" else y
         own = np.rint(self._X[self._rows] @ self.coef_ * 2.0 ** F).astype(np.int64)
-        plain = own - np.rint(target * 2.0 ** F).astype(np.int64)
-        self._clean = (total + plain.astype(object)).rerandomize(rng=self._secure)
+        if self.plan.link == "taylor2":
+            plain = own - np.rint(target * 2.0 ** F).astype(np.int64)
+            residual = total + plain.astype(object)
+        else:   # E(z^3) = g^3 + 3 g^2 E(u) + 3 g E(u^2) + E(u^3), z = g + u (one host)
+            g = own.astype(object)
+            cube = total * (3 * g * g) + powers[0] * (3 * g) + powers[1] + g * g * g
+            c1, c3 = (round(c * 2 ** _K) for c in self.plan.coefficients)
+            shift = 2 ** (2 * F)
+            residual = (total + g) * (c1 * shift) + cube * c3 - np.array(
+                [round(t * 2.0 ** F) * 2 ** (2 * F + _K) for t in target], dtype=object)
+        self._clean = residual.rerandomize(rng=self._secure)
         sent = self._clean
         if self._noise is not None:
             sent = (self._clean + self._noise[self._rows].astype(object)).rerandomize(

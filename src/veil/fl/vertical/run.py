@@ -11,21 +11,31 @@ PSI, trains the model and returns a dict of results::
     id = "id"                   # the id column of every table
     label = "y"                 # the label column (in exactly one table)
     parties = { guest = "guest.csv", host = "host.csv" }   # name -> CSV path
+    # or UCI Adult split by attributes (veil.fl.vertical.data.vertical_adult):
+    # dataset = "adult"; parties = 3; overlap = 0.8; rows = 5000
     epochs = 10
     batch_size = 256
     learning_rate = 0.15
     alpha = 0.0                 # L2 penalty (logistic / linear)
     optimizer = "sgd"           # or "rmsprop" (paillier)
+    link = "taylor2"            # paillier logistic, one host: or "cubic" (third order)
     key_bits = 2048             # paillier
     decryption = "arbiter"      # paillier: "arbiter" (holds the key) or "threshold"
     test_fraction = 0.2         # aligned rows held out for the metrics (0: report on train)
     seed = 0                    # simulation randomness (data split, batches); omit: secure
     label_epsilon = 1.0         # optional label DP (paillier logistic, split), with
     label_delta = 1e-5          #   a fresh ledger of that budget for the label holder
+    epsilon = 1.0               # or: noisy gradients (ss logistic), every party's rows
+    delta = 1e-5                #   clipped to clip (one bound or one per party), a fresh
+    clip = 1.0                  #   ledger of that budget for every party
     prefix_columns = false      # true: column names are local to each party ("x0" at the
                                 #   guest and at the host are different features), so they
                                 #   are read as "guest.x0", "host.x0"; false: a name at two
                                 #   parties is refused as an overlap
+
+Every key is checked (name and type) by :func:`check_section` before anything is read or
+spent: a bad one is a :class:`~veil.errors.ConfigError` naming it. ``out``: the folder for
+the parties' ledgers (``ledger.sqlite``, the guest's), None: ledgers in memory.
 
 ``run_transfer(config)`` takes the ``[transfer]`` section (source, targets, transfer and
 test CSVs with a label column; see :mod:`veil.fl.vertical.transfer`).
@@ -35,6 +45,7 @@ Relative paths are resolved against ``base`` (the directory of the TOML file).
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -46,26 +57,44 @@ from veil.errors import ConfigError, DataError
 from veil.fl.vertical.align import align, read_ids
 from veil.random import check_rng
 
-__all__ = ["run_vertical", "run_transfer", "check_tables"]
+__all__ = ["run_vertical", "run_transfer", "check_tables", "check_section", "SECTIONS"]
 
 log = logging.getLogger(__name__)
 
-_VERTICAL_KEYS = {"model", "protocol", "id", "label", "parties", "epochs", "batch_size",
-                  "learning_rate", "alpha", "optimizer", "key_bits", "test_fraction", "seed",
-                  "label_epsilon", "label_delta", "hidden", "embedding",
-                  "prefix_columns", "decryption"}
-_TRANSFER_KEYS = {"label", "source", "targets", "transfer", "test", "teachers",
-                  "noise_multiplier", "epsilon", "delta", "max_queries", "rounds",
-                  "local_epochs", "learning_rate", "hidden", "source_epochs", "seed"}
+_NUM = (int, float)
+#: the settings of each section -> their allowed types
+SECTIONS: dict[str, dict[str, tuple[type, ...]]] = {
+    "vertical": {"model": (str,), "protocol": (str,), "id": (str,), "label": (str,),
+                 "parties": (dict, int), "dataset": (str,), "overlap": _NUM, "rows": (int,),
+                 "epochs": (int,), "batch_size": (int,), "learning_rate": _NUM,
+                 "alpha": _NUM, "optimizer": (str,), "link": (str,), "key_bits": (int,),
+                 "test_fraction": _NUM, "seed": (int,), "label_epsilon": _NUM,
+                 "label_delta": _NUM, "epsilon": _NUM, "delta": _NUM,
+                 "clip": (int, float, list), "hidden": (int,), "embedding": (int,),
+                 "prefix_columns": (bool,), "decryption": (str,)},
+    "transfer": {"label": (str,), "source": (str,), "targets": (list,), "transfer": (str,),
+                 "test": (str,), "teachers": (int,), "noise_multiplier": _NUM,
+                 "epsilon": _NUM, "delta": _NUM, "max_queries": (int,), "rounds": (int,),
+                 "local_epochs": (int,), "learning_rate": _NUM, "hidden": (int,),
+                 "source_epochs": (int,), "seed": (int,)},
+}
 
 
-def _keys(config: Any, allowed: set[str], section: str) -> dict:
+def check_section(config: Any, section: str) -> dict:
+    """``config`` as the ``[section]`` table: a ConfigError names an unknown key or a value
+    of the wrong type (a bool is not a number)."""
+    allowed = SECTIONS[section]
     if not isinstance(config, dict):
         raise ConfigError(f"[{section}] must be a table of settings")
-    unknown = sorted(set(config) - allowed)
+    unknown = sorted(set(config) - set(allowed))
     if unknown:
         raise ConfigError(f"[{section}] has unknown settings {unknown}; allowed: "
                           f"{sorted(allowed)}")
+    for key, value in config.items():
+        kinds = allowed[key]
+        if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+            raise ConfigError(f"[{section}] {key}={value!r} is not allowed: expected "
+                              f"{' or '.join(k.__name__ for k in kinds)}")
     return config
 
 
@@ -116,29 +145,76 @@ def _auc(y: np.ndarray, score: np.ndarray) -> float:
     return float(roc_auc_score(y, score)) if len(np.unique(y)) == 2 else float("nan")
 
 
-def run_vertical(config: dict, *, base: str | Path = ".") -> dict[str, Any]:
+def _tables(cfg: dict, base: Path, id_column: str, label: str, rng: Any
+            ) -> dict[str, pd.DataFrame]:
+    """The parties' tables: CSV files, or Adult split by ``dataset = "adult"``."""
+    parties = cfg.get("parties")
+    dataset = cfg.get("dataset")
+    if dataset is not None:
+        from veil.fl.vertical.data import vertical_adult
+
+        check_choice(dataset, "[vertical] dataset", ("adult",))
+        if not isinstance(parties, int) or parties < 2:
+            raise ConfigError(f"[vertical] parties={parties!r} is not allowed: with dataset, "
+                              "the number of parties (an integer >= 2)")
+        if id_column != "id":
+            raise ConfigError(f"[vertical] id={id_column!r} is not allowed with dataset: its "
+                              "tables have the id column 'id'")
+        overlap = check_probability(cfg.get("overlap", 0.8), "[vertical] overlap",
+                                    low_open=True)
+        return vertical_adult(parties, overlap=overlap, rows=cfg.get("rows"), label=label,
+                              rng=rng)
+    for key in ("overlap", "rows"):
+        if key in cfg:
+            raise ConfigError(f"[vertical] {key} applies to dataset = \"adult\" only; "
+                              "CSV parties come as they are")
+    if not isinstance(parties, dict) or len(parties) < 2:
+        raise ConfigError("[vertical] parties must map at least two party names to CSV "
+                          "paths (or be a number of parties with dataset = \"adult\")")
+    return {str(k): _read(v, base, f"parties.{k}") for k, v in parties.items()}
+
+
+def _ledger(out: str | Path | None, name: str, guest: str, epsilon: float, delta: float,
+            accountant: str) -> Any:
+    """Party ``name``'s fresh ledger of that budget: ``out/ledger.sqlite`` for the guest,
+    ``out/ledger_<name>.sqlite`` for a host (None: in memory)."""
+    from veil.dp import Ledger
+
+    path = None
+    if out is not None:
+        if name != guest and not re.fullmatch(r"[A-Za-z0-9_-]+", name):
+            raise ConfigError(f"party name {name!r} is not allowed with a persisted ledger: "
+                              "letters, digits, '_' and '-' only")
+        path = Path(out) / ("ledger.sqlite" if name == guest else f"ledger_{name}.sqlite")
+    return Ledger(epsilon=epsilon, delta=delta, accountant=accountant, path=path)
+
+
+def run_vertical(config: dict, *, base: str | Path = ".", out: str | Path | None = None
+                 ) -> dict[str, Any]:
     """The ``[vertical]`` section -> results (see the module docstring)."""
-    cfg = _keys(config, _VERTICAL_KEYS, "vertical")
-    model_kind = check_choice(cfg.get("model", "logistic"), "model",
+    cfg = check_section(config, "vertical")
+    model_kind = check_choice(cfg.get("model", "logistic"), "[vertical] model",
                               ("logistic", "linear", "split"))
     id_column, label = cfg.get("id", "id"), cfg.get("label", "y")
-    parties = cfg.get("parties")
-    if not isinstance(parties, dict) or len(parties) < 2:
-        raise ConfigError("parties must map at least two party names to CSV paths")
-    test_fraction = check_probability(cfg.get("test_fraction", 0.0), "test_fraction",
-                                      high_open=True)
+    test_fraction = check_probability(cfg.get("test_fraction", 0.0),
+                                      "[vertical] test_fraction", high_open=True)
     label_epsilon = cfg.get("label_epsilon")
     if label_epsilon is not None:
-        check_epsilon(label_epsilon, "label_epsilon")
-    base = Path(base)
-    tables = {str(k): _read(v, base, f"parties.{k}") for k, v in parties.items()}
+        check_epsilon(label_epsilon, "[vertical] label_epsilon")
+    epsilon = cfg.get("epsilon")
+    if epsilon is not None:
+        check_epsilon(epsilon, "[vertical] epsilon")
+        if label_epsilon is not None:
+            raise ConfigError("[vertical] epsilon (noisy gradients, protocol \"ss\") and "
+                              "label_epsilon (protocol \"paillier\", split) exclude each other")
+    rng = check_rng(cfg.get("seed"))
+    tables = _tables(cfg, Path(base), id_column, label, rng)
     if cfg.get("prefix_columns", False):
         tables = {k: t.rename(columns={c: f"{k}.{c}" for c in t.columns
                                        if c not in (id_column, label)})
                   for k, t in tables.items()}
     guest = check_tables(tables, id_column, label)
     hosts = [n for n in tables if n != guest]
-    rng = check_rng(cfg.get("seed"))
     alignment = align(tables[guest], {h: tables[h] for h in hosts},
                       column=id_column)             # PSI keys: the CSPRNG, whatever the seed
     ordered = [guest, *hosts]
@@ -153,12 +229,13 @@ def run_vertical(config: dict, *, base: str | Path = ".") -> dict[str, Any]:
     train_blocks, test_blocks = [b[~test] for b in blocks], [b[test] if test.any() else b[~test]
                                                              for b in blocks]
     y_train, y_test = y[~test], (y[test] if test.any() else y[~test])
-    ledger = None
+    ledger, ledgers = None, None
     if label_epsilon is not None:
-        from veil.dp import Ledger
-
-        ledger = Ledger(epsilon=label_epsilon, delta=cfg.get("label_delta", 1e-5),
-                        accountant="rdp" if model_kind != "split" else "pld")
+        ledger = _ledger(out, guest, guest, label_epsilon, cfg.get("label_delta", 1e-5),
+                         "rdp" if model_kind != "split" else "pld")
+    if epsilon is not None:
+        ledgers = [_ledger(out, name, guest, epsilon, cfg.get("delta", 1e-5), "rdp")
+                   for name in ordered]
     common = {"epochs": cfg.get("epochs", 10), "batch_size": cfg.get("batch_size", 256)}
     results: dict[str, Any] = {"aligned": alignment.size, "psi_bytes": alignment.bytes,
                                "parties": ordered, "guest": guest}
@@ -181,10 +258,12 @@ def run_vertical(config: dict, *, base: str | Path = ".") -> dict[str, Any]:
             VerticalLinearRegression
         model = cls(cfg.get("protocol", "paillier"), learning_rate=cfg.get("learning_rate", 0.15),
                     alpha=cfg.get("alpha", 0.0), optimizer=cfg.get("optimizer", "sgd"),
+                    link=cfg.get("link", "taylor2"),
                     key_bits=cfg.get("key_bits", 2048),
                     decryption=cfg.get("decryption", "arbiter"), label_epsilon=label_epsilon,
                     label_delta=cfg.get("label_delta", 1e-5), ledger=ledger,
-                    random_state=rng.spawn(1)[0], **common)
+                    epsilon=epsilon, delta=cfg.get("delta", 1e-5), clip=cfg.get("clip", 1.0),
+                    ledgers=ledgers, random_state=rng.spawn(1)[0], **common)
         model.fit(train_blocks, y_train)
         results["seconds_per_epoch"] = model.stats_.seconds
         results["bytes_per_epoch"] = model.stats_.bytes
@@ -195,23 +274,27 @@ def run_vertical(config: dict, *, base: str | Path = ".") -> dict[str, Any]:
             results["r2"] = model.score(test_blocks, y_test)
     if ledger is not None:
         results["label_epsilon_spent"] = ledger.spent()[0]
+    if ledgers is not None:
+        results["epsilon_spent"] = {n: lg.spent()[0] for n, lg in zip(ordered, ledgers)}
     results["evaluated_on"] = "held-out aligned rows" if test.any() else "training rows"
     log.info("vertical run: %s", results)
     return results
 
 
-def run_transfer(config: dict, *, base: str | Path = ".") -> dict[str, Any]:
+def run_transfer(config: dict, *, base: str | Path = ".", out: str | Path | None = None
+                 ) -> dict[str, Any]:
     """The ``[transfer]`` section -> target test accuracy with and without the source model.
 
     ``source``, ``transfer``, ``test``: CSV paths; ``targets``: a list of CSV paths (one
     per target party); all share the feature columns, ``label`` is the class column
-    (integers 0..K-1; the transfer table's labels, if any, are ignored).
+    (integers 0..K-1; the transfer table's labels, if any, are ignored). ``out``: the
+    folder of the source's ledger (``ledger.sqlite``; None: in memory).
     """
     from veil.dp import Ledger
     from veil.fl.strategies import FedAvg
     from veil.fl.vertical.transfer import SourceParty, _torch, transfer_learn
 
-    cfg = _keys(config, _TRANSFER_KEYS, "transfer")
+    cfg = check_section(config, "transfer")
     torch = _torch()
     base = Path(base)
     label = cfg.get("label", "y")
@@ -246,7 +329,8 @@ def run_transfer(config: dict, *, base: str | Path = ".") -> dict[str, Any]:
     rng = check_rng(cfg.get("seed"))
     ledger = None
     if cfg.get("noise_multiplier") is not None:
-        ledger = Ledger(epsilon=cfg.get("epsilon", 3.0), delta=cfg.get("delta", 1e-5))
+        ledger = Ledger(epsilon=cfg.get("epsilon", 3.0), delta=cfg.get("delta", 1e-5),
+                        path=None if out is None else Path(out) / "ledger.sqlite")
     source = SourceParty(Xs, ys, make, teachers=cfg.get("teachers", 1),
                          epochs=cfg.get("source_epochs", 5),
                          noise_multiplier=cfg.get("noise_multiplier"), ledger=ledger,
