@@ -311,9 +311,11 @@ class Generator:
         j = raw.view(np.int64)  # in place from here: a small working set stays in cache
         j >>= 10
         j |= 1
-        z = np.take(_ZIG_SCALE, strip)
+        # mode="clip" (every strip is in range anyway): numpy buffers ``out`` in the default
+        # mode="raise", an extra pass
+        z = np.take(_ZIG_SCALE, strip, mode="clip")
         z *= j
-        inner = np.take(_ZIG_INNER, strip, out=j.view(np.float64))
+        inner = np.take(_ZIG_INNER, strip, out=j.view(np.float64), mode="clip")
         slow = np.flatnonzero(np.abs(z) >= inner)
         if not slow.size:
             return z, slow

@@ -276,3 +276,40 @@ def test_clip_adds_into_the_given_buffers():
     expected = clipped_grad_sum(model, mse, x, y, 0.3).grad
     got = torch.cat([(s - t).reshape(-1) for s, t in zip(result.sums, start)])
     torch.testing.assert_close(got, expected, rtol=RTOL, atol=ATOL)
+
+
+def clip_reference(per_example, c):
+    """``sum_i min(1, C / (||g_i|| + 1e-6)) g_i`` from explicit per-example gradients."""
+    norms = per_example.norm(dim=1)
+    return (per_example * (c / (norms + 1e-6)).clamp(max=1)[:, None]).sum(0)
+
+
+@pytest.mark.parametrize("build, shape", [
+    # the benchmark's MLP (the smaller operand of the first layer is the input, of the
+    # last the output gradient), and its reverse
+    (lambda: nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10)), (32, 64)),
+    (lambda: nn.Sequential(nn.Linear(40, 6), nn.ReLU(inplace=True), nn.Linear(6, 30)), (32, 40)),
+    (lambda: nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                           nn.Conv2d(4, 6, 3, padding=1), nn.ReLU(), nn.Flatten(),
+                           nn.Linear(6 * 4 * 4, 10)), (16, 1, 8, 8)),
+], ids=["mlp", "mlp-reversed", "cnn"])
+def test_fast_clipping_equals_the_reference_per_example_clip(build, shape):
+    """The engine's clipped sum (ghost norms, book-keeping sums, the optimizer's scale and
+    mean-loss rescaling) against per-example gradients clipped one by one, in float64:
+    equal to 1e-6 on random data with about half of the examples clipped."""
+    g = torch.Generator().manual_seed(11)
+    torch.manual_seed(11)
+    model = build().double()
+    x = torch.randn(*shape, generator=g, dtype=torch.float64) * 3
+    y = torch.randint(0, 10 if shape[-1] != 40 else 30, (shape[0],), generator=g)
+    ce = nn.CrossEntropyLoss(reduction="none")
+    ref = reference(model, ce, x, y)
+    c = float(ref.norm(dim=1).median())
+    scale = 1 / 7
+    outs = [torch.full_like(p, 0.25) for p in model.parameters()]  # sums add to the buffer
+    with PerExampleGradients(model, loss_reduction="mean") as engine:
+        ce(model(x), y).mean().backward()
+        result = engine.clip(c, scale=scale, out=outs)
+    got = torch.cat([s.reshape(-1) for s in result.sums]) - 0.25
+    torch.testing.assert_close(got, clip_reference(ref, c) * scale, rtol=1e-6, atol=1e-6)
+    assert 0 < result.n_clipped < shape[0]

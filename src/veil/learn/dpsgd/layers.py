@@ -190,8 +190,12 @@ class LinearRule(Rule):
         if name == "bias":  # sum_i c_i sum_t g_it
             out.addmv_((g if g.dim() == 2 else g.sum(1)).t(), coef)
             return None
-        if g.dim() == 2:
-            out.addmm_((g * coef[:, None]).t(), a)
+        if g.dim() == 2:  # sum_i c_i g_i a_i^T: the smaller of g, a scaled
+            col = coef.unsqueeze(1)
+            if a.shape[1] < g.shape[1]:
+                out.addmm_(g.t(), a * col)
+            else:
+                out.addmm_((g * col).t(), a)
         else:
             gc = g * coef[:, None, None]
             out.addmm_(gc.reshape(-1, gc.shape[-1]).t(), a.reshape(-1, a.shape[-1]))
