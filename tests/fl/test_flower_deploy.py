@@ -148,7 +148,10 @@ def test_hybrid_and_secagg_plus_rounds_on_a_tls_deployment_with_a_node_killed(tm
     assert secagg["status"] == "ok" and secagg["aggregated"] == 3
     # the aggregate is the plaintext sum of the survivors' updates: the local runtime with
     # party 3 gone at the same stage gives the same model (masks cancel exactly)
-    _, federation = _federation(runs["secagg"])
+    # (simulated: the runner makes the parties' identity keys, so no identity table)
+    local_config = tmp_path / "secagg-local.toml"
+    local_config.write_text(SECAGG.replace('identities = "{identities}"\n', ""))
+    _, federation = _federation(local_config)
     federation.clients[3] = _Tampered(federation.clients[3], "masked_input", "refuse")
     federation.runtime = LocalRuntime()
     local = federation.run()
