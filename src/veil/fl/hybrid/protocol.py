@@ -494,9 +494,12 @@ class HybridClient(ClientProtocol):
         # and is rebuilt there, where it is then the party's only ledger. A persisted one
         # travels as its file name and is reopened there: the file stays its one record
         # (several processes may share it, veil.dp.ledger), so this works on the party's
-        # own machine only (a Flower node keeps its party between messages this way).
+        # own machine only (a Flower node keeps its party between messages this way); its
+        # reserved block of planned queries travels as its charge index and is reopened.
         state = self.__dict__.copy()
         ledger = state["ledger"]
+        if isinstance(self._block, Block):
+            state["_block"] = ("plan", self._block.index)
         if ledger is not None:
             if ledger.path is not None:
                 state["ledger"] = ledger.path
@@ -515,6 +518,8 @@ class HybridClient(ClientProtocol):
         else:
             self.ledger = None if budget is None else Ledger(budget[0], budget[1],
                                                              accountant=budget[2])
+        if isinstance(self._block, tuple):
+            self._block = self.ledger.block(self._block[1])
 
     def _charge(self, event: Any, plan: list[Any], query: Query, bits: int) -> None:
         """Charge ``query`` to this party's ledger. At the first query the longest prefix
