@@ -494,8 +494,8 @@ class HybridClient(ClientProtocol):
         # and is rebuilt there, where it is then the party's only ledger. A persisted one
         # travels as its file name and is reopened there: the file stays its one record
         # (several processes may share it, veil.dp.ledger), so this works on the party's
-        # own machine only (a Flower node keeps its party between messages this way); its
-        # reserved block of planned queries travels as its charge index and is reopened.
+        # own machine only (a Flower node keeps its party between messages this way).
+        # Its planned block travels as the plan's charge number and is reattached there.
         state = self.__dict__.copy()
         ledger = state["ledger"]
         if isinstance(self._block, Block):
