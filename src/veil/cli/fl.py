@@ -415,3 +415,58 @@ def identities(directory: Annotated[Path, typer.Argument(help="Directory for the
     table = write_identities(directory, parties)
     keys = [[str(i), str(Path(directory) / f"identity-{i}.key")] for i in range(parties)]
     print_table([*keys, ["table", str(table)]], ["party", "file"], title="identity keys")
+
+
+PartyIndex = Annotated[int, typer.Option("--party", help="This party's index (0-based).")]
+KeyShare = Annotated[Path, typer.Option("--key-share", help="A key-share file (veil keygen "
+                                        "or veil fl deal: party-I.key).")]
+InsecureOk = Annotated[bool, typer.Option("--insecure-ok", help="Allow keys under 2048 "
+                                          "bits (tests and demos).")]
+
+
+@app.command("identity")
+def own_identity(party: PartyIndex, out: Annotated[Path, typer.Option(
+        "--out", help="Directory for identity-I.key and identity-I.json.")]) -> None:
+    """Make this party's own Ed25519 identity key, with no dealer: identity-I.key (private,
+    0600: stays on this machine) and identity-I.json (its public key: publish it to the
+    other parties and the aggregator)."""
+    from veil.crypto.identity import read_table, write_identity
+
+    key, table = write_identity(out, party)
+    print_table([[str(key), "this party only"], [str(table), "everyone"],
+                 ["public key", read_table(table)[party].hex()]], ["file", "goes to"],
+                title=f"identity of party {party}")
+
+
+@app.command("setup")
+def public_setup(key_share: KeyShare, identities: Annotated[list[Path], typer.Option(
+        "--identities", help="Identity tables (repeat): each party's identity-I.json, or "
+        "one identities.json.")], out: Annotated[Path, typer.Option(
+            "--out", help="The public set-up to write (public.bin).")],
+        insecure_ok: InsecureOk = False) -> None:
+    """Dealer-free hybrid set-up: write public.bin from the threshold public key inside
+    KEY-SHARE (only its public part: no share goes into public.bin) and the parties'
+    published identity keys. Every party can run it with its own share file and compare
+    the fingerprint."""
+    from veil.fl.hybrid.setup import assemble
+
+    setup = assemble(key_share, identities, out, insecure_ok=insecure_ok)
+    say(f"public set-up written to {out} (key {setup.public_key.fingerprint.hex()[:16]}, "
+        f"{len(setup.identities)} parties): fingerprint {setup.fingerprint}")
+
+
+@app.command("enrol")
+def enrol(party: PartyIndex, key_share: KeyShare,
+          identity_key: Annotated[Path, typer.Option(
+              "--identity-key", help="This party's identity-I.key (veil fl identity).")],
+          setup: Annotated[Path, typer.Option(
+              "--setup", help="This party's own copy of public.bin (veil fl setup).")],
+          out: Annotated[Path, typer.Option("--out", help="The party-I.id file to write.")],
+          insecure_ok: InsecureOk = False) -> None:
+    """Dealer-free hybrid set-up, on party I's machine: check its key share and identity
+    key against its own public.bin and write party-I.id (0600), which its node config
+    names (identity = ...)."""
+    from veil.fl.hybrid.setup import enrol as enrol_party
+
+    ident = enrol_party(party, key_share, identity_key, setup, out, insecure_ok=insecure_ok)
+    say(f"party {party}'s identity written to {out} (set-up {ident.setup.fingerprint[:16]})")

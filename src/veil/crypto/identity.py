@@ -12,7 +12,10 @@ makes every key pair (:func:`make_identities`, from the CSPRNG) and hands each p
 private key and a copy of the table. :func:`write_identities` writes key files for a
 deployment whose parties are set up from one place (each party's ``identity-<i>.key``,
 readable by its owner only, to be moved to that party's machine; the public table
-``identities.json``); :func:`read_key` and :func:`read_table` read them back.
+``identities.json``); :func:`write_identity` is one party making its own, with no dealer
+(``identity-<i>.key`` and its one-entry table ``identity-<i>.json`` to publish);
+:func:`read_key`, :func:`read_table` and :func:`read_tables` (the union of the published
+tables) read them back.
 
 Every statement a protocol signs starts with its own domain tag (``b"veil.<protocol>.<what>|"``)
 and carries the round number, so a signature made for one purpose or one round verifies for
@@ -23,7 +26,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
@@ -33,7 +36,8 @@ from veil._validation import check_int
 from veil.errors import ConfigError
 
 __all__ = ["PUBLIC", "SIGNATURE", "check_table", "make_identities", "public_identity",
-           "read_key", "read_table", "sign", "verify", "write_identities"]
+           "read_key", "read_table", "read_tables", "sign", "verify", "write_identities",
+           "write_identity", "write_key", "write_table"]
 
 #: bytes of an Ed25519 public (and private) key
 PUBLIC = 32
@@ -93,6 +97,22 @@ def check_table(table: Mapping[int, bytes], name: str = "identities") -> dict[in
     return out
 
 
+def write_key(path: str | os.PathLike, private: bytes) -> None:
+    """Write a 32-byte private identity key to ``path``, readable by its owner only."""
+    public_identity(private)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(private)
+
+
+def write_table(path: str | os.PathLike, table: Mapping[int, bytes]) -> Path:
+    """Write an identity table as JSON, ``{"i": "<public key, hex>"}``; returns its path."""
+    path = Path(path)
+    path.write_text(json.dumps({str(i): k.hex() for i, k in sorted(check_table(table).items())},
+                               indent=1))
+    return path
+
+
 def write_identities(directory: str | os.PathLike, parties: int) -> Path:
     """Make ``parties`` key pairs and write them under ``directory``: ``identity-<i>.key``
     (party i's 32-byte private key, mode 0600) and ``identities.json`` (the table,
@@ -101,13 +121,25 @@ def write_identities(directory: str | os.PathLike, parties: int) -> Path:
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     for i, key in enumerate(private):
-        path = out / f"identity-{i}.key"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(key)
-    table = out / "identities.json"
-    table.write_text(json.dumps({str(i): k.hex() for i, k in enumerate(public)}, indent=1))
-    return table
+        write_key(out / f"identity-{i}.key", key)
+    return write_table(out / "identities.json", dict(enumerate(public)))
+
+
+def write_identity(directory: str | os.PathLike, party: int) -> tuple[Path, Path]:
+    """Party ``party`` makes its own key pair, with no dealer: ``identity-<party>.key``
+    (its private key, mode 0600; ConfigError if the file exists -- an identity is never
+    replaced silently) and ``identity-<party>.json`` (its one-entry table, to publish).
+    Returns both paths."""
+    check_int(party, "party", low=0)
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    key = out / f"identity-{party}.key"
+    if key.exists():
+        raise ConfigError(f"identity key {os.fspath(key)!r} already exists: a party's "
+                          "identity is never replaced (remove it first to make a new one)")
+    (private,), (public,) = make_identities(1)
+    write_key(key, private)
+    return key, write_table(out / f"identity-{party}.json", {party: public})
 
 
 def read_key(path: str | os.PathLike) -> bytes:
@@ -135,3 +167,16 @@ def read_table(path: str | os.PathLike) -> dict[int, bytes]:
         raise ConfigError(f"identity table {os.fspath(path)!r} is not a JSON object of "
                           "party index -> hex public key") from None
     return check_table(table, f"identity table {os.fspath(path)!r}")
+
+
+def read_tables(paths: Sequence[str | os.PathLike]) -> dict[int, bytes]:
+    """The union of several identity tables (e.g. each party's own
+    ``identity-<i>.json``); ConfigError if two of them give one index different keys."""
+    merged: dict[int, bytes] = {}
+    for path in paths:
+        for index, key in read_table(path).items():
+            if merged.setdefault(index, key) != key:
+                raise ConfigError(f"identity table {os.fspath(path)!r} gives party {index} "
+                                  "another key than an earlier table: which one is "
+                                  f"party {index}'s must be settled out of band")
+    return merged

@@ -15,9 +15,18 @@ Who holds what (:mod:`veil.fl.hybrid.protocol` states the trust assumptions):
 :func:`deal` is the trusted dealer of the paper run as its own step (``veil fl deal``): it
 makes the key (:func:`veil.fl.hybrid.protocol.deal_keys`) and every identity, writes
 ``public.bin`` and, per party, ``party-I.key`` and ``party-I.id`` (mode 0600), and keeps
-nothing; each organisation receives its two files over a private channel. (A dealer-free
-key generation writes the ``party-I.key`` files itself; the identities are then each
-party's own, their public keys collected into ``public.bin``.)
+nothing; each organisation receives its two files over a private channel.
+
+Without a dealer every file is made by its owner: the parties generate the key together
+(``veil keygen``, :mod:`veil.crypto.dkg`), each writing only its own ``party-I.key``; each
+makes its own identity key (``veil fl identity``, :func:`veil.crypto.identity.write_identity`)
+and publishes its public half; :func:`assemble` (``veil fl setup``) builds ``public.bin`` from
+the public key inside a key-share file -- only its public part is read, so any party can
+run it with its own file and every party gets the same bytes, the same fingerprint -- and
+the published identity keys; :func:`enrol` (``veil fl enrol``) has party I check its own
+share and identity key against its own ``public.bin`` and write its ``party-I.id``. The
+aggregator receives ``public.bin`` from a party (or builds it from the published tables and
+a party's ``public.bin``), and runs nothing that sees a share.
 
 File formats: checksummed frames of :mod:`veil._codec` -- ``public.bin`` magic ``b"VHPS"``
 (the public key blob of :mod:`veil.crypto.serialization`, then the identity keys, 32 bytes
@@ -30,6 +39,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,11 +48,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from veil._codec import Format
 from veil._io import atomic_write
 from veil._validation import check_int
-from veil.crypto import keyfile, serialization, threshold
+from veil.crypto import identity, keyfile, serialization, threshold
 from veil.errors import ConfigError, CryptoError
 from veil.fl.hybrid.protocol import deal_keys, make_identities
 
-__all__ = ["PartyIdentity", "PublicSetup", "deal", "load_party"]
+__all__ = ["PartyIdentity", "PublicSetup", "assemble", "deal", "enrol", "load_party"]
 
 _PUBLIC = Format(b"VHPS", 1, error=CryptoError, checksum=True, name="hybrid public set-up")
 _IDENTITY = Format(b"VHID", 1, error=CryptoError, checksum=True, name="hybrid party identity")
@@ -77,6 +87,24 @@ class PublicSetup:
         return writer.finish()
 
     @classmethod
+    def assemble(cls, public_key: threshold.ThresholdPublicKey,
+                 table: Mapping[int, bytes]) -> PublicSetup:
+        """The set-up of ``public_key`` and an identity table (party index -> public key),
+        which must list exactly the key's parties 0..n-1 (ConfigError naming the missing
+        or extra indices)."""
+        table = identity.check_table(table)
+        expected = set(range(public_key.parties))
+        if set(table) != expected:
+            missing, extra = sorted(expected - set(table)), sorted(set(table) - expected)
+            raise ConfigError(
+                f"the identity table does not fit a key of {public_key.parties} parties: "
+                + "; ".join(part for part in (
+                    f"no identity for party {', '.join(map(str, missing))}" if missing else "",
+                    f"party {', '.join(map(str, extra))} is not one of the key's" if extra
+                    else "") if part))
+        return cls(public_key, tuple(table[i] for i in range(public_key.parties)))
+
+    @classmethod
     def from_bytes(cls, data: bytes, *, insecure_ok: bool = False) -> PublicSetup:
         reader = _PUBLIC.reader(data)
         public_key = serialization.loads(reader.blob(), insecure_ok=insecure_ok)
@@ -102,6 +130,11 @@ class PublicSetup:
         """SHA-256 of the set-up's bytes, hex: what the parties compare."""
         return hashlib.sha256(self.to_bytes()).hexdigest()
 
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the set-up to ``path`` (public: mode 0644)."""
+        atomic_write(path, self.to_bytes())
+        os.chmod(path, 0o644)
+
 
 @dataclass(frozen=True)
 class PartyIdentity:
@@ -121,6 +154,11 @@ class PartyIdentity:
     def to_bytes(self) -> bytes:
         return (_IDENTITY.writer().u32(self.index).raw(self.private_key)
                 .blob(self.setup.to_bytes()).finish())
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the identity to ``path``, readable by its owner only."""
+        atomic_write(path, self.to_bytes())
+        os.chmod(path, 0o600)
 
     @classmethod
     def load(cls, path: str | os.PathLike, *, insecure_ok: bool = False) -> PartyIdentity:
@@ -143,13 +181,40 @@ def deal(parties: int, trust: int, out_dir: str | os.PathLike, *, bits: int = 20
     setup = PublicSetup(keys.public_key, public)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write(out / "public.bin", setup.to_bytes())
-    os.chmod(out / "public.bin", 0o644)     # public: the aggregator and every party
+    setup.save(out / "public.bin")
     for i, share in enumerate(keys.shares):
         keyfile.save_key_share(out / f"party-{i}.key", share)
-        atomic_write(out / f"party-{i}.id", PartyIdentity(i, private[i], setup).to_bytes())
-        os.chmod(out / f"party-{i}.id", 0o600)
+        PartyIdentity(i, private[i], setup).save(out / f"party-{i}.id")
     return setup
+
+
+def assemble(key_share: str | os.PathLike, tables: Sequence[str | os.PathLike],
+             out: str | os.PathLike, *, insecure_ok: bool = False) -> PublicSetup:
+    """Dealer-free: write ``public.bin`` to ``out`` from the threshold public key inside
+    the key-share file ``key_share`` (its share is checked, then dropped: only
+    ``share.public_key`` goes into the set-up) and the identity ``tables`` (JSON, merged:
+    every party's published ``identity-I.json``, or one ``identities.json``). ConfigError,
+    and nothing written, when the tables disagree or do not list exactly the key's parties."""
+    public_key = keyfile.load_key_share(key_share, insecure_ok=insecure_ok).public_key
+    setup = PublicSetup.assemble(public_key, identity.read_tables(tables))
+    setup.save(out)
+    return setup
+
+
+def enrol(party: int, key_share: str | os.PathLike, identity_key: str | os.PathLike,
+          setup: str | os.PathLike, out: str | os.PathLike, *,
+          insecure_ok: bool = False) -> PartyIdentity:
+    """Dealer-free: party ``party`` writes its ``party-I.id`` to ``out`` from its own
+    identity key and its own copy of ``public.bin``, after checking that its key share is
+    its own under the set-up's key and its identity key the one the set-up lists for it
+    (ConfigError naming the file otherwise; nothing written)."""
+    public = PublicSetup.load(setup, insecure_ok=insecure_ok)
+    check_int(party, "party", low=0, high=public.public_key.parties - 1)
+    keyfile.load_key_share(key_share, party=party, insecure_ok=insecure_ok,
+                           fingerprint=public.public_key.fingerprint)
+    ident = PartyIdentity(party, identity.read_key(identity_key), public)
+    ident.save(out)
+    return ident
 
 
 def load_party(party: int, key_share: str | os.PathLike, identity: str | os.PathLike, *,
