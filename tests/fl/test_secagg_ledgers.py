@@ -123,3 +123,4 @@ def test_a_round_is_charged_once_and_the_plan_survives_a_move(tmp_path, clients,
     with pytest.raises(ConfigError, match="rounds="):
         SecAgg(DPFedAvg(known_updates(), noise_multiplier=1.0, noise="distributed"),
                client_ledgers=lambda i: Ledger(1.0, 1e-5))
+
