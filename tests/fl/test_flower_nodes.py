@@ -203,3 +203,70 @@ def test_cli_deal_split_and_app_write_each_partys_files(tmp_path, capsys):
     plain.write_text("[data]\ndataset = 'wine'\n[run]\nseed = 1\n")
     assert main(["fl", "deal", str(plain), "--out", str(tmp_path / "no")]) == 2
     assert "for hybrid runs" in capsys.readouterr().err and not (tmp_path / "no").exists()
+
+
+DISTRIBUTED = """
+[data]
+dataset = "breast_cancer"
+clients = 4
+
+[model]
+type = "logistic_regression"
+
+[training]
+rounds = 2
+
+[privacy]
+epsilon = 20.0
+delta = 1e-5
+noise = "distributed"
+clip_norm = 0.5
+
+[secagg]
+bits = 48
+min_survivors = 0.6
+consistency = false
+
+[run]
+seed = 3
+timeout = 30
+"""
+
+
+def test_flower_nodes_charge_their_own_ledger_files(tmp_path):
+    """The real ClientApp of a generated app on four in-process nodes :
+    each node opens its own ledger file (node config ``ledger``, required) and charges it;
+    a node whose ledger cannot pay drops out of every round, its file unmoved."""
+    config = tmp_path / "dist.toml"
+    config.write_text(DISTRIBUTED)
+    app = write_app(config, tmp_path / "app")
+    (tmp_path / "plans").mkdir()
+    (tmp_path / "plans" / "dist.toml").write_text(DISTRIBUTED)
+    nodes = {1000 + i: {"party-id": i, "plans": str(tmp_path / "plans"),
+                        "ledger": str(tmp_path / f"party-{i}.sqlite")} for i in range(4)}
+    Ledger(1e-3, 1e-5, path=tmp_path / "party-3.sqlite").close()   # party 3: nearly spent
+
+    def server(configs):
+        cfg, federation = _federation(app / "run.toml", seeded=False, remote=True)
+        federation.ledger = Ledger(20.0, 1e-5)
+        grid = _LoopbackGrid({n: client(app / "run.toml") for n in configs}, configs)
+        for context in grid.contexts.values():
+            context.run_config = {"plan": "dist.toml"}
+        federation.runtime = FlowerRuntime(grid, timeout=30.0, plan=plan(cfg))
+        return federation
+
+    missing = server({**nodes, 1001: {k: v for k, v in nodes[1001].items() if k != "ledger"}})
+    with pytest.raises(ProtocolError, match="node config ledger=FILE is required"):
+        missing.runtime.connect(missing.clients)   # refused before any round
+    assert not missing.ledger.history() and not (tmp_path / "party-0.sqlite").exists()
+
+    federation = server(nodes)
+    federation.runtime.connect(federation.clients)
+    history = federation.run()
+    assert [(r["status"], r["aggregated"]) for r in history.rounds] == [("ok", 3)] * 2
+    spent = federation.ledger.spent()[0]
+    assert spent > 0
+    for i in range(3):
+        own = Ledger.open(tmp_path / f"party-{i}.sqlite", read_only=True)
+        assert own.spent()[0] == pytest.approx(spent, rel=1e-12)
+    assert not Ledger.open(tmp_path / "party-3.sqlite", read_only=True).history()

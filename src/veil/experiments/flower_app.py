@@ -14,7 +14,8 @@ Each SuperNode hosts one party and names its own files in its node configuration
     plans     = "/org0/plans"              # this party's own copies of the run files
     data      = "/org0/data.npz"           # its records (X, y); default: its share of
                                            # the configured data set under [run] seed
-    ledger    = "/org0/ledger.sqlite"      # its privacy budget (hybrid: required)
+    ledger    = "/org0/ledger.sqlite"      # its privacy budget (hybrid, distributed noise:
+                                           # required)
     key-share = "/org0/party-0.key"        # hybrid: its threshold key share
     identity  = "/org0/party-0.id"         # hybrid: its identity key and set-up
     identity-key = "/org0/identity-0.key"  # SecAgg: its identity key (veil fl identities)
@@ -29,9 +30,13 @@ its own plan, data, key share (checked to be its own, under the set-up's key:
 
 In the hybrid approach each party charges every query to its own ledger on its own node
 and refuses one beyond its budget (:class:`veil.fl.hybrid.protocol.HybridClient`); the
-server charges its own ledger, ``ledger.sqlite`` beside ``results.json``. The keys come
-from a dealer step run on its own (:func:`veil.fl.hybrid.setup.deal`, ``veil fl deal``),
-which hands each party its files and keeps nothing; the aggregator gets ``public.bin`` only.
+server charges its own ledger, ``ledger.sqlite`` beside ``results.json``. So does a SecAgg
+client with distributed noise (``[privacy] noise = "distributed"``): it charges each round,
+from its own plan, to its own ledger before its noisy masked input leaves the node, and
+drops out of a round its budget cannot pay (:meth:`veil.fl.secagg.SecAggClient.use_ledger`).
+The keys come from a dealer step run on its own (:func:`veil.fl.hybrid.setup.deal`,
+``veil fl deal``), which hands each party its files and keeps nothing; the aggregator gets
+``public.bin`` only.
 
 ``[run] seed`` is required (on a deployment it seeds nothing but the split of a configured
 data set, for nodes without a ``data`` file; the server's sampling and noise and the
@@ -278,6 +283,11 @@ class _Node:
             raise ConfigError(f"node config party-id={self.party} is not allowed: the run "
                               f"{name} has parties 0..{self.cfg['data']['clients'] - 1}")
         self.hybrid = self.cfg.kind == "hybrid"
+        # where the parties add the noise, each keeps its own budget (module docstring)
+        self.distributed = self.cfg.has("privacy") and \
+            self.cfg["privacy"].get("noise") == "distributed"
+        if self.hybrid or self.distributed:
+            self._file("ledger")
         self.identity = self.share = None
         if self.hybrid:   # its own files, each checked to be this party's (load_party)
             from veil.fl.hybrid.setup import load_party
@@ -310,7 +320,6 @@ class _Node:
 
     def build(self) -> Any:
         from veil.crypto.identity import read_key
-        from veil.dp import Ledger
         from veil.fl.secagg.protocol import SecAggClient
         from veil.fl.trainer import LocalTrainer
 
@@ -322,12 +331,19 @@ class _Node:
             party = federation.strategy.client(self.party, trainer)
             if isinstance(party, SecAggClient) and party.strategy.consistency:
                 party.use_identity(read_key(self._file("identity-key")))
+            if self.distributed:
+                party.use_ledger(self._ledger(), self.cfg["training"]["rounds"])
             return party
-        p = self.cfg["privacy"]
-        ledger = Ledger(p["epsilon"], p["delta"], accountant=p["accountant"],
-                        path=self._file("ledger"))
         return federation.strategy.party(self.party, trainer, self.share,
-                                         self.identity.private_key, ledger)
+                                         self.identity.private_key, self._ledger())
+
+    def _ledger(self) -> Any:
+        """The party's own ledger file (node config ``ledger``), under its plan's budget."""
+        from veil.dp import Ledger
+
+        p = self.cfg["privacy"]
+        return Ledger(p["epsilon"], p["delta"], accountant=p["accountant"],
+                      path=self._file("ledger"))
 
 
 def client(config: str | os.PathLike) -> Any:

@@ -84,6 +84,7 @@ from veil.errors import ConfigError, CryptoError, DataError, ProtocolError
 from veil.fl.hybrid.fit import METHODS
 from veil.fl.hybrid.grid import contribute, decode, noise_std, query_noise, value_limit
 from veil.fl.messages import Message, encode
+from veil.fl.party_ledger import ledger_from_state, ledger_state
 from veil.fl.protocol import ClientProtocol, RoundResult, ServerRound
 from veil.learn.queries import Query, QueryAnswer, QueryLearner, QueryShape
 from veil.random import Generator, RngLike, check_rng, noise_rng
@@ -494,32 +495,16 @@ class HybridClient(ClientProtocol):
         # and is rebuilt there, where it is then the party's only ledger. A persisted one
         # travels as its file name and is reopened there: the file stays its one record
         # (several processes may share it, veil.dp.ledger), so this works on the party's
-        # own machine only (a Flower node keeps its party between messages this way).
-        # Its planned block travels as the plan's charge number and is reattached there.
+        # own machine only (a Flower node keeps its party between messages this way), with
+        # its planned block (veil.fl.party_ledger.ledger_state).
         state = self.__dict__.copy()
-        ledger = state["ledger"]
-        if isinstance(self._block, Block):
-            state["_block"] = ("plan", self._block.index)
-        if ledger is not None:
-            if ledger.path is not None:
-                state["ledger"] = ledger.path
-            elif ledger.history():
-                raise ConfigError(f"party {self.client_id}: a spent in-memory ledger cannot "
-                                  "move to another process (persist it: Ledger(path=...))")
-            else:
-                state["ledger"] = (ledger.epsilon, ledger.delta, ledger.accountant)
+        state["ledger"] = ledger_state(self.ledger, self._block, f"party {self.client_id}")
+        del state["_block"]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        budget = state["ledger"]
         self.__dict__.update(state)
-        if isinstance(budget, str):
-            self.ledger = Ledger.open(budget)
-        else:
-            self.ledger = None if budget is None else Ledger(budget[0], budget[1],
-                                                             accountant=budget[2])
-        if isinstance(self._block, tuple):
-            self._block = self.ledger.block(self._block[1])
+        self.ledger, self._block = ledger_from_state(state["ledger"])
 
     def _charge(self, event: Any, plan: list[Any], query: Query, bits: int) -> None:
         """Charge ``query`` to this party's ledger. At the first query the longest prefix

@@ -70,6 +70,14 @@ against one that does not, while the colluders are few enough for these checks t
   consistent against colluders, use the complete graph (``neighbours=None``) or a
   threshold well above half.
 
+Budget. With distributed noise the guarantee is meant to hold against the server, so a
+client with its own ledger (:meth:`SecAggClient.use_ledger`) does not rely on the server's:
+at masked_input, after its checks and before it trains or draws noise, it charges the
+round's cost ``ZCDpEvent(rho)`` of its *own* plan (rho from its own noise multiplier; the
+server's announced plan must equal it, :func:`veil.fl.secagg.ring.check_plan`) to its own
+ledger, once per round, and drops out of the round (BudgetExceededError naming the round
+and the budget, nothing charged) when the budget cannot pay.
+
 Not protected: which clients took part (the server sees it), the correctness of the sum
 (a malicious server or client can change the model; SecAgg protects privacy, not
 integrity), and availability (a malicious server can always abort a round).
@@ -102,8 +110,10 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from veil.crypto.identity import SIGNATURE, public_identity, sign, verify
 from veil.crypto.sharing import ShamirShare, combine_bytes, split_bytes
+from veil.dp.ledger import Ledger
 from veil.errors import ConfigError, CryptoError, ProtocolError
 from veil.fl.messages import Message, decode, encode
+from veil.fl.party_ledger import RoundLedger
 from veil.fl.protocol import Aggregate, ClientProtocol, RoundResult, ServerRound
 from veil.fl.secagg.masks import KEY, agree, channel_info, mask_info, prg, public_key
 from veil.fl.secagg.ring import (
@@ -405,6 +415,7 @@ class SecAggClient(ClientProtocol):
         self.strategy = strategy
         self._directory = directory
         self._identity: bytes | None = None
+        self.ledger: RoundLedger | None = None
         if not strategy.consistency:
             self.stages = SEMI_HONEST_STAGES  # type: ignore[misc]
         elif directory is None:
@@ -423,6 +434,14 @@ class SecAggClient(ClientProtocol):
                               "its public key is not the client's entry of the identity "
                               "table")
         self._identity = identity
+
+    def use_ledger(self, ledger: Ledger, rounds: int) -> None:
+        """Charge this client's own ``ledger`` over the ``rounds`` of its own plan: with
+        distributed noise each round's cost, from this client's own plan (its noise
+        multiplier and sampling; module docstring, Budget), is charged once before its
+        noisy masked input leaves it (:class:`veil.fl.party_ledger.RoundLedger`)."""
+        self.ledger = RoundLedger(ledger, rounds, fixed=self.strategy.fixed_round_event,
+                                  who=f"client {self.client_id}")
 
     def _new_round(self) -> None:
         self._plan: Plan | None = None
@@ -510,6 +529,9 @@ class SecAggClient(ClientProtocol):
             raise ProtocolError(f"client {self.client_id}: valid shares from "
                                 f"{len(self._held)} neighbours, threshold {plan.threshold}: "
                                 "aborting")
+        if self.ledger is not None and plan.event is not None:
+            # before any noisy value is computed; BudgetExceededError: a dropout, named
+            self.ledger.charge(msg.round, plan.event)
         update = self.strategy.client_update(self.trainer, params, self._config, rng)
         y = encode_update(update.delta, update.weight, update.extras, plan, noise_rng(rng))
         y += prg(self._b, y.size, plan.bits, plan.prg)

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import dp_accounting
 import numpy as np
 
 from veil.dp.samplers import discrete_gaussian
@@ -81,6 +82,11 @@ class Plan:
     @property
     def count_clipped(self) -> bool:
         return CLIPPED in self.extras
+
+    @property
+    def event(self) -> dp_accounting.DpEvent | None:
+        """The round's cost with distributed noise, ``ZCDpEvent(rho)`` (None without)."""
+        return None if self.rho is None else dp_accounting.ZCDpEvent(self.rho)
 
     def public(self) -> dict[str, Any]:
         return {"bits": self.bits, "threshold": self.threshold, "clip_range": self.clip_range,

@@ -29,13 +29,14 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import dp_accounting
 import numpy as np
 
 from veil._validation import check_choice, check_int, check_positive, check_probability
 from veil.crypto.identity import check_table, make_identities, read_table
+from veil.dp.ledger import Ledger
 from veil.errors import ConfigError
 from veil.fl.secagg.protocol import SecAggClient, SecAggServer
 from veil.fl.secagg.ring import CLIPPED, MAX_LEVELS, PRGS, WEIGHT, Plan
@@ -77,14 +78,32 @@ class SecAgg(StrategyWrapper):
         <veil.fl.secagg.SecAggClient.use_identity>`). None: a simulation, where
         :meth:`client` makes each client's key pair from the CSPRNG (the runner is the
         trusted set-up) and records it in :attr:`identities`.
+    client_ledgers: with distributed noise, ``client_ledgers(client_id)`` gives each
+        client made by :meth:`client` its own Ledger, which it charges every round before
+        its noisy masked input leaves it, refusing the round (a dropout) when its budget
+        cannot pay (:meth:`SecAggClient.use_ledger
+        <veil.fl.secagg.SecAggClient.use_ledger>`); None: only the server charges (a
+        deployed client opens its own ledger where it runs).
+    rounds: the planned number of rounds, the clients' own plan for their ledgers
+        (required with ``client_ledgers``).
     """
 
     def __init__(self, inner: UpdateStrategy, *, bits: int = 32, clip_range: float = 1.0,
                  neighbours: int | None = None, threshold: float = 0.5,
                  min_survivors: float | None = None, prg: str = "aes-ctr",
                  consistency: bool = True,
-                 identities: Mapping[int, bytes] | str | os.PathLike | None = None) -> None:
+                 identities: Mapping[int, bytes] | str | os.PathLike | None = None,
+                 client_ledgers: Callable[[int], Ledger] | None = None,
+                 rounds: int | None = None) -> None:
         super().__init__(inner)
+        if client_ledgers is not None and not callable(client_ledgers):
+            raise ConfigError(f"client_ledgers={client_ledgers!r} is not allowed: expected a "
+                              "function client_id -> veil.dp.Ledger, or None")
+        if client_ledgers is not None and rounds is None:
+            raise ConfigError("client_ledgers needs rounds=<the planned number of rounds>: "
+                              "each client plans its own budget over them")
+        self.client_ledgers = client_ledgers
+        self.rounds = None if rounds is None else check_int(rounds, "rounds", low=1)
         if not isinstance(consistency, bool):
             raise ConfigError(f"consistency={consistency!r} is not allowed: expected True or "
                               "False")
@@ -181,7 +200,7 @@ class SecAgg(StrategyWrapper):
         plan = self.plan(server_round, params, sampled)  # also checks the ring before any charge
         if plan.rho is None:
             return self.inner.round_event(server_round, params, sampled, population)
-        return dp_accounting.ZCDpEvent(plan.rho)
+        return plan.event
 
     def server(self, server_round, params, sampled, rng):
         return SecAggServer(self, server_round, params, sampled, rng)
@@ -189,7 +208,14 @@ class SecAgg(StrategyWrapper):
     def client(self, client_id: int, trainer: LocalTrainer) -> SecAggClient:
         """Client ``client_id``; with the consistency round, its identity key pair is made
         here (the private key goes to the client only, the public key into
-        :attr:`identities`, which the client reads as its identity table)."""
+        :attr:`identities`, which the client reads as its identity table); with
+        ``client_ledgers``, its own ledger too."""
+        client = self._client(client_id, trainer)
+        if self.client_ledgers is not None:
+            client.use_ledger(self.client_ledgers(client_id), self.rounds)
+        return client
+
+    def _client(self, client_id: int, trainer: LocalTrainer) -> SecAggClient:
         if not self.consistency:
             return SecAggClient(client_id, trainer, self)
         if self.deployed:   # its key is on its own machine: SecAggClient.use_identity

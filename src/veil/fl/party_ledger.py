@@ -1,0 +1,108 @@
+"""A party's own privacy budget over the rounds of a run.
+
+Where the clients add the noise (distributed noise under SecAgg, the hybrid approach), the
+guarantee is meant to hold against the server, so no party may rely on the server's ledger:
+each keeps its own :class:`veil.dp.Ledger` and charges its release there, on its own
+machine, before the noisy value leaves it.
+
+:class:`RoundLedger` charges the rounds of one run the way
+:class:`veil.fl.federation.Federation` charges the server's ledger, so a party that takes part
+in every round ends with the server's spend: when the round's event is fixed by the
+configuration, the first charge reserves the remaining rounds of the party's own plan as one
+block (:meth:`veil.dp.Ledger.longest_plan`, priced by the ledger's policy as one schedule) and
+each round is a step of it; otherwise (or past the block) a round is charged on its own, at an
+equal share of the ledger's delta over the remaining rounds. Each round is charged at most
+once, however often a stage is asked again. A charge the budget cannot pay raises
+:class:`~veil.errors.BudgetExceededError` before anything is recorded: the party drops out of
+the round.
+
+A party shipped to another process (worker processes, a Flower node that pickles its party
+between messages) takes its budget along (:func:`ledger_state`): a persisted ledger as its
+file name, reopened there (the file stays the one record), an unspent in-memory ledger as its
+budget; a spent in-memory ledger cannot move (it would be spent twice).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dp_accounting
+
+from veil._validation import check_int
+from veil.dp.ledger import Block, Ledger, check_ledger
+from veil.errors import ConfigError
+
+__all__ = ["RoundLedger", "ledger_from_state", "ledger_state"]
+
+
+def ledger_state(ledger: Ledger | None, block: Block | None | bool, who: str) -> Any:
+    """What of ``ledger`` and its planned ``block`` travels to another process (module
+    docstring): the ledger's file name or budget, and the block's index."""
+    if ledger is None:
+        return None, block
+    if ledger.path is not None:
+        budget = ledger.path
+    elif ledger.history():
+        raise ConfigError(f"{who}: a spent in-memory ledger cannot move to another process "
+                          "(persist it: Ledger(path=...))")
+    else:
+        budget = ledger.epsilon, ledger.delta, ledger.accountant
+    return budget, block.index if block else block
+
+
+def ledger_from_state(state: Any) -> tuple[Ledger | None, Block | None | bool]:
+    """The ledger and block :func:`ledger_state` sent (the ledger reopened from its file,
+    or rebuilt; the block found in it)."""
+    budget, block = state
+    if budget is None:
+        return None, block
+    ledger = Ledger.open(budget) if isinstance(budget, str) else \
+        Ledger(budget[0], budget[1], accountant=budget[2])
+    if isinstance(block, int) and not isinstance(block, bool):
+        block = ledger.block(block)
+    return ledger, block
+
+
+class RoundLedger:
+    """The rounds ``0..rounds-1`` of a party's own plan, charged to its own ``ledger``
+    (module docstring). ``fixed``: the round's event is the same every round (its plan
+    says so), so the rounds are reserved as one block; ``who`` names the party in labels."""
+
+    def __init__(self, ledger: Ledger, rounds: int, *, fixed: bool, who: str) -> None:
+        self.ledger = check_ledger(ledger)
+        self.rounds = check_int(rounds, "rounds", low=1)
+        self.fixed = bool(fixed)
+        self.who = who
+        self._block: Block | None | bool = None   # False: rounds are charged alone
+        self._round_delta: float | None = None
+        self._last = -1                           # the last round charged
+
+    def charge(self, server_round: int, event: dp_accounting.DpEvent) -> None:
+        """Charge round ``server_round`` (once; nothing if already charged)."""
+        t = server_round
+        if t <= self._last:
+            return
+        if t >= self.rounds:
+            raise ConfigError(f"{self.who}: round {t} is outside its own plan of {self.rounds} "
+                              "rounds: refused, nothing charged")
+        label = f"{self.who}: fl round {t}"
+        if self._block is None and self.fixed:
+            self._block = self.ledger.longest_plan(
+                event, steps=self.rounds - t, label=f"{self.who}: fl rounds from {t}") or False
+        if self._block and self._block.fits(event):
+            self._block.charge(event, label=label)
+        else:
+            if self._round_delta is None:   # rounds alone share the delta equally
+                self._round_delta = self.ledger.delta / (self.rounds - t)
+            self.ledger.charge(event, label=label, delta=self._round_delta)
+        self._last = t
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["ledger"] = ledger_state(self.ledger, self._block, self.who)
+        del state["_block"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.ledger, self._block = ledger_from_state(state["ledger"])
