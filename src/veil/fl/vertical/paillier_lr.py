@@ -169,18 +169,19 @@ def _get(msg: dict, name: str, kind: type | tuple, party: str) -> Any:
     return value
 
 
-def _ciphertexts(blob: Any, pk: paillier.PublicKey, size: int, party: str
+def _ciphertexts(blob: Any, pk: paillier.PublicKey, shape: int | tuple[int, ...], party: str
                  ) -> paillier.EncryptedArray:
-    """Ciphertexts from ``party``: valid under ``pk``, ``size`` of them."""
+    """Ciphertexts from ``party``: valid under ``pk``, of ``shape`` (an int: that many)."""
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
     if not isinstance(blob, bytes):
         raise ProtocolError(f"message from {party!r}: ciphertexts are not bytes")
     try:
         arr = serialization.loads(blob, public_key=pk)
     except CryptoError as exc:
         raise ProtocolError(f"message from {party!r}: bad ciphertexts: {exc}") from None
-    if not isinstance(arr, paillier.EncryptedArray) or arr.shape != (size,):
-        raise ProtocolError(f"message from {party!r}: expected {size} ciphertexts, got "
-                            f"{getattr(arr, 'shape', type(arr).__name__)}")
+    if not isinstance(arr, paillier.EncryptedArray) or arr.shape != shape:
+        raise ProtocolError(f"message from {party!r}: expected ciphertexts of shape {shape}, "
+                            f"got {getattr(arr, 'shape', type(arr).__name__)}")
     return arr
 
 

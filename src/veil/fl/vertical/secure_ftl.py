@@ -58,7 +58,7 @@ from veil.crypto import paillier, serialization
 from veil.errors import ConfigError, CryptoError, DataError, ProtocolError
 from veil.fl.messages import encode
 from veil.fl.vertical._wire import read_message
-from veil.fl.vertical.paillier_lr import FX, _Features
+from veil.fl.vertical.paillier_lr import FX, _ciphertexts, _Features
 from veil.random import check_rng
 
 __all__ = ["FTLSource", "FTLTarget", "FTLStats", "train_secure_ftl", "predict_secure_ftl"]
@@ -77,21 +77,6 @@ def _fixed(x: np.ndarray, bits: int = F) -> np.ndarray:
     out = np.empty(scaled.shape, dtype=object)
     out.ravel()[:] = [int(v) for v in scaled.ravel()]
     return out
-
-
-def _cts(blob: Any, pk: paillier.PublicKey, shape: tuple[int, ...], party: str
-         ) -> paillier.EncryptedArray:
-    """Ciphertexts from ``party``: valid under ``pk``, of ``shape``."""
-    if not isinstance(blob, bytes):
-        raise ProtocolError(f"message from {party!r}: ciphertexts are not bytes")
-    try:
-        arr = serialization.loads(blob, public_key=pk)
-    except CryptoError as exc:
-        raise ProtocolError(f"message from {party!r}: bad ciphertexts: {exc}") from None
-    if not isinstance(arr, paillier.EncryptedArray) or arr.shape != shape:
-        raise ProtocolError(f"message from {party!r}: expected ciphertexts of shape {shape}, "
-                            f"got {getattr(arr, 'shape', type(arr).__name__)}")
-    return arr
 
 
 class _Party:
@@ -184,7 +169,7 @@ class _Party:
     def decrypt_for_peer(self, message: bytes) -> bytes:
         """The peer's masked gradient (under this party's key) -> its decryption."""
         msg = self._read(message, "ftl-gradient")
-        cts = _cts(msg.get("cts"), self.pk, (self._peer_rows, self.dim), self.peer)
+        cts = _ciphertexts(msg.get("cts"), self.pk, (self._peer_rows, self.dim), self.peer)
         values = self._sk.decrypt(cts)
         return encode({"stage": "ftl-decrypted", "step": self._step,
                        "values": [int(v) for v in values.ravel()]})
@@ -248,8 +233,8 @@ class FTLSource(_Party):
         """B's ciphertexts -> A's masked gradient under B's key."""
         msg = self._read(message, "ftl-target")
         pk, S, d = self._peer_key(), self._batch.size, self.dim
-        enc_u = _cts(msg.get("u"), pk, (S, d), self.peer)
-        enc_k = _cts(msg.get("k"), pk, (d, d), self.peer)
+        enc_u = _ciphertexts(msg.get("u"), pk, (S, d), self.peer)
+        enc_k = _ciphertexts(msg.get("k"), pk, (d, d), self.peer)
         u, phi, rows = self._u, self._phi, self.overlap[self._batch]
         y = self._y
         deriv = 1.0 - u * u
@@ -282,8 +267,8 @@ class FTLTarget(_Party):
             raise ProtocolError(f"message from {self.peer!r}: the batch is not distinct "
                                 f"positions in the overlap of {self.overlap.size}")
         d, S = self.dim, batch.size
-        self._a = _cts(msg.get("a"), self._peer_key(), (S, d), self.peer)
-        self._m = _cts(msg.get("m"), self._peer_key(), (d, d), self.peer)
+        self._a = _ciphertexts(msg.get("a"), self._peer_key(), (S, d), self.peer)
+        self._m = _ciphertexts(msg.get("m"), self._peer_key(), (d, d), self.peer)
         self._step, self._batch = step, batch
         u = self.represent()[self.overlap[batch]]
         self._u = u
@@ -302,7 +287,7 @@ class FTLTarget(_Party):
     def score_request(self, message: bytes, X: Any) -> bytes:
         """A's ``[[Phi]]`` -> masked ``[[Phi . u_B,j]]`` for B's rows ``X``."""
         msg = read_message(message, "ftl-phi", self.peer)
-        phi = _cts(msg.get("phi"), self._peer_key(), (self.dim,), self.peer)
+        phi = _ciphertexts(msg.get("phi"), self._peer_key(), (self.dim,), self.peer)
         X = check_array(X, "X of 'target'", ndim=2)
         u = self.represent(X)
         self._score_mask = np.array([self._secure.randbits(self._peer_key().bits
