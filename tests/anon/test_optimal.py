@@ -225,25 +225,19 @@ def test_arx_monotonic_entropy_with_suppression(adult):
         anonymize(df, all_qis, None, [KAnonymity(5)], metric="loss", monotonic=True)
 
 
-@pytest.mark.parametrize(("models", "limit", "metric"), [CASES[0], CASES[8], CASES[11]])
-def test_search_is_exact_when_tables_are_evicted(make_table, monkeypatch, models, limit,
-                                                 metric):
-    monkeypatch.setattr("veil.anon.lattice.CACHE_ROWS", 1)    # keep only the newest table
-    df, hierarchies = make_table(n=300, seed=11)
-    result = anonymize(df, hierarchies, "disease", models, suppression_limit=limit,
-                       metric=metric)
-    loss, height, _ = _exhaustive(df, hierarchies, "disease", models, limit, metric)
-    assert result.metrics[metric] == pytest.approx(loss, rel=1e-12, abs=1e-9)
-    assert sum(result.levels.values()) == height
+# Tables evicted (keep only the newest); roll-ups that lift every column alone and group keys
+# by sorting: the same optimum as the default (cache, one block, a slot per key).
+_EVICTED = {"veil.anon.lattice.CACHE_ROWS": 1}
+_BLOCKS = {"veil.anon.encoding._BLOCK_LIMIT": 1, "veil.anon.encoding._SLOT_LIMIT": 1}
 
 
-@pytest.mark.parametrize(("models", "limit", "metric"), [CASES[5], CASES[8], CASES[15]])
-def test_search_is_exact_with_column_blocks_and_sorted_keys(make_table, monkeypatch, models,
-                                                            limit, metric):
-    """Roll-ups that lift every column alone and group keys by sorting give the same
-    optimum as the default (one block, a slot per key)."""
-    monkeypatch.setattr("veil.anon.encoding._BLOCK_LIMIT", 1)
-    monkeypatch.setattr("veil.anon.encoding._SLOT_LIMIT", 1)
+@pytest.mark.parametrize(("patches", "case"), [(_EVICTED, 0), (_EVICTED, 8), (_EVICTED, 11),
+                                               (_BLOCKS, 5), (_BLOCKS, 8), (_BLOCKS, 15)])
+def test_search_is_exact_with_evicted_tables_column_blocks_and_sorted_keys(
+        make_table, monkeypatch, patches, case):
+    for name, value in patches.items():
+        monkeypatch.setattr(name, value)
+    models, limit, metric = CASES[case]
     df, hierarchies = make_table(n=300, seed=11)
     result = anonymize(df, hierarchies, "disease", models, suppression_limit=limit,
                        metric=metric)
