@@ -169,6 +169,20 @@ def _get(msg: dict, name: str, kind: type | tuple, party: str) -> Any:
     return value
 
 
+def _public_key(blob: bytes, party: str, min_bits: int, me: str) -> paillier.PublicKey:
+    """A Paillier public key from ``party``, of at least ``min_bits`` bits (``me`` requires)."""
+    try:
+        pk = serialization.loads(blob, insecure_ok=min_bits < paillier.MIN_SECURE_BITS)
+    except CryptoError as exc:
+        raise ProtocolError(f"message from {party!r}: bad public key: {exc}") from None
+    if not isinstance(pk, paillier.PublicKey):
+        raise ProtocolError(f"message from {party!r}: not a Paillier public key")
+    if pk.bits < min_bits:
+        raise ProtocolError(f"message from {party!r}: a {pk.bits}-bit key; {me!r} requires "
+                            f"at least {min_bits} bits")
+    return pk
+
+
 def _ciphertexts(blob: Any, pk: paillier.PublicKey, shape: int | tuple[int, ...], party: str
                  ) -> paillier.EncryptedArray:
     """Ciphertexts from ``party``: valid under ``pk``, of ``shape`` (an int: that many)."""
@@ -248,17 +262,8 @@ class _Party:
     def receive_key(self, message: bytes) -> None:
         """The arbiter's public key."""
         msg = read_message(message, "key", "arbiter")
-        try:
-            pk = serialization.loads(_get(msg, "key", bytes, "arbiter"),
-                                     insecure_ok=self._min_key_bits < paillier.MIN_SECURE_BITS)
-        except CryptoError as exc:
-            raise ProtocolError(f"message from 'arbiter': bad public key: {exc}") from None
-        if not isinstance(pk, paillier.PublicKey):
-            raise ProtocolError("message from 'arbiter': not a Paillier public key")
-        if pk.bits < self._min_key_bits:
-            raise ProtocolError(f"message from 'arbiter': a {pk.bits}-bit key; "
-                                f"{self.name!r} requires at least {self._min_key_bits} bits")
-        self._pk = pk
+        self._pk = _public_key(_get(msg, "key", bytes, "arbiter"), "arbiter",
+                               self._min_key_bits, self.name)
 
     def _need_key(self) -> paillier.PublicKey:
         if self._pk is None:

@@ -58,7 +58,7 @@ from veil.crypto import paillier, serialization
 from veil.errors import ConfigError, CryptoError, DataError, ProtocolError
 from veil.fl.messages import encode
 from veil.fl.vertical._wire import read_message
-from veil.fl.vertical.paillier_lr import FX, _ciphertexts, _Features
+from veil.fl.vertical.paillier_lr import FX, _ciphertexts, _Features, _public_key
 from veil.random import check_rng
 
 __all__ = ["FTLSource", "FTLTarget", "FTLStats", "train_secure_ftl", "predict_secure_ftl"]
@@ -125,15 +125,10 @@ class _Party:
 
     def receive_key(self, message: bytes) -> None:
         msg = read_message(message, "ftl-key", self.peer)
-        try:
-            pk = serialization.loads(msg.get("key"),
-                                     insecure_ok=self._min_bits < paillier.MIN_SECURE_BITS)
-        except CryptoError as exc:
-            raise ProtocolError(f"message from {self.peer!r}: bad public key: {exc}") from None
-        if not isinstance(pk, paillier.PublicKey) or pk.bits < self._min_bits:
-            raise ProtocolError(f"message from {self.peer!r}: not a Paillier public key of at "
-                                f"least {self._min_bits} bits")
-        self.peer_pk = pk
+        key = msg.get("key")
+        if not isinstance(key, bytes):
+            raise ProtocolError(f"message from {self.peer!r}: the public key is not bytes")
+        self.peer_pk = _public_key(key, self.peer, self._min_bits, self.name)
 
     def _peer_key(self) -> paillier.PublicKey:
         if self.peer_pk is None:
