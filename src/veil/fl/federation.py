@@ -57,10 +57,11 @@ import numpy as np
 
 from veil._validation import check_array, check_int
 from veil.dp.accounting.serialize import event_from_json, event_to_json
-from veil.dp.ledger import Block, Ledger
-from veil.errors import BudgetExceededError, ConfigError, DataError
+from veil.dp.ledger import Ledger
+from veil.errors import ConfigError, DataError
 from veil.fl.checkpoint import Checkpoint
 from veil.fl.history import History
+from veil.fl.party_ledger import RoundLedger
 from veil.fl.runtime import LocalRuntime, RoundReport
 from veil.fl.strategies.base import Strategy
 from veil.fl.trainer import LocalTrainer
@@ -178,8 +179,7 @@ class Federation:
         self.params = self.initial_params.copy()
         self.history = History(simulated_noise=self.simulate_noise)
         self._next_round = 0
-        self._block: Block | None | bool = None  # False: rounds are charged alone
-        self._round_delta: float | None = None  # a round charged alone: its delta_b
+        self._rounds: RoundLedger | None = None  # the run's rounds on self.ledger
 
     # -- the run ----------------------------------------------------------------------------
     def run(self, *, resume: bool = False) -> History:
@@ -223,38 +223,26 @@ class Federation:
         self.history.params = self.params.copy()
         return self.history
 
-    def _check_budget(self, event: Any, t: int) -> None:
-        """BudgetExceededError (or ConfigError without a ledger) before round ``t`` runs;
-        opens the plan of the remaining rounds first when the strategy allows one."""
+    def _round_ledger(self) -> RoundLedger:
+        """The rounds of this run on ``self.ledger`` (ConfigError without a ledger)."""
         if self.ledger is None:
             raise ConfigError("this strategy is differentially private: pass "
                               "ledger=veil.dp.Ledger(epsilon, delta, ...) to charge "
                               "its rounds to")
-        if self._block is None and self.strategy.fixed_round_event:
-            self._block = self.ledger.longest_plan(
-                event, steps=self.rounds - t,
-                label=f"fl rounds from {t}" + (SIMULATION if self.simulate_noise else ""))
-            if not self._block or len(self._block.steps) < self.rounds - t:
-                log.warning("the budget holds %d of the %d remaining rounds",
-                            len(self._block.steps) if self._block else 0, self.rounds - t)
-            self._block = self._block or False
-        if self._block and self._block.fits(event):
-            return
-        if self._round_delta is None:  # rounds alone share the ledger's delta equally
-            self._round_delta = self.ledger.delta / (self.rounds - t)
-        if not self.ledger.fits(event, delta=self._round_delta):
-            raise BudgetExceededError(
-                f"fl round {t} would bring the ledger to epsilon="
-                f"{self.ledger.would_spend(event, delta=self._round_delta):.6g}, over its "
-                "budget epsilon="
-                f"{self.ledger.epsilon:g}; the round was not run and nothing was charged")
+        if self._rounds is None or self._rounds.ledger is not self.ledger:
+            self._rounds = RoundLedger(self.ledger, self.rounds,
+                                       fixed=self.strategy.fixed_round_event,
+                                       suffix=SIMULATION if self.simulate_noise else "")
+        return self._rounds
+
+    def _check_budget(self, event: Any, t: int) -> None:
+        """BudgetExceededError (or ConfigError without a ledger) before round ``t`` runs;
+        opens the plan of the remaining rounds first when the strategy allows one."""
+        self._round_ledger().check(t, event)
 
     def _charge(self, event: Any, label: str) -> None:
         """Charge one round: a step of the plan when it is the plan's next, else alone."""
-        if self._block and self._block.fits(event):
-            self._block.charge(event, label=label)
-        else:
-            self.ledger.charge(event, label=label, delta=self._round_delta)
+        self._round_ledger().pay(event, label)
 
     def _round_rng(self, t: int) -> Generator:
         if self._seed is not None:
@@ -301,15 +289,16 @@ class Federation:
             record["loss"] = float(self.model.objective(*self.test))
         if self.ledger is not None:  # the spend once this round's charge is paid
             record["epsilon"], record["delta"] = (float(v) for v in self.ledger.spent())
-            if event is not None and not self.strategy.noise_at_clients and not (
-                    self._block and self._block.fits(event)):  # charged after, alone
+            rounds = self._round_ledger() if event is not None else None
+            if rounds is not None and not self.strategy.noise_at_clients and \
+                    not rounds.planned(event):  # charged after, alone
                 record["epsilon"] = float(self.ledger.would_spend(event,
-                                                                  delta=self._round_delta))
+                                                                  delta=rounds.round_delta))
         return record
 
     # -- checkpoints ----------------------------------------------------------------------
     def _state(self, owed: dict[str, Any] | None) -> dict[str, Any]:
-        block = self._block.index if self._block else None
+        block = self._rounds.block_index if self._rounds is not None else None
         return {"fingerprint": self.fingerprint, "next_round": self._next_round, "owed": owed,
                 "block": block,
                 "params": self.params, "strategy": self.strategy.state_dict(),
@@ -347,7 +336,7 @@ class Federation:
             if not isinstance(block, int) or self.ledger is None:
                 raise DataError(f"{self.checkpoint.path}: the run's planned block is not "
                                 "readable, or no ledger= was given to resume it")
-            self._block = self.ledger.block(block)
+            self._round_ledger().attach(block)
         self._pay(state.get("owed"))
         log.info("resuming after round %d from %s", self._next_round - 1, self.checkpoint.path)
 

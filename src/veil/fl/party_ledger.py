@@ -24,15 +24,18 @@ budget; a spent in-memory ledger cannot move (it would be spent twice).
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import dp_accounting
 
 from veil._validation import check_int
 from veil.dp.ledger import Block, Ledger, check_ledger
-from veil.errors import ConfigError
+from veil.errors import BudgetExceededError, ConfigError
 
 __all__ = ["RoundLedger", "ledger_from_state", "ledger_state"]
+
+log = logging.getLogger(__name__)
 
 
 def ledger_state(ledger: Ledger | None, block: Block | None | bool, who: str) -> Any:
@@ -64,37 +67,79 @@ def ledger_from_state(state: Any) -> tuple[Ledger | None, Block | None | bool]:
 
 
 class RoundLedger:
-    """The rounds ``0..rounds-1`` of a party's own plan, charged to its own ``ledger``
-    (module docstring). ``fixed``: the round's event is the same every round (its plan
-    says so), so the rounds are reserved as one block; ``who`` names the party in labels."""
+    """The rounds ``0..rounds-1`` of one run charged to ``ledger`` (module docstring): a
+    party's own, or the server's (:class:`veil.fl.federation.Federation` uses it too).
+    ``fixed``: the round's event is the same every round (its plan says so), so the rounds
+    are reserved as one block; ``who`` names the party in labels (none for the server);
+    ``suffix`` ends every label (a simulation says so)."""
 
-    def __init__(self, ledger: Ledger, rounds: int, *, fixed: bool, who: str) -> None:
+    def __init__(self, ledger: Ledger, rounds: int, *, fixed: bool, who: str | None = None,
+                 suffix: str = "") -> None:
         self.ledger = check_ledger(ledger)
         self.rounds = check_int(rounds, "rounds", low=1)
         self.fixed = bool(fixed)
         self.who = who
+        self.suffix = suffix
         self._block: Block | None | bool = None   # False: rounds are charged alone
-        self._round_delta: float | None = None
-        self._last = -1                           # the last round charged
+        self.round_delta: float | None = None     # a round charged alone: its delta_b
+        self._last = -1                           # the last round charged by charge()
+
+    def label(self, text: str) -> str:
+        return (f"{self.who}: " if self.who else "") + text + self.suffix
+
+    @property
+    def block_index(self) -> int | None:
+        """The charge number of the run's planned block (None before or without one)."""
+        return self._block.index if self._block else None
+
+    def attach(self, index: int) -> None:
+        """Go on charging the planned block recorded as charge ``index`` (a resumed run)."""
+        self._block = self.ledger.block(index)
+
+    def planned(self, event: dp_accounting.DpEvent) -> bool:
+        """Whether ``event`` is the planned block's next step."""
+        return bool(self._block) and self._block.fits(event)
+
+    def check(self, t: int, event: dp_accounting.DpEvent) -> None:
+        """Before round ``t`` runs: open the plan of the remaining rounds at the first
+        round when the event is fixed; BudgetExceededError (nothing charged) when the round
+        fits neither the plan nor the ledger on its own."""
+        if self._block is None and self.fixed:
+            block = self.ledger.longest_plan(event, steps=self.rounds - t,
+                                             label=self.label(f"fl rounds from {t}"))
+            if not block or len(block.steps) < self.rounds - t:
+                log.warning("%sthe budget holds %d of the %d remaining rounds",
+                            f"{self.who}: " if self.who else "",
+                            len(block.steps) if block else 0, self.rounds - t)
+            self._block = block or False
+        if self.planned(event):
+            return
+        if self.round_delta is None:   # rounds alone share the ledger's delta equally
+            self.round_delta = self.ledger.delta / (self.rounds - t)
+        if not self.ledger.fits(event, delta=self.round_delta):
+            raise BudgetExceededError(
+                f"{self.label(f'fl round {t}')} would bring the ledger to epsilon="
+                f"{self.ledger.would_spend(event, delta=self.round_delta):.6g}, over its "
+                f"budget epsilon={self.ledger.epsilon:g}; the round was not run and nothing "
+                "was charged")
+
+    def pay(self, event: dp_accounting.DpEvent, label: str) -> None:
+        """Charge one round: a step of the plan when it is the plan's next, else alone."""
+        if self.planned(event):
+            self._block.charge(event, label=label)
+        else:
+            self.ledger.charge(event, label=label, delta=self.round_delta)
 
     def charge(self, server_round: int, event: dp_accounting.DpEvent) -> None:
-        """Charge round ``server_round`` (once; nothing if already charged)."""
+        """Check and charge round ``server_round`` (once; nothing if already charged)."""
         t = server_round
         if t <= self._last:
             return
         if t >= self.rounds:
             raise ConfigError(f"{self.who}: round {t} is outside its own plan of {self.rounds} "
                               "rounds: refused, nothing charged")
-        label = f"{self.who}: fl round {t}"
-        if self._block is None and self.fixed:
-            self._block = self.ledger.longest_plan(
-                event, steps=self.rounds - t, label=f"{self.who}: fl rounds from {t}") or False
-        if self._block and self._block.fits(event):
-            self._block.charge(event, label=label)
-        else:
-            if self._round_delta is None:   # rounds alone share the delta equally
-                self._round_delta = self.ledger.delta / (self.rounds - t)
-            self.ledger.charge(event, label=label, delta=self._round_delta)
+        self.check(t, event)
+        self.pay(event, self.label(f"fl round {t}"))
         self._last = t
 
     def __getstate__(self) -> dict[str, Any]:
