@@ -332,9 +332,10 @@ class PaillierHost(_Party):
             raise ProtocolError(f"message from 'guest': epoch {epoch} batch {batch} is "
                                 f"replayed, out of order or beyond {self.name!r}'s plan of "
                                 f"{self.plan.epochs} epochs")
-        if msg.get("task") != self.plan.task:
-            raise ProtocolError(f"message from 'guest': task {msg.get('task')!r}; "
-                                f"{self.name!r} agreed to {self.plan.task!r}")
+        for agreed in ("task", "link"):   # what this host agreed to, never the guest's word
+            if msg.get(agreed) != getattr(self.plan, agreed):
+                raise ProtocolError(f"message from 'guest': {agreed} {msg.get(agreed)!r}; "
+                                    f"{self.name!r} agreed to {getattr(self.plan, agreed)!r}")
         rows = msg.get("rows")
         n = self.n_samples
         if not (isinstance(rows, np.ndarray) and rows.dtype == np.int64 and rows.ndim == 1
@@ -343,9 +344,6 @@ class PaillierHost(_Party):
             raise ProtocolError(f"message from 'guest': the batch rows are not distinct "
                                 f"int64 indices in [0, {n}) of at most "
                                 f"{self.plan.batch_size}")
-        if msg.get("link") != self.plan.link:
-            raise ProtocolError(f"message from 'guest': link {msg.get('link')!r}; "
-                                f"{self.name!r} agreed to {self.plan.link!r}")
         self._step, self._rows = (epoch, batch), rows
         u = np.rint(self._X[rows] @ self.coef_ * 2.0 ** F).astype(np.int64).astype(object)
         powers = [u] if self.plan.link == "taylor2" else [u, u * u, u * u * u]
