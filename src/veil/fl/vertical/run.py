@@ -478,8 +478,6 @@ def _run_secure_ftl(cfg: dict, protocol: str, base: Path) -> dict[str, Any]:
     features = target_table.columns.drop(id_column)
     alignment = align(source_table, {"target": target_table},
                       column=id_column)              # PSI keys: the CSPRNG, whatever the seed
-    if alignment.size == 0:
-        raise DataError("[transfer] the source and the target share no id: nothing to align")
     XA = source_table.drop(columns=[id_column, label]).to_numpy(dtype=np.float64)
     yA = source_table[label].to_numpy()
     XB = target_table[features].to_numpy(dtype=np.float64)
@@ -500,9 +498,6 @@ def _run_secure_ftl(cfg: dict, protocol: str, base: Path) -> dict[str, Any]:
             train_secure_ftl,
         )
 
-        if layers:
-            raise ConfigError("[transfer] layers is not allowed with protocol = \"he\": its "
-                              "networks have one layer (use protocol = \"ss\" for an MLP)")
         he = {"key_bits": key_bits, **kw}
         source = FTLSource(XA, yA, ov_a, peer_features=XB.shape[1], rng=seeds[0], **he)
         target = FTLTarget(XB, ov_b, peer_features=XA.shape[1], rng=seeds[1], **he)
