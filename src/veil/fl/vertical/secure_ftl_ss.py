@@ -35,8 +35,9 @@ Threat model: two semi-honest parties. Correlated randomness comes from the trus
 (``correlation="dealer"``: a third party that never colludes with A or B and sees none of
 their messages; the session plays it) or, without a dealer, from Paillier
 (``correlation="paillier"``: Gilboa / SecureML triples, :mod:`veil.mpc.triples`, and
-SecureML's local truncation). Each party learns its own weight gradients (what it learns
-in the HE variant too, and in Liu et al.'s protocols) and B its predictions; the
+SecureML's local truncation, which fails with probability about 2^(k + 1 - 64) for a
+value of k bits, Mohassel & Zhang 2017, Theorem 1). Each party learns its own weight
+gradients (what it learns in the HE variant too) and B its predictions; the
 representations, Phi, the labels and the per-row gradients stay in shares (additive
 sharing is perfectly hiding; Beaver openings are uniformly masked). As in
 :func:`veil.fl.vertical.linear.train_ss`, the runner :func:`train_ss_ftl` holds both
@@ -229,6 +230,7 @@ def predict_ss_ftl(source: SSFTLSource, target: SSFTLTarget, X: Any, *,
     label), computed on shares and revealed to B only."""
     correlation = check_choice(correlation, "correlation", CORRELATIONS)
     frac_bits = check_int(frac_bits, "frac_bits", low=8, high=24)
+    _check_pair(source, target, frac_bits)
     u = target.represent(X)
     try:
         with _session(correlation, frac_bits, paillier_bits, insecure_ok, session_rng) as s:
