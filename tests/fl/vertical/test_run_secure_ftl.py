@@ -75,6 +75,8 @@ def test_the_paillier_run_goes_through_the_he_parties(tables, monkeypatch):
     ({"protocol": "ss", "iterations": 0}, ConfigError, "iterations"),
     ({"protocol": "ss", "gamma": -1.0}, ConfigError, "gamma"),
     ({"protocol": "ss", "correlation": "ot"}, ConfigError, "correlation"),
+    ({"protocol": "ss", "key_bits": 2048}, ConfigError, "key_bits applies"),
+    ({"protocol": "ss", "correlation": "paillier", "key_bits": 1024}, ConfigError, "1024"),
     ({"protocol": "ss", "overlap": 0.3}, ConfigError, "overlap applies to dataset"),
     ({"protocol": "ss", "dataset": "adult"}, ConfigError, "source is not allowed"),
     ({"protocol": "ss", "target": "source.csv"}, ConfigError, "target holds the label"),
@@ -92,6 +94,13 @@ def test_bad_settings_are_refused_before_anything_is_trained(tables, monkeypatch
     monkeypatch.setattr(secure_ftl, "train_secure_ftl", never)
     with pytest.raises(error, match=match):
         run_transfer({**CSV, **extra}, base=tables)
+
+
+def test_text_features_are_refused(tables):
+    source = pd.read_csv(tables / "source.csv")
+    source.assign(a3="x").to_csv(tables / "text.csv", index=False)
+    with pytest.raises(DataError, match=r"source: the feature columns \['a3'\]"):
+        run_transfer({**CSV, "protocol": "ss", "source": "text.csv"}, base=tables)
 
 
 def test_no_shared_people_is_refused(tables):

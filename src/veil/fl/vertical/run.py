@@ -436,6 +436,15 @@ def _ftl_tables(cfg: dict, base: Path, id_column: str, label: str, rng: Any
     return source, target, own.assign(**{label: labels})
 
 
+def _floats(table: pd.DataFrame, what: str) -> np.ndarray:
+    """A table's feature columns as floats; a non-numeric column is a DataError."""
+    bad = [c for c in table.columns if not pd.api.types.is_numeric_dtype(table[c])]
+    if bad:
+        raise DataError(f"[transfer] {what}: the feature columns {bad} are not numeric "
+                        "(encode them first)")
+    return table.to_numpy(dtype=np.float64)
+
+
 def _adult_labels(ids: pd.Series, label: str) -> np.ndarray:
     """The Adult labels of ids ``adult-<row>`` (the simulation's ground truth)."""
     from veil.datasets import encode_adult, load_adult
@@ -449,11 +458,11 @@ def _run_secure_ftl(cfg: dict, protocol: str, base: Path) -> dict[str, Any]:
     docstring): every setting is checked and the parties are built before any key, share
     or triple is made."""
     from veil._validation import check_int, check_positive
+    from veil.crypto.paillier import check_key_bits
 
     id_column, label = cfg.get("id", "id"), cfg.get("label", "y")
     iterations = check_int(cfg.get("iterations", 10), "[transfer] iterations", low=1)
     batch_size = check_int(cfg.get("batch_size", 500), "[transfer] batch_size", low=1)
-    key_bits = check_int(cfg.get("key_bits", 2048), "[transfer] key_bits", low=512)
     layers = cfg.get("layers", [])
     if not all(isinstance(w, int) and not isinstance(w, bool) and w >= 1 for w in layers):
         raise ConfigError(f"[transfer] layers={layers!r} is not allowed: hidden widths, "
@@ -465,6 +474,13 @@ def _run_secure_ftl(cfg: dict, protocol: str, base: Path) -> dict[str, Any]:
           "lam": check_positive(cfg.get("lam", 0.0), "[transfer] lam", allow_zero=True)}
     correlation = check_choice(cfg.get("correlation", "dealer"), "[transfer] correlation",
                                ("dealer", "paillier"))
+    if protocol == "ss" and correlation == "dealer" and "key_bits" in cfg:
+        raise ConfigError("[transfer] key_bits applies to protocol = \"he\" or correlation = "
+                          "\"paillier\"; the dealer's triples need no key")
+    try:
+        key_bits = check_key_bits(cfg.get("key_bits", 2048), insecure_ok=False)
+    except ConfigError as exc:
+        raise ConfigError(f"[transfer] key_bits: {exc}") from None
     rng = check_rng(cfg.get("seed"))
     source_table, target_table, test = _ftl_tables(cfg, base, id_column, label, rng)
     for what, table in (("source", source_table), ("target", target_table)):
@@ -478,16 +494,16 @@ def _run_secure_ftl(cfg: dict, protocol: str, base: Path) -> dict[str, Any]:
     features = target_table.columns.drop(id_column)
     alignment = align(source_table, {"target": target_table},
                       column=id_column)              # PSI keys: the CSPRNG, whatever the seed
-    XA = source_table.drop(columns=[id_column, label]).to_numpy(dtype=np.float64)
+    XA = _floats(source_table.drop(columns=[id_column, label]), "source")
     yA = source_table[label].to_numpy()
-    XB = target_table[features].to_numpy(dtype=np.float64)
+    XB = _floats(target_table[features], "target")
     X_test = y_test = None
     if test is not None:
         missing = [c for c in [*features, label] if c not in test.columns]
         if missing:
             raise DataError(f"[transfer] test lacks the columns {missing} (the target's "
                             f"features and the label {label!r})")
-        X_test, y_test = test[features].to_numpy(dtype=np.float64), test[label].to_numpy()
+        X_test, y_test = _floats(test[features], "test"), test[label].to_numpy()
     ov_a, ov_b = alignment.rows["guest"], alignment.rows["target"]
     seeds = rng.spawn(3)
     if protocol == "he":
