@@ -38,11 +38,12 @@ Prediction for B's people (their section "inference"): A sends ``[[Phi]]`` under
 B returns ``[[Phi . u_B,j + r_j]]`` masked, A decrypts, B removes r_j.
 
 Networks: one layer here. A deeper network's backward pass is linear in the encrypted
-``dL/du`` too (plaintext multiplications by each party's own activations, derivatives and
-weights), so it could run on ciphertexts; each extra layer of width h would cost a party
-about ``(h + 1) |S| dim + |S| dim h`` exponentiations per iteration (~130,000 for h = 16,
-|S| = 500, dim = 8: several times this protocol's whole iteration) plus ``2F`` more bits of
-scale. :mod:`veil.fl.vertical.secure_ftl_ss` (secret sharing) trains MLPs.
+``dL/du`` too (products with each party's own activations, derivatives and weights, all
+plaintexts), so it could run on ciphertexts: each extra layer of width h would cost a party
+about ``(h + 1) |S| dim + |S| dim h`` ciphertext-by-plaintext exponentiations per iteration
+(~130,000 for h = 16, |S| = 500, dim = 8, beside the 8,064 encryptions of an iteration
+today) and ``2F`` more bits of scale; not built. :mod:`veil.fl.vertical.secure_ftl_ss`
+(secret sharing) trains MLPs.
 
 Threat model: two semi-honest parties. A sees only B's ciphertexts and B's masked
 gradients (statistically hidden, 2^-(key bits - 8 - bits of the gradient)); B likewise.
