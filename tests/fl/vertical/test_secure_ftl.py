@@ -9,6 +9,7 @@ import pytest
 from sklearn.datasets import load_breast_cancer
 
 from veil.errors import ProtocolError
+from veil.fl.vertical._ftl import plain_gradients
 from veil.fl.vertical.secure_ftl import (
     FTLSource,
     FTLTarget,
@@ -42,18 +43,9 @@ def _parties(split, **kw):
 
 
 def _plain_gradients(source, target, batch, gamma):
-    """The module docstring's gradients in floating point."""
-    uA, uB = source.represent(), target.represent()
-    y = source._y
-    phi = (y[:, None] * uA).mean(0)
-    ra, rb = source.overlap[batch], target.overlap[batch]
-    gB = -0.5 * y[ra, None] * phi + (uB[rb] @ np.outer(phi, phi)) / 4 + 2 * gamma * (
-        uB[rb] - uA[ra])
-    dphi = (-0.5 * y[ra, None] * uB[rb] + (uB[rb] @ phi)[:, None] * uB[rb] / 4).sum(0)
-    gA = (y / y.size)[:, None] * dphi
-    gA[ra] += 2 * gamma * (uA[ra] - uB[rb])
-    wA = source._Xa.T @ (gA * (1 - uA ** 2)) / batch.size
-    wB = target._Xa[rb].T @ (gB * (1 - uB[rb] ** 2)) / batch.size
+    """The shared plaintext twin (veil.fl.vertical._ftl) for the one-layer networks."""
+    (wA,), (wB,) = plain_gradients(source.net, source._X, source._y, source.overlap[batch],
+                                   target.net, target._X[target.overlap[batch]], gamma)
     return wA, wB
 
 

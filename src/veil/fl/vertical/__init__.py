@@ -9,13 +9,15 @@ regression (Paillier, FATE-style, or secret sharing), split learning, transfer l
 * :mod:`veil.fl.vertical.gradient_noise` — DP for the secret-shared logistic regression
   (noisy gradients, every party's ledger charged);
 * :mod:`veil.fl.vertical.secure_ftl` — secure federated transfer learning (Liu et al.
-  2018, Paillier);
+  2018, Paillier); :mod:`veil.fl.vertical.secure_ftl_ss` — the same on secret shares
+  (Beaver triples from a dealer or from Paillier), with MLP representations;
 * :mod:`veil.fl.vertical.split` — split learning (PyTorch) with label DP and embedding
   noise (:mod:`veil.fl.vertical.label_dp`);
 * :mod:`veil.fl.vertical.transfer` — federated transfer learning by distillation (PATE-style
   noisy soft labels optional) and federated fine-tuning;
 * :mod:`veil.fl.vertical.run` — ``run_vertical(config)``: a whole run from a configuration
-  (``veil fl run CONFIG.toml`` with a ``[vertical]`` or ``[transfer]`` section).
+  (``veil fl run CONFIG.toml`` with a ``[vertical]`` or ``[transfer]`` section; ``[transfer]
+  protocol = "he"`` or ``"ss"`` runs secure FTL).
 
 The PyTorch parts are imported lazily (``from veil.fl.vertical.split import SplitNN``).
 """

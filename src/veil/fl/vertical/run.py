@@ -37,8 +37,34 @@ Every key is checked (name and type) by :func:`check_section` before anything is
 spent: a bad one is a :class:`~veil.errors.ConfigError` naming it. ``out``: the folder for
 the parties' ledgers (``ledger.sqlite``, the guest's), None: ledgers in memory.
 
-``run_transfer(config)`` takes the ``[transfer]`` section (source, targets, transfer and
-test CSVs with a label column; see :mod:`veil.fl.vertical.transfer`).
+``run_transfer(config)`` takes the ``[transfer]`` section. ``protocol = "distill"`` (the
+default): source, targets, transfer and test CSVs with a label column (knowledge
+distillation, then FedAvg; see :mod:`veil.fl.vertical.transfer`). ``protocol = "he"`` or
+``"ss"``: the secure federated transfer learning of Liu et al. between a source with
+labels and a target without (:mod:`veil.fl.vertical.secure_ftl`, Paillier;
+:mod:`veil.fl.vertical.secure_ftl_ss`, secret sharing), the overlap aligned by PSI::
+
+    [transfer]
+    protocol = "ss"             # "he" or "ss"
+    id = "id"                   # the id column of both tables
+    label = "y"                 # the source's label column (0/1 or -1/+1)
+    source = "source.csv"       # id, features, label
+    target = "target.csv"       # id, features (no label)
+    test = "target_test.csv"    # optional: the target's own people, features and label
+    # or UCI Adult split by attributes (veil.fl.vertical.data.vertical_adult), scored on
+    # the target's people outside the overlap: dataset = "adult"; overlap = 0.3; rows = 6000
+    iterations = 10
+    batch_size = 500
+    learning_rate = 1.0
+    dim = 8                     # the representation's width
+    layers = [16]               # ss: hidden widths of each party's MLP ([]: one layer)
+    gamma = 0.1                 # the alignment weight
+    lam = 0.0                   # L2 penalty
+    key_bits = 2048             # he: each party's Paillier key; ss: with correlation
+    correlation = "dealer"      # ss: Beaver triples from a "dealer" or from "paillier"
+    seed = 0                    # simulation randomness (data split, batches, weights)
+
+A setting of the other protocols is refused by name.
 Relative paths are resolved against ``base`` (the directory of the TOML file).
 """
 
@@ -57,7 +83,8 @@ from veil.errors import ConfigError, DataError
 from veil.fl.vertical.align import align, read_ids
 from veil.random import check_rng
 
-__all__ = ["run_vertical", "run_transfer", "check_tables", "check_section", "SECTIONS"]
+__all__ = ["run_vertical", "run_transfer", "check_tables", "check_section", "SECTIONS",
+           "TRANSFER_KEYS"]
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +103,21 @@ SECTIONS: dict[str, dict[str, tuple[type, ...]]] = {
                  "test": (str,), "teachers": (int,), "noise_multiplier": _NUM,
                  "epsilon": _NUM, "delta": _NUM, "max_queries": (int,), "rounds": (int,),
                  "local_epochs": (int,), "learning_rate": _NUM, "hidden": (int,),
-                 "source_epochs": (int,), "seed": (int,)},
+                 "source_epochs": (int,), "seed": (int,), "protocol": (str,),
+                 "id": (str,), "target": (str,), "dataset": (str,), "overlap": _NUM,
+                 "rows": (int,), "iterations": (int,), "batch_size": (int,), "dim": (int,),
+                 "layers": (list,), "gamma": _NUM, "lam": _NUM, "key_bits": (int,),
+                 "correlation": (str,)},
+}
+#: [transfer] protocol -> the settings only it reads ("label", "source", "test",
+#: "learning_rate", "seed" and "protocol" are common)
+TRANSFER_KEYS = {
+    "distill": ("targets", "transfer", "teachers", "noise_multiplier", "epsilon", "delta",
+                "max_queries", "rounds", "local_epochs", "hidden", "source_epochs"),
+    "he": ("id", "target", "dataset", "overlap", "rows", "iterations", "batch_size", "dim",
+           "gamma", "lam", "key_bits"),
+    "ss": ("id", "target", "dataset", "overlap", "rows", "iterations", "batch_size", "dim",
+           "layers", "gamma", "lam", "key_bits", "correlation"),
 }
 
 
@@ -290,11 +331,20 @@ def run_transfer(config: dict, *, base: str | Path = ".", out: str | Path | None
     (integers 0..K-1; the transfer table's labels, if any, are ignored). ``out``: the
     folder of the source's ledger (``ledger.sqlite``; None: in memory).
     """
+    cfg = check_section(config, "transfer")
+    protocol = check_choice(cfg.get("protocol", "distill"), "[transfer] protocol",
+                            tuple(TRANSFER_KEYS))
+    foreign = sorted(k for other, keys in TRANSFER_KEYS.items() if other != protocol
+                     for k in keys if k in cfg and k not in TRANSFER_KEYS[protocol])
+    if foreign:
+        raise ConfigError(f"[transfer] {foreign} do not apply to protocol = {protocol!r}; "
+                          f"its own settings: {sorted(TRANSFER_KEYS[protocol])}")
+    if protocol != "distill":
+        return _run_secure_ftl(cfg, protocol, Path(base))
     from veil.dp import Ledger
     from veil.fl.strategies import FedAvg
     from veil.fl.vertical.transfer import SourceParty, _torch, transfer_learn
 
-    cfg = check_section(config, "transfer")
     torch = _torch()
     base = Path(base)
     label = cfg.get("label", "y")
@@ -350,4 +400,146 @@ def run_transfer(config: dict, *, base: str | Path = ".", out: str | Path | None
                "accuracy_with_source": moved.rounds[-1]["accuracy"]}
     if ledger is not None:
         results["source_epsilon_spent"] = ledger.spent()[0]
+    return results
+
+
+def _ftl_tables(cfg: dict, base: Path, id_column: str, label: str, rng: Any
+                ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame | None]:
+    """(source, target, test) of a secure FTL run: CSV files, or Adult split by attributes
+    (the test: the target's people outside the overlap, with their labels)."""
+    dataset = cfg.get("dataset")
+    if dataset is None:
+        for key in ("overlap", "rows"):
+            if key in cfg:
+                raise ConfigError(f"[transfer] {key} applies to dataset = \"adult\" only")
+        if "source" not in cfg or "target" not in cfg:
+            raise ConfigError("[transfer] source and target (CSV paths) are needed, or "
+                              "dataset = \"adult\"")
+        test = _read(cfg["test"], base, "test") if "test" in cfg else None
+        return _read(cfg["source"], base, "source"), _read(cfg["target"], base, "target"), test
+    from veil.fl.vertical.data import vertical_adult
+
+    check_choice(dataset, "[transfer] dataset", ("adult",))
+    for key in ("source", "target", "test"):
+        if key in cfg:
+            raise ConfigError(f"[transfer] {key} is not allowed with dataset: its tables come "
+                              "from the data set")
+    if id_column != "id":
+        raise ConfigError(f"[transfer] id={id_column!r} is not allowed with dataset: its "
+                          "tables have the id column 'id'")
+    overlap = check_probability(cfg.get("overlap", 0.3), "[transfer] overlap", low_open=True,
+                                high_open=True)
+    tables = vertical_adult(2, overlap=overlap, rows=cfg.get("rows"), label=label, rng=rng)
+    source, target = tables["guest"], tables["host1"]
+    own = target[~target[id_column].isin(source[id_column])]
+    labels = _adult_labels(own[id_column], label)
+    return source, target, own.assign(**{label: labels})
+
+
+def _floats(table: pd.DataFrame, what: str) -> np.ndarray:
+    """A table's feature columns as floats; a non-numeric column is a DataError."""
+    bad = [c for c in table.columns if not pd.api.types.is_numeric_dtype(table[c])]
+    if bad:
+        raise DataError(f"[transfer] {what}: the feature columns {bad} are not numeric "
+                        "(encode them first)")
+    return table.to_numpy(dtype=np.float64)
+
+
+def _adult_labels(ids: pd.Series, label: str) -> np.ndarray:
+    """The Adult labels of ids ``adult-<row>`` (the simulation's ground truth)."""
+    from veil.datasets import encode_adult, load_adult
+
+    y = encode_adult(load_adult("train")).y
+    return y[ids.str.removeprefix("adult-").astype(np.int64).to_numpy()]
+
+
+def _run_secure_ftl(cfg: dict, protocol: str, base: Path) -> dict[str, Any]:
+    """A ``[transfer]`` run of the secure FTL protocol ``"he"`` or ``"ss"`` (module
+    docstring): every setting is checked and the parties are built before any key, share
+    or triple is made."""
+    from veil._validation import check_int, check_positive
+    from veil.crypto.paillier import check_key_bits
+
+    id_column, label = cfg.get("id", "id"), cfg.get("label", "y")
+    iterations = check_int(cfg.get("iterations", 10), "[transfer] iterations", low=1)
+    batch_size = check_int(cfg.get("batch_size", 500), "[transfer] batch_size", low=1)
+    layers = cfg.get("layers", [])
+    if not all(isinstance(w, int) and not isinstance(w, bool) and w >= 1 for w in layers):
+        raise ConfigError(f"[transfer] layers={layers!r} is not allowed: hidden widths, "
+                          "integers >= 1 ([] for one layer)")
+    kw = {"dim": check_int(cfg.get("dim", 8), "[transfer] dim", low=1),
+          "learning_rate": check_positive(cfg.get("learning_rate", 1.0),
+                                          "[transfer] learning_rate"),
+          "gamma": check_positive(cfg.get("gamma", 0.1), "[transfer] gamma", allow_zero=True),
+          "lam": check_positive(cfg.get("lam", 0.0), "[transfer] lam", allow_zero=True)}
+    correlation = check_choice(cfg.get("correlation", "dealer"), "[transfer] correlation",
+                               ("dealer", "paillier"))
+    if protocol == "ss" and correlation == "dealer" and "key_bits" in cfg:
+        raise ConfigError("[transfer] key_bits applies to protocol = \"he\" or correlation = "
+                          "\"paillier\"; the dealer's triples need no key")
+    try:
+        key_bits = check_key_bits(cfg.get("key_bits", 2048), insecure_ok=False)
+    except ConfigError as exc:
+        raise ConfigError(f"[transfer] key_bits: {exc}") from None
+    rng = check_rng(cfg.get("seed"))
+    source_table, target_table, test = _ftl_tables(cfg, base, id_column, label, rng)
+    for what, table in (("source", source_table), ("target", target_table)):
+        if id_column not in table.columns:
+            raise DataError(f"[transfer] {what}: no id column {id_column!r}")
+    if label not in source_table.columns:
+        raise DataError(f"[transfer] source: no label column {label!r}")
+    if label in target_table.columns:
+        raise ConfigError(f"[transfer] target holds the label column {label!r}: the target "
+                          "has no labels in federated transfer learning (move them to test)")
+    features = target_table.columns.drop(id_column)
+    alignment = align(source_table, {"target": target_table},
+                      column=id_column)              # PSI keys: the CSPRNG, whatever the seed
+    XA = _floats(source_table.drop(columns=[id_column, label]), "source")
+    yA = source_table[label].to_numpy()
+    XB = _floats(target_table[features], "target")
+    X_test = y_test = None
+    if test is not None:
+        missing = [c for c in [*features, label] if c not in test.columns]
+        if missing:
+            raise DataError(f"[transfer] test lacks the columns {missing} (the target's "
+                            f"features and the label {label!r})")
+        X_test, y_test = _floats(test[features], "test"), test[label].to_numpy()
+    ov_a, ov_b = alignment.rows["guest"], alignment.rows["target"]
+    seeds = rng.spawn(3)
+    if protocol == "he":
+        from veil.fl.vertical.secure_ftl import (
+            FTLSource,
+            FTLTarget,
+            predict_secure_ftl,
+            train_secure_ftl,
+        )
+
+        he = {"key_bits": key_bits, **kw}
+        source = FTLSource(XA, yA, ov_a, peer_features=XB.shape[1], rng=seeds[0], **he)
+        target = FTLTarget(XB, ov_b, peer_features=XA.shape[1], rng=seeds[1], **he)
+        stats = train_secure_ftl(source, target, iterations, batch_size=batch_size,
+                                 rng=seeds[2])
+        scores = None if X_test is None else predict_secure_ftl(source, target, X_test)
+    else:
+        from veil.fl.vertical.secure_ftl_ss import (
+            SSFTLSource,
+            SSFTLTarget,
+            predict_ss_ftl,
+            train_ss_ftl,
+        )
+
+        source = SSFTLSource(XA, yA, ov_a, layers=layers, rng=seeds[0], **kw)
+        target = SSFTLTarget(XB, ov_b, layers=layers, rng=seeds[1], **kw)
+        session = {"correlation": correlation, "paillier_bits": key_bits}
+        stats = train_ss_ftl(source, target, iterations, batch_size=batch_size, rng=seeds[2],
+                             **session)
+        scores = None if X_test is None else predict_ss_ftl(source, target, X_test, **session)
+    results: dict[str, Any] = {"protocol": protocol, "aligned": alignment.size,
+                               "psi_bytes": alignment.bytes,
+                               "seconds_per_iteration": stats.seconds, "bytes": stats.bytes}
+    if scores is not None:
+        truth = np.asarray(y_test) > 0
+        results["accuracy"] = float(np.mean((scores > 0) == truth))
+        results["auc"] = _auc(truth.astype(np.int64), scores)
+    log.info("secure FTL run (%s): %s", protocol, results)
     return results

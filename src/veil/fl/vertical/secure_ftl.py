@@ -37,6 +37,14 @@ point with F = 16 fractional bits):
 Prediction for B's people (their section "inference"): A sends ``[[Phi]]`` under its key,
 B returns ``[[Phi . u_B,j + r_j]]`` masked, A decrypts, B removes r_j.
 
+Networks: one layer here. A deeper network's backward pass is linear in the encrypted
+``dL/du`` too (products with each party's own activations, derivatives and weights, all
+plaintexts), so it could run on ciphertexts: each extra layer of width h would cost a party
+about ``(h + 1) |S| dim + |S| dim h`` ciphertext-by-plaintext exponentiations per iteration
+(~130,000 for h = 16, |S| = 500, dim = 8, beside the 8,064 encryptions of an iteration
+today) and ``2F`` more bits of scale; not built. :mod:`veil.fl.vertical.secure_ftl_ss`
+(secret sharing) trains MLPs.
+
 Threat model: two semi-honest parties. A sees only B's ciphertexts and B's masked
 gradients (statistically hidden, 2^-(key bits - 8 - bits of the gradient)); B likewise.
 Each learns its own gradients (as in Liu et al.) and B learns its predictions phi_j.
@@ -48,15 +56,15 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from veil._validation import check_array, check_int, check_positive
+from veil._validation import check_int
 from veil.crypto import paillier, serialization
 from veil.errors import ConfigError, CryptoError, DataError, ProtocolError
 from veil.fl.messages import encode
+from veil.fl.vertical._ftl import FTLParty, FTLStats, signed_labels
 from veil.fl.vertical._wire import read_message
 from veil.fl.vertical.paillier_lr import FX, _ciphertexts, _Features, _public_key
 from veil.random import check_rng
@@ -79,7 +87,7 @@ def _fixed(x: np.ndarray, bits: int = F) -> np.ndarray:
     return out
 
 
-class _Party:
+class _Party(FTLParty):
     """What A and B share: a key pair, a one-layer network, the masked-gradient round trip."""
 
     name = "party"
@@ -89,24 +97,13 @@ class _Party:
                  learning_rate: float = 0.1, gamma: float = 0.1, lam: float = 0.0,
                  key_bits: int = 2048, insecure_ok: bool = False, rng: Any = None,
                  crypto_rng: Any = None) -> None:
-        self._X = check_array(X, f"X of {self.name!r}", ndim=2)
+        super().__init__(X, overlap, dim=dim, learning_rate=learning_rate, gamma=gamma,
+                         lam=lam, rng=rng)
         self._Xa = np.hstack([self._X, np.ones((self._X.shape[0], 1))])
         self._features = _Features(self._Xa, self.name)
-        self.overlap = check_array(overlap, f"overlap of {self.name!r}", ndim=1).astype(np.int64)
-        if self.overlap.size == 0 or self.overlap.min() < 0 or \
-                self.overlap.max() >= self._X.shape[0] or \
-                np.unique(self.overlap).size != self.overlap.size:
-            raise DataError(f"overlap of {self.name!r}: distinct row indices in "
-                            f"[0, {self._X.shape[0]}) are needed, at least one")
-        self.dim = check_int(dim, "dim", low=1)
-        self.learning_rate = check_positive(learning_rate, "learning_rate")
-        self.gamma = check_positive(gamma, "gamma", allow_zero=True)
-        self.lam = check_positive(lam, "lam", allow_zero=True)
         self._peer_rows = check_int(peer_features, "peer_features", low=1) + 1
         self._min_bits = 256 if insecure_ok else paillier.MIN_SECURE_BITS
         self._secure = check_rng(crypto_rng)       # keys, encryption, masks: the CSPRNG
-        scale = 1.0 / np.sqrt(self._Xa.shape[1])
-        self.W = check_rng(rng).normal(0.0, scale, (self._Xa.shape[1], self.dim))
         self.pk, self._sk = paillier.keygen(key_bits, insecure_ok=insecure_ok,
                                             rng=self._secure)
         self.peer_pk: paillier.PublicKey | None = None
@@ -114,10 +111,10 @@ class _Party:
         self._batch: np.ndarray | None = None
         self._mask: np.ndarray | None = None
 
-    def represent(self, X: np.ndarray | None = None) -> np.ndarray:
-        """``tanh([X, 1] W)`` (this party's rows when X is None)."""
-        Xa = self._Xa if X is None else np.hstack([X, np.ones((X.shape[0], 1))])
-        return np.tanh(Xa @ self.W)
+    @property
+    def W(self) -> np.ndarray:  # noqa: N802 - the paper's name
+        """The one layer's weights (the last row the bias)."""
+        return self.net.weights[0]
 
     def key_message(self) -> bytes:
         return encode({"stage": "ftl-key", "party": self.name,
@@ -182,7 +179,7 @@ class _Party:
         grad = raw.astype(np.float64) / (2.0 ** G * self._batch.size)
         if not np.all(np.isfinite(grad)):
             raise ProtocolError(f"message from {self.peer!r}: the gradient is not finite")
-        self.W -= self.learning_rate * (grad + self.lam * self.W)
+        self.net.step([grad], self.learning_rate, self.lam)
         self._mask = None
 
 
@@ -198,10 +195,7 @@ class FTLSource(_Party):
 
     def __init__(self, X: Any, y: Any, overlap: Any, **kw: Any) -> None:
         super().__init__(X, overlap, **kw)
-        y = check_array(y, "y", ndim=1)
-        if y.size != self._X.shape[0] or not np.all(np.isin(y, (-1, 0, 1))):
-            raise DataError(f"y: {self._X.shape[0]} labels in {{0, 1}} or {{-1, 1}} needed")
-        self._y = np.where(y > 0, 1.0, -1.0)
+        self._y = signed_labels(y, self._X.shape[0])
 
     def phi(self) -> np.ndarray:
         """Phi = mean of y_k u_A,k over A's rows."""
@@ -283,7 +277,6 @@ class FTLTarget(_Party):
         """A's ``[[Phi]]`` -> masked ``[[Phi . u_B,j]]`` for B's rows ``X``."""
         msg = read_message(message, "ftl-phi", self.peer)
         phi = _ciphertexts(msg.get("phi"), self._peer_key(), (self.dim,), self.peer)
-        X = check_array(X, "X of 'target'", ndim=2)
         u = self.represent(X)
         self._score_mask = np.array([self._secure.randbits(self._peer_key().bits
                                                            - _MASK_MARGIN)
@@ -318,14 +311,6 @@ def _decrypt_scores(source: FTLSource, message: bytes) -> bytes:
         raise ProtocolError("message from 'target': expected a vector of ciphertexts")
     return encode({"stage": "ftl-scores",
                    "values": [int(v) for v in source._sk.decrypt(arr)]})
-
-
-@dataclass
-class FTLStats:
-    """Per iteration: wall seconds and bytes sent by each party."""
-
-    seconds: list[float] = field(default_factory=list)
-    bytes: list[dict[str, int]] = field(default_factory=list)
 
 
 def train_secure_ftl(source: FTLSource, target: FTLTarget, iterations: int, *,
