@@ -159,11 +159,28 @@ def test_nodes_with_their_own_tables_train_the_local_runtime_model(tmp_path):
 
 
 class _Garbling(VerticalParty):
-    """An insurer whose PSI setup arrives garbled at the bank."""
+    """An insurer whose answers to one call (``garbled``) arrive garbled."""
+
+    garbled = "align_setup"
 
     def call(self, method, args):
         answer = super().call(method, args)
-        return answer[:20] + bytes(len(answer) - 20) if method == "align_setup" else answer
+        return answer[:20] + bytes(len(answer) - 20) if method == self.garbled else answer
+
+
+def _garbling(config, nodes, method):
+    """The relay, the insurer's real node with its party made to garble ``method``."""
+
+    def build(context):
+        party = _node_party(context)
+        party.__class__ = _Garbling
+        party.garbled = method
+        return party
+
+    apps = {"insurer": client_app(build, lambda c: vertical_plan(_own_plan(c)[1]))}
+    relay = _relay(config, nodes, apps)
+    relay.connect()
+    return relay
 
 
 def test_garbled_bytes_a_stolen_role_and_another_plan_are_refused_by_name(tmp_path):
@@ -171,17 +188,9 @@ def test_garbled_bytes_a_stolen_role_and_another_plan_are_refused_by_name(tmp_pa
     config, nodes = _organisations(tmp_path, extra=dp)
     ledger = tmp_path / "org-bank" / "ledger.sqlite"
 
-    def garbling(context):      # the insurer's real node, its party made to garble
-        party = _node_party(context)
-        party.__class__ = _Garbling
-        return party
-
-    apps = {"insurer": client_app(garbling, lambda c: vertical_plan(_own_plan(c)[1]))}
-    relay = _relay(config, nodes, apps)
-    relay.connect()
     with pytest.raises(ProtocolError, match="party 'bank' refused align_request: alignment "
                                             "message from 'insurer'"):
-        train(relay)
+        train(_garbling(config, nodes, "align_setup"))
     assert _spent(ledger) == 0.0
 
     # a second node claiming the bank
@@ -203,6 +212,17 @@ def test_garbled_bytes_a_stolen_role_and_another_plan_are_refused_by_name(tmp_pa
         _relay(config, nodes).connect()
     assert _spent(ledger) == 0.0 and _spent(tmp_path / "again" / "org-bank" /
                                              "ledger.sqlite") == 0.0
+
+
+def test_garbled_training_messages_stop_the_run_naming_the_sender(tmp_path):
+    config, nodes = _organisations(tmp_path)
+    with pytest.raises(ProtocolError, match="party 'bank' refused residual, gradient: "
+                                            "message from 'insurer'"):
+        train(_garbling(config, nodes, "forward"))
+    config, nodes = _organisations(tmp_path / "b")
+    with pytest.raises(ProtocolError, match="party 'arbiter' refused decrypt, decrypt: the "
+                                            "gradient relayed from 'insurer'"):
+        train(_garbling(config, nodes, "backward"))
 
 
 def test_the_guest_charges_label_dp_to_its_own_ledger(tmp_path):
@@ -246,6 +266,8 @@ def test_veil_fl_run_on_flower_simulation_gives_the_local_model(tmp_path, capsys
     capsys.readouterr()
 
 
+@pytest.mark.slow  # ~4 min on the loaded 2-core machine: 14 exchanges, each a fresh
+#                   ClientApp process and Flower's 3 s polls
 def test_alignment_and_paillier_lr_on_a_tls_deployment(tmp_path, capsys):
     """A SuperLink and three SuperNodes as processes on 127.0.0.1 with TLS, each
     organisation with its own folder; the app written by ``veil fl app``."""
@@ -256,7 +278,7 @@ def test_alignment_and_paillier_lr_on_a_tls_deployment(tmp_path, capsys):
     main(["fl", "app", str(config), "--out", str(tmp_path / "app"), "--results",
           str(tmp_path / "results")])
     with Loopback(tmp_path / "deployment", parties=3, nodes=list(nodes.values())) as d:
-        d.run(tmp_path / "app", timeout=240)
+        d.run(tmp_path / "app", timeout=500)
     assert d.pids() == []
     results = json.loads((tmp_path / "results" / "results.json").read_text())
     model = _local_model(config)

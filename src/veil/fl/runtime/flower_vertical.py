@@ -424,8 +424,18 @@ class VerticalParty:
             _arg(args, "residual", bytes, "backward"))
 
     def _decrypt(self, args: Mapping[str, Any]) -> bytes:
-        return self._need(self._party, "key").decrypt(_arg(args, "gradient", bytes,
-                                                           "decrypt"))
+        """A masked gradient relayed from party ``sender`` (its name in the protocol's
+        messages: "guest" for the label holder) -> its decryption, for that party only."""
+        arbiter = self._need(self._party, "key")
+        sender = _arg(args, "sender", str, "decrypt")
+        try:
+            answer = arbiter.decrypt(_arg(args, "gradient", bytes, "decrypt"))
+        except ProtocolError as exc:
+            raise ProtocolError(f"the gradient relayed from {sender!r}: {exc}") from None
+        owner = decode(answer)["party"]
+        if owner != sender:
+            raise ProtocolError(f"the gradient relayed from {sender!r} is {owner!r}'s")
+        return answer
 
     # the end ---------------------------------------------------------------------------
     def _test_scores(self, args: Mapping[str, Any]) -> bytes:
@@ -680,7 +690,9 @@ class VerticalRelay:
 def train(relay: VerticalRelay) -> dict[str, Any]:
     """A whole run through a connected relay, in the local runner's order (alignment,
     key, every batch of the plan, metrics); returns the results (the guest's metrics, the
-    bytes each party sent, the seconds)."""
+    bytes each party sent, the seconds). Calls that do not wait for each other share one
+    exchange: a batch costs five (guest, hosts, guest, hosts, arbiter), the whole run
+    six more for the alignment and the key and three at the end."""
     start = time.perf_counter()
     guest, hosts = relay.guest, relay.hosts
     parties = [guest, *hosts]
@@ -700,22 +712,26 @@ def train(relay: VerticalRelay) -> dict[str, Any]:
     started = relay.call({**{h: [("align_order", {"order": o, "key": key})]
                              for h, o in zip(hosts, orders)},
                           ARBITER: [("key", {"sizes": sizes})]})
-    relay.call({p: [("key", {"key": started[ARBITER][0]})] for p in parties})
+    # every party takes the public key with its first training call
+    first = {p: [("key", {"key": started[ARBITER][0]})] for p in parties}
     decrypted: dict[str, bytes] = {}
     batches = 0
     while True:
         updates = {p: [("update", {"decrypted": decrypted[p]})] if p in decrypted else []
                    for p in parties}
-        batch = relay.call({guest: [*updates[guest], ("next_batch", {})]})[guest][-1]
+        batch = relay.call({guest: [*first.pop(guest, []), *updates[guest],
+                                    ("next_batch", {})]})[guest][-1]
         if not batch:
             break
-        scores = relay.call({h: [*updates[h], ("forward", {"batch": batch})] for h in hosts})
+        scores = relay.call({h: [*first.pop(h, []), *updates[h], ("forward", {"batch": batch})]
+                             for h in hosts})
         residual, own = relay.call({guest: [
             ("residual", {"scores": {h: scores[h][-1] for h in hosts}}),
             ("gradient", {})]})[guest]
         gradients = {guest: own, **{h: a[0] for h, a in relay.call(
             {h: [("backward", {"residual": residual})] for h in hosts}).items()}}
-        answers = relay.call({ARBITER: [("decrypt", {"gradient": gradients[p]})
+        answers = relay.call({ARBITER: [("decrypt", {"gradient": gradients[p],
+                                                     "sender": "guest" if p == guest else p})
                                         for p in parties]})[ARBITER]
         decrypted = dict(zip(parties, answers))
         batches += 1
