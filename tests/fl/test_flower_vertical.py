@@ -288,3 +288,43 @@ def test_alignment_and_paillier_lr_on_a_tls_deployment(tmp_path, capsys):
     np.testing.assert_array_equal(np.load(tmp_path / "org-insurer" / "model" / "coef.npy"),
                                   model.coefs_[1])
     capsys.readouterr()
+
+
+def test_three_organisations_align_on_the_ids_all_of_them_hold(tmp_path):
+    """A bank and two feature holders with overlapping rows: the nodes' model is the local
+    runtime's on the ids common to all three."""
+    bank, insurer = _tables()
+    telco = insurer[["id", *(f"i{j}" for j in range(11, 22))]].iloc[:-50]
+    telco.columns = ["id", *(f"t{j}" for j in range(11))]
+    insurer = insurer[["id", *(f"i{j}" for j in range(11))]]
+    run = RUN.format(epochs=1, batch=200, extra="").replace(
+        'insurer = "insurer.csv" }', 'insurer = "insurer.csv", telco = "telco.csv" }')
+    config = tmp_path / "run.toml"
+    config.write_text(run)
+    nodes = {}
+    for name, table in (("bank", bank), ("insurer", insurer), ("telco", telco), ("arbiter", None)):
+        org = tmp_path / f"org-{name}"
+        (org / "plans").mkdir(parents=True)
+        (org / "plans" / "run.toml").write_text(run)
+        nodes[name] = {"party": name, "plans": str(org / "plans"), "out": str(org / "model")}
+        if table is not None:
+            table.to_csv(tmp_path / f"{name}.csv", index=False)
+            nodes[name]["data"] = str(tmp_path / f"{name}.csv")
+    results = train(_connected(config, nodes))
+    local = run_vertical(load_config(config)["vertical"], base=tmp_path)
+    assert results["aligned"] == local["aligned"] == len(set(bank.id) & set(telco.id)
+                                                         & set(insurer.id))
+    assert results["accuracy"] == local["accuracy"] and results["auc"] == local["auc"]
+    section = load_config(config)["vertical"]
+    joined = bank.merge(insurer, on="id").merge(telco, on="id")
+    y = joined["y"].to_numpy()
+    blocks = [joined[list(t.columns[1:])].to_numpy() for t in (bank.drop(columns="y"),
+                                                               insurer, telco)]
+    rng = check_rng(section["seed"])
+    test = held_out(y.size, section["test_fraction"], rng)
+    model = VerticalLogisticRegression("paillier", key_bits=512, insecure_ok=True,
+                                       random_state=rng.spawn(1)[0], **schedule(section))
+    model.fit([b[~test] for b in blocks], y[~test])
+    for name, coef in (("insurer", model.coefs_[1]), ("telco", model.coefs_[2])):
+        np.testing.assert_array_equal(np.load(tmp_path / f"org-{name}" / "model" /
+                                              "coef.npy"), coef)
