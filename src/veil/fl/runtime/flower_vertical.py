@@ -5,8 +5,10 @@ A ``[vertical]`` run (:mod:`veil.fl.vertical.run`) with ``model = "logistic"`` o
 node: the label holder (the *guest*), each feature holder (a *host*) and the *arbiter*,
 which holds the Paillier key (FATE's Coordinated-LR shape). The parties are the sans-I/O
 objects of :mod:`veil.fl.vertical.align` (ECDH-PSI) and :mod:`veil.fl.vertical.paillier_lr`
-(Hardy et al. 2017); :class:`VerticalParty` hosts one of them per node and the ServerApp
-(:class:`VerticalRelay`, :func:`train`) only moves their bytes, in the order of the local
+(Hardy et al. 2017);
+:class:`~veil.fl.runtime.vertical_parties.VerticalParty` hosts one of them per node and the
+ServerApp (:class:`VerticalRelay`, :func:`~veil.fl.runtime.vertical_parties.train`) only
+moves their bytes, in the order of the local
 runner (:func:`veil.fl.vertical.linear.train_paillier`): a Flower message ``query.call``
 carries a list of calls ``{"method", "args"}`` (:func:`veil.fl.messages.encode`, bytes in a
 ``ConfigRecord``, as the horizontal runtime :mod:`veil.fl.runtime.flower` does) and its
@@ -84,13 +86,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pandas as pd
-from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from veil.errors import ConfigError, DataError, ProtocolError, VeilError
+from veil.errors import ConfigError, ProtocolError, VeilError
 from veil.fl.messages import decode, encode
 from veil.fl.runtime.flower import (
     _RECORD,
@@ -108,379 +106,25 @@ from veil.fl.runtime.flower import (
     _field,
     _record,
 )
-from veil.random import Generator, check_rng
+from veil.fl.runtime.vertical_parties import (
+    ARBITER,
+    VerticalParty,
+    check_flower,
+    train,
+    vertical_plan,
+)
+from veil.random import Generator
 
 __all__ = ["ARBITER", "NODE_KEYS", "VerticalParty", "VerticalRelay", "check_flower",
            "client", "server", "simulate", "train", "vertical_app", "vertical_plan"]
 
 log = logging.getLogger(__name__)
 
-#: the party name of the key holder
-ARBITER = "arbiter"
 #: what a vertical node's configuration may name, and the type of each
 NODE_KEYS = {"party": str, "plans": str, "data": str, "ledger": str, "out": str}
 _CALL = "call"            # query.call: a list of calls to the node's party
 _STATE = "veil-vertical"  # the ConfigRecord of context.state holding the pickled party
 _PLAN = "veil-plan"       # as in flower.py: the digest the node agreed to
-
-
-# -- the plan --------------------------------------------------------------------------
-def check_flower(section: Mapping[str, Any]) -> None:
-    """ConfigError unless the ``[vertical]`` section can run on Flower (module docstring)."""
-    settings = {"model": ("logistic", ("logistic", "linear")),
-                "protocol": ("paillier", ("paillier",)),
-                "decryption": ("arbiter", ("arbiter",))}
-    for key, (default, allowed) in settings.items():
-        value = section.get(key, default)
-        if value not in allowed:
-            raise ConfigError(f"[vertical] {key}={value!r} does not run on Flower: allowed "
-                              f"{list(allowed)} (the others run under the local runtime)")
-    if "dataset" in section:
-        raise ConfigError("[vertical] dataset does not run on Flower: each organisation "
-                          "brings its own table (parties = { name = \"file.csv\" })")
-    parties = section.get("parties")
-    if not isinstance(parties, Mapping) or len(parties) < 2:
-        raise ConfigError("[vertical] parties must map at least two party names to their "
-                          "tables")
-    if ARBITER in parties:
-        raise ConfigError(f"[vertical] parties may not name a party {ARBITER!r}: that is "
-                          "the key holder's node")
-
-
-def vertical_plan(section: Mapping[str, Any]) -> dict[str, Any]:
-    """What every party and the server agree on: the ``[vertical]`` section, with
-    ``parties`` as the party names (each organisation's file is its own business)."""
-    check_flower(section)
-    plan = {k: v for k, v in section.items() if k != "parties"}
-    plan["parties"] = sorted(str(p) for p in section["parties"])
-    return {"vertical": plan}
-
-
-# -- the node side ---------------------------------------------------------------------
-class _Channel:
-    """A sealed channel between the guest and one host through the relay: an ephemeral
-    X25519 key each (RFC 7748), HKDF-SHA256 of the shared secret bound to the host and the
-    message kind (:func:`veil.fl.secagg.masks.agree`), AES-256-GCM. Each key seals one
-    message, so the nonce is fixed."""
-
-    def __init__(self) -> None:
-        from veil.fl.secagg.masks import public_key
-
-        self._secret = check_rng(None).bytes(32)
-        self.public = public_key(self._secret)
-
-    def _aead(self, peer: Any, host: str, kind: str, who: str) -> AESGCM:
-        from veil.fl.secagg.masks import agree
-
-        if not isinstance(peer, bytes) or len(peer) != 32:
-            raise ProtocolError(f"message from {who!r}: its channel key is not 32 bytes")
-        return AESGCM(agree(self._secret, peer, f"veil vertical|{kind}|{host}".encode()))
-
-    def seal(self, peer: bytes, host: str, kind: str, data: bytes, who: str) -> bytes:
-        return self._aead(peer, host, kind, who).encrypt(bytes(12), data, None)
-
-    def open(self, peer: Any, host: str, kind: str, data: Any, who: str) -> bytes:
-        if not isinstance(data, bytes):
-            raise ProtocolError(f"message from {who!r}: the sealed {kind} is not bytes")
-        try:
-            return self._aead(peer, host, kind, who).decrypt(bytes(12), data, None)
-        except InvalidTag:
-            raise ProtocolError(f"message from {who!r}: the sealed {kind} does not "
-                                "authenticate") from None
-
-
-def _arg(args: Mapping[str, Any], name: str, kind: type, method: str) -> Any:
-    value = args.get(name)
-    if not isinstance(value, kind) or isinstance(value, bool):
-        raise ProtocolError(f"call {method}: argument {name!r} is {type(value).__name__}; "
-                            f"expected {kind.__name__}")
-    return value
-
-
-class VerticalParty:
-    """One organisation's side of a vertical run on Flower (sans-I/O).
-
-    ``name``: its party name (``"arbiter"``: the key holder, no table); ``section``: its
-    own ``[vertical]`` section; ``table``: its own table (a DataFrame with the id column;
-    the guest's holds the label); ``ledger``: the guest's ledger file when the section has
-    ``label_epsilon``; ``out``: a folder for its coefficient block (``coef.npy``; the
-    guest's ends with the intercept). :meth:`call` answers the server's calls; which are
-    allowed depends on the role, and each party checks the messages the calls carry.
-    """
-
-    _METHODS = {"guest": ("channel_key", "align_request", "align_finish", "align_order",
-                          "key", "update", "next_batch", "residual", "gradient", "evaluate",
-                          "save"),
-                "host": ("channel_key", "align_setup", "align_respond", "align_order", "key",
-                         "update", "forward", "backward", "test_scores", "save"),
-                "arbiter": ("key", "decrypt")}
-
-    def __init__(self, name: str, section: Mapping[str, Any], table: pd.DataFrame | None,
-                 *, ledger: str | os.PathLike | None = None,
-                 out: str | os.PathLike | None = None) -> None:
-        from veil.fl.vertical.align import read_ids
-        from veil.fl.vertical.paillier_lr import Plan
-        from veil.fl.vertical.run import check_section, schedule
-
-        self.section = dict(check_section(dict(section), "vertical"))
-        self.plan = vertical_plan(self.section)["vertical"]
-        self.name = str(name)
-        self.out = None if out is None else Path(out)
-        self.id_column = self.section.get("id", "id")
-        self.label = self.section.get("label", "y")
-        self.schedule = Plan(task=self.section.get("model", "logistic"),
-                             **schedule(self.section))
-        if self.name == ARBITER:
-            if table is not None:
-                raise ConfigError("the arbiter holds no table (node config data)")
-            self.role, self.columns, self.rows = "arbiter", [], 0
-        else:
-            if self.name not in self.plan["parties"]:
-                raise ConfigError(f"party {self.name!r} is not one of the run's parties "
-                                  f"{self.plan['parties']}")
-            if not isinstance(table, pd.DataFrame):
-                raise ConfigError(f"party {self.name!r} has no table (node config data)")
-            if self.section.get("prefix_columns", False):
-                table = table.rename(columns={c: f"{self.name}.{c}" for c in table.columns
-                                              if c not in (self.id_column, self.label)})
-            read_ids(table, self.id_column, name=f"ids of {self.name!r}")
-            self.role = "guest" if self.label in table.columns else "host"
-            self.columns = [c for c in table.columns if c not in (self.id_column, self.label)]
-            if not self.columns:
-                raise DataError(f"party {self.name!r} holds no feature column")
-            self.rows = len(table)
-        self._table = table
-        self._ledger_file = ledger
-        if self.role == "guest" and self.section.get("label_epsilon") is not None \
-                and ledger is None:
-            raise ConfigError(f"party {self.name!r}: label_epsilon needs this node's own "
-                              "ledger file (node config ledger)")
-        self._channel: _Channel | None = None
-        self._peers: dict[str, bytes] = {}      # the other side's channel keys
-        self._align: Any = None
-        self._party: Any = None                 # PaillierGuest / PaillierHost / Arbiter
-        self._test: np.ndarray | None = None    # the held-out rows: host, features; guest,
-        self._test_X: np.ndarray | None = None  # their mask, features and labels
-        self._test_y: np.ndarray | None = None
-        self._ledger: Any = None                # the guest's, with label_epsilon
-        self.aligned = 0
-
-    def describe(self) -> dict[str, Any]:
-        """What the server learns at the handshake: the role and the table's schema."""
-        return {"party": self.name, "role": self.role, "columns": self.columns,
-                "rows": self.rows}
-
-    def call(self, method: str, args: Mapping[str, Any]) -> bytes:
-        """Run one call of the server's; its answer as bytes (b"": none)."""
-        if method not in self._METHODS[self.role]:
-            raise ProtocolError(f"party {self.name!r} ({self.role}) has no call {method!r}")
-        answer = getattr(self, f"_{method}")(args)
-        return b"" if answer is None else answer
-
-    # the alignment ---------------------------------------------------------------------
-    def _hosts(self) -> list[str]:
-        return [p for p in self.plan["parties"] if p != self.name]
-
-    def _channel_key(self, args: Mapping[str, Any]) -> bytes:
-        if self._channel is None:
-            self._channel = _Channel()
-        return self._channel.public
-
-    def _align_setup(self, args: Mapping[str, Any]) -> bytes:
-        from veil.fl.vertical.align import AlignHost
-
-        if self._align is not None:
-            raise ProtocolError(f"{self.name!r} is aligned already: one alignment per run")
-        self._align = AlignHost(self.name, self._table, column=self.id_column)
-        return self._align.setup()
-
-    def _align_request(self, args: Mapping[str, Any]) -> bytes:
-        from veil.fl.vertical.align import AlignGuest
-
-        host = _arg(args, "host", str, "align_request")
-        if self._align is None:
-            self._align = AlignGuest(self._table, self._hosts(), column=self.id_column)
-        self._peers[host] = args.get("key")
-        return self._align.request(host, _arg(args, "setup", bytes, "align_request"))
-
-    def _align_finish(self, args: Mapping[str, Any]) -> None:
-        self._need(self._align, "align_request")
-        self._align.finish(_arg(args, "host", str, "align_finish"),
-                           _arg(args, "response", bytes, "align_finish"))
-
-    def _align_respond(self, args: Mapping[str, Any]) -> bytes:
-        self._need(self._align, "align_setup")
-        return self._align.respond(_arg(args, "request", bytes, "align_respond"))
-
-    def _need(self, value: Any, first: str) -> Any:
-        if value is None:
-            raise ProtocolError(f"party {self.name!r}: call {first} first")
-        return value
-
-    def _align_order(self, args: Mapping[str, Any]) -> bytes | None:
-        channel = self._need(self._channel, "channel_key")
-        if self.role == "guest":     # the common ids and the held-out rows, sealed per host
-            host = _arg(args, "host", str, "align_order")
-            self._need(self._align, "align_request")
-            if self._party is None:
-                self._start_guest()
-            body = encode({"order": self._align.order(host), "test": self._test})
-            return channel.seal(self._peers.get(host), host, "order", body, host)
-        from veil.fl.vertical.paillier_lr import PaillierHost
-
-        sealed = channel.open(args.get("key"), self.name, "order", args.get("order"), "guest")
-        try:
-            body = decode(sealed)
-            if not isinstance(body, dict):
-                raise ProtocolError("not a mapping")
-        except ProtocolError as exc:
-            raise ProtocolError(f"message from 'guest': bad order ({exc})") from None
-        rows = self._need(self._align, "align_setup").receive_order(body.get("order"))
-        test = body.get("test")
-        if not (isinstance(test, np.ndarray) and test.dtype == np.bool_
-                and test.shape == rows.shape):
-            raise ProtocolError(f"message from 'guest': the held-out rows are not a mask of "
-                                f"the {rows.size} aligned rows")
-        self._peers["guest"] = args.get("key")
-        X = self._features(rows)
-        self._test = X[test] if test.any() else X[~test]
-        self.aligned = rows.size
-        self._party = PaillierHost(self.name, X[~test], self.schedule,
-                                   insecure_ok=self.section.get("insecure_ok", False))
-        return None
-
-    def _features(self, rows: np.ndarray) -> np.ndarray:
-        return self._table.iloc[rows][self.columns].to_numpy(dtype=np.float64)
-
-    def _start_guest(self) -> None:
-        """The guest's part once the alignment is done: the held-out rows (drawn by the
-        seed as under the local runtime, :func:`veil.fl.vertical.run.run_vertical`) and
-        its PaillierGuest on the training rows."""
-        from veil._validation import check_probability
-        from veil.dp import Ledger
-        from veil.fl.vertical.paillier_lr import PaillierGuest
-        from veil.fl.vertical.run import held_out
-
-        rows = self._align.result().rows["guest"]
-        rng = check_rng(self.section.get("seed"))
-        fraction = check_probability(self.section.get("test_fraction", 0.0),
-                                     "[vertical] test_fraction", high_open=True)
-        test = held_out(rows.size, fraction, rng)
-        X, y = self._features(rows), self._table.iloc[rows][self.label].to_numpy()
-        self._test, self.aligned = test, rows.size
-        self._test_X = X[test] if test.any() else X[~test]
-        self._test_y = y[test] if test.any() else y[~test]
-        epsilon = self.section.get("label_epsilon")
-        if epsilon is not None:
-            self._ledger = Ledger(epsilon=epsilon, delta=self.section.get("label_delta", 1e-5),
-                            accountant="rdp", path=self._ledger_file)
-        model_rng = check_rng(rng.spawn(1)[0])   # as VerticalLogisticRegression.fit draws
-        hosts = self._hosts()
-        self._party = PaillierGuest(X[~test], y[~test], hosts, self.schedule,
-                                    label_epsilon=epsilon,
-                                    label_delta=self.section.get("label_delta", 1e-5),
-                                    ledger=self._ledger,
-                                    insecure_ok=self.section.get("insecure_ok", False),
-                                    rng=model_rng.spawn(1)[0])
-
-    # training --------------------------------------------------------------------------
-    def _key(self, args: Mapping[str, Any]) -> bytes | None:
-        if self.role != "arbiter":
-            self._need(self._party, "align_order").receive_key(
-                _arg(args, "key", bytes, "key"))
-            return None
-        from veil.fl.vertical.paillier_lr import Arbiter
-
-        if self._party is not None:
-            raise ProtocolError("the arbiter has a key already: one key per run")
-        sizes, parties = args.get("sizes"), set(self.plan["parties"])
-        if not (isinstance(sizes, dict) and "guest" in sizes and len(sizes) == len(parties)
-                and set(sizes) - {"guest"} < parties):
-            raise ProtocolError(f"call key: sizes must name 'guest' (the label holder) and "
-                                f"the other parties of {sorted(parties)}")
-        self._party = Arbiter(sizes, key_bits=self.section.get("key_bits", 2048),
-                              insecure_ok=self.section.get("insecure_ok", False))
-        return self._party.key_message()
-
-    def _update(self, args: Mapping[str, Any]) -> None:
-        self._need(self._party, "align_order").update(_arg(args, "decrypted", bytes, "update"))
-
-    def _next_batch(self, args: Mapping[str, Any]) -> bytes | None:
-        return self._need(self._party, "align_order").next_batch()
-
-    def _forward(self, args: Mapping[str, Any]) -> bytes:
-        return self._need(self._party, "align_order").forward(_arg(args, "batch", bytes,
-                                                                   "forward"))
-
-    def _residual(self, args: Mapping[str, Any]) -> bytes:
-        scores = _arg(args, "scores", dict, "residual")
-        return self._need(self._party, "align_order").residual(scores)
-
-    def _gradient(self, args: Mapping[str, Any]) -> bytes:
-        return self._need(self._party, "align_order").gradient()
-
-    def _backward(self, args: Mapping[str, Any]) -> bytes:
-        return self._need(self._party, "align_order").backward(
-            _arg(args, "residual", bytes, "backward"))
-
-    def _decrypt(self, args: Mapping[str, Any]) -> bytes:
-        """A masked gradient relayed from party ``sender`` (its name in the protocol's
-        messages: "guest" for the label holder) -> its decryption, for that party only."""
-        arbiter = self._need(self._party, "key")
-        sender = _arg(args, "sender", str, "decrypt")
-        try:
-            answer = arbiter.decrypt(_arg(args, "gradient", bytes, "decrypt"))
-        except ProtocolError as exc:
-            raise ProtocolError(f"the gradient relayed from {sender!r}: {exc}") from None
-        owner = decode(answer)["party"]
-        if owner != sender:
-            raise ProtocolError(f"the gradient relayed from {sender!r} is {owner!r}'s")
-        return answer
-
-    # the end ---------------------------------------------------------------------------
-    def _test_scores(self, args: Mapping[str, Any]) -> bytes:
-        """This host's partial scores of the held-out rows, sealed for the guest."""
-        party = self._need(self._party, "align_order")
-        scores = encode(party.scores(self._test))
-        return self._channel.seal(self._peers["guest"], self.name, "scores", scores, self.name)
-
-    def _evaluate(self, args: Mapping[str, Any]) -> bytes:
-        """The guest's metrics on the held-out rows: its own scores plus each host's."""
-        from veil.fl.vertical.run import _auc
-
-        guest = self._need(self._party, "align_order")
-        sealed = _arg(args, "scores", dict, "evaluate")
-        if sorted(sealed) != self._hosts():
-            raise ProtocolError(f"call evaluate: scores from {sorted(sealed)}; expected "
-                                f"{self._hosts()}")
-        own = guest.coef_[:-1] if guest.fit_intercept else guest.coef_
-        z = self._test_X @ own + guest.intercept_
-        for host in self._hosts():
-            part = decode(self._channel.open(self._peers.get(host), host, "scores",
-                                             sealed[host], host))
-            if not (isinstance(part, np.ndarray) and part.shape == z.shape
-                    and np.all(np.isfinite(part))):
-                raise ProtocolError(f"message from {host!r}: its scores are not "
-                                    f"{z.size} finite numbers")
-            z = z + part
-        y = self._test_y
-        metrics: dict[str, Any] = {"aligned": self.aligned,
-                                   "evaluated_on": "held-out aligned rows"
-                                   if self._test.any() else "training rows"}
-        if self.schedule.task == "logistic":
-            metrics.update(accuracy=float(np.mean((z > 0) == y)), auc=_auc(y, z))
-        else:
-            metrics["r2"] = float(1 - np.sum((y - z) ** 2) / np.sum((y - y.mean()) ** 2))
-        if self._ledger is not None:
-            metrics["label_epsilon_spent"] = self._ledger.spent()[0]
-        return encode(metrics)
-
-    def _save(self, args: Mapping[str, Any]) -> None:
-        party = self._need(self._party, "align_order")
-        if self.out is not None:
-            self.out.mkdir(parents=True, exist_ok=True)
-            np.save(self.out / "coef.npy", party.coef_)
-        log.info("party %r: trained block of %d coefficients", self.name, party.coef_.size)
 
 
 class _Pickler(pickle.Pickler):
@@ -685,64 +329,6 @@ class VerticalRelay:
         replies = self.grid.send_and_receive(messages, timeout=self.timeout)
         by_id = {r.metadata.reply_to_message_id: r for r in replies}
         return [by_id.get(m.metadata.message_id) for m in messages]
-
-
-def train(relay: VerticalRelay) -> dict[str, Any]:
-    """A whole run through a connected relay, in the local runner's order (alignment,
-    key, every batch of the plan, metrics); returns the results (the guest's metrics, the
-    bytes each party sent, the seconds). Calls that do not wait for each other share one
-    exchange: a batch costs five (guest, hosts, guest, hosts, arbiter), the whole run
-    six more for the alignment and the key and three at the end."""
-    start = time.perf_counter()
-    guest, hosts = relay.guest, relay.hosts
-    parties = [guest, *hosts]
-    setups = relay.call({h: [("align_setup", {}), ("channel_key", {})] for h in hosts})
-    requests = relay.call({guest: [("align_request", {"host": h, "setup": setups[h][0],
-                                                      "key": setups[h][1]}) for h in hosts]})
-    responses = relay.call({h: [("align_respond", {"request": r})]
-                            for h, r in zip(hosts, requests[guest])})
-    done = relay.call({guest: [*(("align_finish", {"host": h, "response": responses[h][0]})
-                                 for h in hosts), ("channel_key", {}),
-                               *(("align_order", {"host": h}) for h in hosts)]})[guest]
-    key, orders = done[len(hosts)], done[len(hosts) + 1:]
-    # the gradient entries of each party, by its name in the protocol's messages (the
-    # label holder is "guest" there; its intercept is one more entry)
-    sizes = {"guest": len(relay.schemas[guest]["columns"]) + 1,
-             **{h: len(relay.schemas[h]["columns"]) for h in hosts}}
-    started = relay.call({**{h: [("align_order", {"order": o, "key": key})]
-                             for h, o in zip(hosts, orders)},
-                          ARBITER: [("key", {"sizes": sizes})]})
-    # every party takes the public key with its first training call
-    first = {p: [("key", {"key": started[ARBITER][0]})] for p in parties}
-    decrypted: dict[str, bytes] = {}
-    batches = 0
-    while True:
-        updates = {p: [("update", {"decrypted": decrypted[p]})] if p in decrypted else []
-                   for p in parties}
-        batch = relay.call({guest: [*first.pop(guest, []), *updates[guest],
-                                    ("next_batch", {})]})[guest][-1]
-        if not batch:
-            break
-        scores = relay.call({h: [*first.pop(h, []), *updates[h], ("forward", {"batch": batch})]
-                             for h in hosts})
-        residual, own = relay.call({guest: [
-            ("residual", {"scores": {h: scores[h][-1] for h in hosts}}),
-            ("gradient", {})]})[guest]
-        gradients = {guest: own, **{h: a[0] for h, a in relay.call(
-            {h: [("backward", {"residual": residual})] for h in hosts}).items()}}
-        answers = relay.call({ARBITER: [("decrypt", {"gradient": gradients[p],
-                                                     "sender": "guest" if p == guest else p})
-                                        for p in parties]})[ARBITER]
-        decrypted = dict(zip(parties, answers))
-        batches += 1
-    ends = relay.call({h: [*updates[h], ("test_scores", {}), ("save", {})] for h in hosts})
-    metrics = decode(relay.call({guest: [("evaluate", {"scores": {
-        h: ends[h][-2] for h in hosts}}), ("save", {})]})[guest][0])
-    if not isinstance(metrics, dict):
-        raise ProtocolError(f"party {guest!r} sent no metrics")
-    return {**metrics, "parties": parties, "guest": guest, "batches": batches,
-            "bytes_sent": dict(relay.sent), "seconds": time.perf_counter() - start,
-            "runtime": "flower"}
 
 
 # -- the simulation engine -------------------------------------------------------------
