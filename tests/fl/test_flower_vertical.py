@@ -328,3 +328,44 @@ def test_three_organisations_align_on_the_ids_all_of_them_hold(tmp_path):
     for name, coef in (("insurer", model.coefs_[1]), ("telco", model.coefs_[2])):
         np.testing.assert_array_equal(np.load(tmp_path / f"org-{name}" / "model" /
                                               "coef.npy"), coef)
+
+
+def test_split_learning_on_nodes_gives_the_local_runtime_networks(tmp_path, one_torch_thread):
+    """Bottom networks at the bank and the insurer, the top at the bank; the cut layer as
+    bytes through the relay, no arbiter node."""
+    pytest.importorskip("torch")
+    from veil.fl.vertical.split import SplitNN
+
+    extra = 'model = "split"\nhidden = 16\nembedding = 4\n'
+    config, nodes = _organisations(tmp_path, epochs=2, extra=extra)
+    config.write_text(config.read_text().replace('model = "logistic"\n', "").replace(
+        "learning_rate = 0.3", "learning_rate = 0.03"))
+    for name in ("bank", "insurer"):
+        shutil.copyfile(config, tmp_path / f"org-{name}" / "plans" / "run.toml")
+    del nodes["arbiter"]
+    relay = _relay(config, nodes)
+    assert relay.connect().keys() == {"bank", "insurer"}
+    results = train(relay)
+    section = load_config(config)["vertical"]
+    local = run_vertical(section, base=tmp_path)
+    assert results["accuracy"] == local["accuracy"] > 0.8
+    assert results["auc"] == local["auc"] and results["batches"] == 2 * 2
+    # the local runtime's networks, on the same aligned rows (joined here)
+    bank, insurer = _tables()
+    joined = bank.merge(insurer, on="id")
+    y = joined["y"].to_numpy()
+    blocks = [joined[[f"b{j}" for j in range(8)]].to_numpy(),
+              joined[[f"i{j}" for j in range(22)]].to_numpy()]
+    rng = check_rng(section["seed"])
+    test = held_out(y.size, section["test_fraction"], rng)
+    model = SplitNN(hidden=16, embedding=4, epochs=2, batch_size=200, learning_rate=0.03,
+                    random_state=rng.spawn(1)[0]).fit([b[~test] for b in blocks], y[~test])
+    saved = {n: np.load(tmp_path / f"org-{n}" / "model" / "model.npz")
+             for n in ("bank", "insurer")}
+    for name, module in (("bank", model.bottoms_[0].module), ("insurer",
+                                                              model.bottoms_[1].module)):
+        for key, value in module.state_dict().items():
+            np.testing.assert_array_equal(saved[name][f"bottom.{key}"], value.numpy())
+    for key, value in model.top_.module.state_dict().items():
+        np.testing.assert_array_equal(saved["bank"][f"top.{key}"], value.numpy())
+    assert not any(k.startswith("top.") for k in saved["insurer"])

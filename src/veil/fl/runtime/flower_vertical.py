@@ -110,6 +110,7 @@ from veil.fl.runtime.vertical_parties import (
     ARBITER,
     VerticalParty,
     check_flower,
+    nodes_of,
     train,
     vertical_plan,
 )
@@ -229,7 +230,7 @@ class VerticalRelay:
     def connect(self) -> dict[str, int]:
         """Ask every node which party it hosts and whether it agrees to the plan; returns
         (and keeps) party -> node id. Refusals are ProtocolErrors (module docstring)."""
-        expected = [*self.plan["vertical"]["parties"], ARBITER]
+        expected = nodes_of(self.plan)
         deadline = time.monotonic() + self.timeout
         while len(node_ids := sorted(int(n) for n in self.grid.get_node_ids())) < \
                 len(expected) and time.monotonic() < deadline:
@@ -352,7 +353,7 @@ def simulate(section: Mapping[str, Any], *, base: str | os.PathLike = ".",
     check_tables(tables, section.get("id", "id"), section.get("label", "y"))
     if section.get("label_epsilon") is not None and out is None:
         raise ConfigError("label_epsilon on Flower needs out= (the guest's ledger file)")
-    names = [*plan["vertical"]["parties"], ARBITER]
+    names = nodes_of(plan)
     outcome: dict[str, Any] = {}
     server_app = ServerApp()
 

@@ -40,9 +40,11 @@ ARBITER = "arbiter"
 def check_flower(section: Mapping[str, Any]) -> None:
     """ConfigError unless the ``[vertical]`` section can run on Flower (what runs, and why
     not threshold decryption: :mod:`veil.fl.runtime.flower_vertical`)."""
-    settings = {"model": ("logistic", ("logistic", "linear")),
+    settings = {"model": ("logistic", ("logistic", "linear", "split")),
                 "protocol": ("paillier", ("paillier",)),
                 "decryption": ("arbiter", ("arbiter",))}
+    if section.get("model") == "split":      # no protocol, no key
+        settings = {"model": settings["model"]}
     for key, (default, allowed) in settings.items():
         value = section.get(key, default)
         if value not in allowed:
@@ -60,12 +62,20 @@ def check_flower(section: Mapping[str, Any]) -> None:
                           "the key holder's node")
 
 
+def nodes_of(plan: Mapping[str, Any]) -> list[str]:
+    """The parties of a plan with a node each: the tables' owners, and the arbiter unless
+    the model is split learning (no key)."""
+    section = plan["vertical"]
+    return [*section["parties"], *([] if section.get("model") == "split" else [ARBITER])]
+
+
 def vertical_plan(section: Mapping[str, Any]) -> dict[str, Any]:
     """What every party and the server agree on: the ``[vertical]`` section, with
-    ``parties`` as the party names (each organisation's file is its own business)."""
+    ``parties`` as the party names in the file's order (each organisation's file is its own
+    business; split learning joins the cut layer in that order)."""
     check_flower(section)
     plan = {k: v for k, v in section.items() if k != "parties"}
-    plan["parties"] = sorted(str(p) for p in section["parties"])
+    plan["parties"] = [str(p) for p in section["parties"]]
     return {"vertical": plan}
 
 
@@ -120,12 +130,17 @@ class VerticalParty:
     allowed depends on the role, and each party checks the messages the calls carry.
     """
 
-    _METHODS = {"guest": ("channel_key", "align_request", "align_finish", "align_order",
-                          "key", "update", "next_batch", "residual", "gradient", "evaluate",
-                          "save"),
-                "host": ("channel_key", "align_setup", "align_respond", "align_order", "key",
-                         "update", "forward", "backward", "test_scores", "save"),
-                "arbiter": ("key", "decrypt")}
+    _ALIGN = {"guest": ("channel_key", "align_request", "align_finish", "align_order"),
+              "host": ("channel_key", "align_setup", "align_respond", "align_order")}
+    _METHODS = {("guest", "paillier"): (*_ALIGN["guest"], "key", "update", "next_batch",
+                                        "residual", "gradient", "evaluate", "save"),
+                ("host", "paillier"): (*_ALIGN["host"], "key", "update", "forward",
+                                       "backward", "test_scores", "save"),
+                ("arbiter", "paillier"): ("key", "decrypt"),
+                ("guest", "split"): (*_ALIGN["guest"], "next_batch", "forward", "backward",
+                                     "step", "evaluate", "save"),
+                ("host", "split"): (*_ALIGN["host"], "forward", "backward", "test_scores",
+                                    "save")}
 
     def __init__(self, name: str, section: Mapping[str, Any], table: pd.DataFrame | None,
                  *, ledger: str | os.PathLike | None = None,
@@ -140,8 +155,9 @@ class VerticalParty:
         self.out = None if out is None else Path(out)
         self.id_column = self.section.get("id", "id")
         self.label = self.section.get("label", "y")
-        self.schedule = Plan(task=self.section.get("model", "logistic"),
-                             **schedule(self.section))
+        self.model = self.section.get("model", "logistic")
+        self.schedule = None if self.model == "split" else Plan(task=self.model,
+                                                                **schedule(self.section))
         if self.name == ARBITER:
             if table is not None:
                 raise ConfigError("the arbiter holds no table (node config data)")
@@ -170,7 +186,8 @@ class VerticalParty:
         self._channel: _Channel | None = None
         self._peers: dict[str, bytes] = {}      # the other side's channel keys
         self._align: Any = None
-        self._party: Any = None                 # PaillierGuest / PaillierHost / Arbiter
+        self._party: Any = None                 # PaillierGuest / PaillierHost / Arbiter,
+        self._bottom: Any = None                # or SplitTop (and the guest's own bottom)
         self._test: np.ndarray | None = None    # the held-out rows: host, features; guest,
         self._test_X: np.ndarray | None = None  # their mask, features and labels
         self._test_y: np.ndarray | None = None
@@ -184,7 +201,8 @@ class VerticalParty:
 
     def call(self, method: str, args: Mapping[str, Any]) -> bytes:
         """Run one call of the server's; its answer as bytes (b"": none)."""
-        if method not in self._METHODS[self.role]:
+        if method not in self._METHODS[self.role, "split" if self.model == "split"
+                                       else "paillier"]:
             raise ProtocolError(f"party {self.name!r} ({self.role}) has no call {method!r}")
         answer = getattr(self, f"_{method}")(args)
         return b"" if answer is None else answer
@@ -235,11 +253,9 @@ class VerticalParty:
             host = _arg(args, "host", str, "align_order")
             self._need(self._align, "align_request")
             if self._party is None:
-                self._start_guest()
+                self._start_guest(args)
             body = encode({"order": self._align.order(host), "test": self._test})
             return channel.seal(self._peers.get(host), host, "order", body, host)
-        from veil.fl.vertical.paillier_lr import PaillierHost
-
         sealed = channel.open(args.get("key"), self.name, "order", args.get("order"), "guest")
         try:
             body = decode(sealed)
@@ -257,27 +273,63 @@ class VerticalParty:
         X = self._features(rows)
         self._test = X[test] if test.any() else X[~test]
         self.aligned = rows.size
-        self._party = PaillierHost(self.name, X[~test], self.schedule,
-                                   insecure_ok=self.section.get("insecure_ok", False))
+        if self.model == "split":
+            self._party = self._split_bottom(self.name, X[~test], args)
+        else:
+            from veil.fl.vertical.paillier_lr import PaillierHost
+
+            self._party = PaillierHost(self.name, X[~test], self.schedule,
+                                       insecure_ok=self.section.get("insecure_ok", False))
         return None
 
     def _features(self, rows: np.ndarray) -> np.ndarray:
         return self._table.iloc[rows][self.columns].to_numpy(dtype=np.float64)
 
-    def _start_guest(self) -> None:
-        """The guest's part once the alignment is done: the held-out rows (drawn by the
-        seed as under the local runtime, :func:`veil.fl.vertical.run.run_vertical`) and
-        its PaillierGuest on the training rows."""
+    def _draws(self, n: int) -> tuple[np.ndarray, Any]:
+        """The held-out rows of ``n`` aligned ones and the model's generator, drawn from
+        the seed in the order :func:`veil.fl.vertical.run.run_vertical` draws them (so a
+        seeded run is the local runtime's; no seed: the CSPRNG)."""
         from veil._validation import check_probability
-        from veil.dp import Ledger
-        from veil.fl.vertical.paillier_lr import PaillierGuest
         from veil.fl.vertical.run import held_out
 
-        rows = self._align.result().rows["guest"]
         rng = check_rng(self.section.get("seed"))
         fraction = check_probability(self.section.get("test_fraction", 0.0),
                                      "[vertical] test_fraction", high_open=True)
-        test = held_out(rows.size, fraction, rng)
+        test = held_out(n, fraction, rng)
+        return test, check_rng(rng.spawn(1)[0])
+
+    def _split_bottom(self, name: str, X: np.ndarray, args: Mapping[str, Any],
+                      model_rng: Any = None) -> Any:
+        """A split-learning bottom on ``X``: its network initialised as
+        :class:`veil.fl.vertical.split.SplitNN` initialises it (the torch seed drawn from
+        the model's generator, every party's bottom built in the plan's order, whose
+        widths ``args["widths"]`` the server relays from the handshake's schemas)."""
+        from veil.fl.vertical.split import SplitBottom, _mlp, _torch
+
+        widths, names = args.get("widths"), args.get("names")
+        if not (isinstance(widths, list) and isinstance(names, list)
+                and len(widths) == len(names) and name in names
+                and all(isinstance(w, int) and w > 0 for w in widths)
+                and widths[names.index(name)] == X.shape[1]):
+            raise ProtocolError(f"call align_order: the bottoms' widths {widths!r} do not "
+                                f"give {name!r} its {X.shape[1]} columns")
+        if model_rng is None:
+            model_rng = self._draws(self.aligned)[1]
+        _torch().manual_seed(int(model_rng.integers(0, 2**31)))
+        hidden, embedding = self.section.get("hidden", 64), self.section.get("embedding", 16)
+        modules = [_mlp([w, hidden, embedding]) for w in widths]
+        self._cut = len(modules) * embedding          # the top's input width
+        return SplitBottom(name, X, modules[names.index(name)],
+                           learning_rate=self.section.get("learning_rate", 1e-3),
+                           passes=self.section.get("epochs", 10))
+
+    def _start_guest(self, args: Mapping[str, Any]) -> None:
+        """The guest's part once the alignment is done: the held-out rows and its
+        PaillierGuest (or SplitTop and its own bottom) on the training rows."""
+        from veil.dp import Ledger
+
+        rows = self._align.result().rows["guest"]
+        test, model_rng = self._draws(rows.size)
         X, y = self._features(rows), self._table.iloc[rows][self.label].to_numpy()
         self._test, self.aligned = test, rows.size
         self._test_X = X[test] if test.any() else X[~test]
@@ -285,8 +337,24 @@ class VerticalParty:
         epsilon = self.section.get("label_epsilon")
         if epsilon is not None:
             self._ledger = Ledger(epsilon=epsilon, delta=self.section.get("label_delta", 1e-5),
-                            accountant="rdp", path=self._ledger_file)
-        model_rng = check_rng(rng.spawn(1)[0])   # as VerticalLogisticRegression.fit draws
+                                  accountant="pld" if self.model == "split" else "rdp",
+                                  path=self._ledger_file)
+        if self.model == "split":
+            from veil.fl.vertical.split import SplitTop, _mlp
+
+            self._bottom = self._split_bottom("guest", X[~test], args, model_rng)
+            y_train = y[~test].astype(np.int64)
+            classes = int(max(2, y_train.max() + 1))
+            self._party = SplitTop(
+                y_train, args["names"], _mlp([self._cut, self.section.get("hidden", 64),
+                                              classes]),
+                classes=classes, epochs=self.section.get("epochs", 10),
+                batch_size=self.section.get("batch_size", 256),
+                learning_rate=self.section.get("learning_rate", 1e-3), label_epsilon=epsilon,
+                ledger=self._ledger, rng=model_rng.spawn(1)[0])
+            return
+        from veil.fl.vertical.paillier_lr import PaillierGuest
+
         hosts = self._hosts()
         self._party = PaillierGuest(X[~test], y[~test], hosts, self.schedule,
                                     label_epsilon=epsilon,
@@ -321,8 +389,16 @@ class VerticalParty:
         return self._need(self._party, "align_order").next_batch()
 
     def _forward(self, args: Mapping[str, Any]) -> bytes:
-        return self._need(self._party, "align_order").forward(_arg(args, "batch", bytes,
-                                                                   "forward"))
+        """A host's (or, in split learning, the guest's own bottom's) answer to a batch."""
+        party = self._bottom if self.role == "guest" else self._party
+        return self._need(party, "align_order").forward(_arg(args, "batch", bytes, "forward"))
+
+    def _step(self, args: Mapping[str, Any]) -> bytes:
+        """The split top's step on every bottom's embeddings: the gradients, one per bottom
+        (none after a pass that only predicts)."""
+        grads = self._need(self._party, "align_order").step(
+            _arg(args, "embeddings", dict, "step"))
+        return encode(grads or {})
 
     def _residual(self, args: Mapping[str, Any]) -> bytes:
         scores = _arg(args, "scores", dict, "residual")
@@ -331,9 +407,12 @@ class VerticalParty:
     def _gradient(self, args: Mapping[str, Any]) -> bytes:
         return self._need(self._party, "align_order").gradient()
 
-    def _backward(self, args: Mapping[str, Any]) -> bytes:
-        return self._need(self._party, "align_order").backward(
-            _arg(args, "residual", bytes, "backward"))
+    def _backward(self, args: Mapping[str, Any]) -> bytes | None:
+        """A Paillier host's masked gradient for the guest's residual; a split bottom's
+        step on the top's gradient of its embeddings."""
+        party = self._bottom if self.role == "guest" else self._party
+        return self._need(party, "align_order").backward(_arg(args, "message", bytes,
+                                                              "backward"))
 
     def _decrypt(self, args: Mapping[str, Any]) -> bytes:
         """A masked gradient relayed from party ``sender`` (its name in the protocol's
@@ -353,100 +432,114 @@ class VerticalParty:
     def _test_scores(self, args: Mapping[str, Any]) -> bytes:
         """This host's partial scores of the held-out rows, sealed for the guest."""
         party = self._need(self._party, "align_order")
-        scores = encode(party.scores(self._test))
+        scores = encode(party.embed(self._test) if self.model == "split"
+                        else party.scores(self._test))
         return self._channel.seal(self._peers["guest"], self.name, "scores", scores, self.name)
 
     def _evaluate(self, args: Mapping[str, Any]) -> bytes:
-        """The guest's metrics on the held-out rows: its own scores plus each host's."""
+        """The guest's metrics on the held-out rows from its own part and each host's
+        (sealed) partial scores, or cut-layer embeddings for split learning."""
         from veil.fl.vertical.run import _auc
 
-        guest = self._need(self._party, "align_order")
+        party = self._need(self._party, "align_order")
         sealed = _arg(args, "scores", dict, "evaluate")
-        if sorted(sealed) != self._hosts():
+        hosts = self._hosts()
+        if set(sealed) != set(hosts):
             raise ProtocolError(f"call evaluate: scores from {sorted(sealed)}; expected "
-                                f"{self._hosts()}")
-        own = guest.coef_[:-1] if guest.fit_intercept else guest.coef_
-        z = self._test_X @ own + guest.intercept_
-        for host in self._hosts():
+                                f"{hosts}")
+        n, y = self._test_X.shape[0], self._test_y
+        parts = []
+        for host in hosts:
             part = decode(self._channel.open(self._peers.get(host), host, "scores",
                                              sealed[host], host))
-            if not (isinstance(part, np.ndarray) and part.shape == z.shape
-                    and np.all(np.isfinite(part))):
-                raise ProtocolError(f"message from {host!r}: its scores are not "
-                                    f"{z.size} finite numbers")
-            z = z + part
-        y = self._test_y
+            ndim = 2 if self.model == "split" else 1
+            if not (isinstance(part, np.ndarray) and part.ndim == ndim
+                    and part.shape[0] == n and np.all(np.isfinite(part))):
+                raise ProtocolError(f"message from {host!r}: its scores are not {n} rows of "
+                                    "finite numbers")
+            parts.append(part)
         metrics: dict[str, Any] = {"aligned": self.aligned,
                                    "evaluated_on": "held-out aligned rows"
                                    if self._test.any() else "training rows"}
-        if self.schedule.task == "logistic":
-            metrics.update(accuracy=float(np.mean((z > 0) == y)), auc=_auc(y, z))
+        if self.model == "split":   # as SplitNN.predict_proba
+            try:
+                logits = party.logits([self._bottom.embed(self._test_X), *parts])
+            except RuntimeError as exc:   # torch: widths that do not fit the top
+                raise ProtocolError(f"the hosts' embeddings do not fit the top: {exc}") \
+                    from None
+            e = np.exp(logits - logits.max(axis=1, keepdims=True))
+            proba = e / e.sum(axis=1, keepdims=True)
+            metrics["accuracy"] = float(np.mean(np.argmax(proba, axis=1) == y))
+            if party.classes == 2:
+                metrics["auc"] = _auc(y, proba[:, 1])
         else:
-            metrics["r2"] = float(1 - np.sum((y - z) ** 2) / np.sum((y - y.mean()) ** 2))
+            own = party.coef_[:-1] if party.fit_intercept else party.coef_
+            z = self._test_X @ own + party.intercept_ + sum(parts)
+            if self.schedule.task == "logistic":
+                metrics.update(accuracy=float(np.mean((z > 0) == y)), auc=_auc(y, z))
+            else:
+                metrics["r2"] = float(1 - np.sum((y - z) ** 2) / np.sum((y - y.mean()) ** 2))
         if self._ledger is not None:
             metrics["label_epsilon_spent"] = self._ledger.spent()[0]
         return encode(metrics)
 
     def _save(self, args: Mapping[str, Any]) -> None:
+        """This party's own part of the model into its ``out`` folder: ``coef.npy`` (its
+        coefficient block; the guest's ends with the intercept), or for split learning
+        ``model.npz`` (its bottom's parameters, ``bottom.<name>``; the guest's top's,
+        ``top.<name>``)."""
         party = self._need(self._party, "align_order")
-        if self.out is not None:
-            self.out.mkdir(parents=True, exist_ok=True)
+        if self.out is None:
+            return
+        self.out.mkdir(parents=True, exist_ok=True)
+        if self.model != "split":
             np.save(self.out / "coef.npy", party.coef_)
-        log.info("party %r: trained block of %d coefficients", self.name, party.coef_.size)
+            return
+        modules = {"bottom": self._bottom or party, "top": party if self._bottom else None}
+        np.savez(self.out / "model.npz", **{
+            f"{kind}.{key}": value.detach().numpy()
+            for kind, holder in modules.items() if holder is not None
+            for key, value in holder.module.state_dict().items()})
 
 
 # -- the order of the calls ----------------------------------------------------------
 def train(relay: Any) -> dict[str, Any]:
     """A whole run through a connected ``relay`` (its ``guest``, ``hosts``, ``schemas``,
     ``sent`` and ``call``: :class:`veil.fl.runtime.flower_vertical.VerticalRelay`), in the
-    local runner's order (alignment,
-    key, every batch of the plan, metrics); returns the results (the guest's metrics, the
-    bytes each party sent, the seconds). Calls that do not wait for each other share one
-    exchange: a batch costs five (guest, hosts, guest, hosts, arbiter), the whole run
-    six more for the alignment and the key and three at the end."""
+    local runner's order: the alignment, every batch of the plan, the metrics. Returns the
+    results (the guest's metrics, the bytes each party sent, the seconds). Calls that do
+    not wait for each other share one exchange: a batch costs five exchanges for the
+    Paillier protocol (guest, hosts, guest, hosts, arbiter), three for split learning
+    (guest, every bottom, guest); the alignment five and the end three."""
     start = time.perf_counter()
     guest, hosts = relay.guest, relay.hosts
     parties = [guest, *hosts]
+    split = relay.plan["vertical"].get("model") == "split"
     setups = relay.call({h: [("align_setup", {}), ("channel_key", {})] for h in hosts})
     requests = relay.call({guest: [("align_request", {"host": h, "setup": setups[h][0],
                                                       "key": setups[h][1]}) for h in hosts]})
     responses = relay.call({h: [("align_respond", {"request": r})]
                             for h, r in zip(hosts, requests[guest])})
+    # split learning: the bottoms' widths, in the plan's order, for their initialisation
+    widths = {"names": ["guest", *hosts],
+              "widths": [len(relay.schemas[p]["columns"]) for p in parties]} if split else {}
     done = relay.call({guest: [*(("align_finish", {"host": h, "response": responses[h][0]})
                                  for h in hosts), ("channel_key", {}),
-                               *(("align_order", {"host": h}) for h in hosts)]})[guest]
+                               *(("align_order", {"host": h, **widths}) for h in hosts)]})[guest]
     key, orders = done[len(hosts)], done[len(hosts) + 1:]
-    # the gradient entries of each party, by its name in the protocol's messages (the
-    # label holder is "guest" there; its intercept is one more entry)
-    sizes = {"guest": len(relay.schemas[guest]["columns"]) + 1,
-             **{h: len(relay.schemas[h]["columns"]) for h in hosts}}
-    started = relay.call({**{h: [("align_order", {"order": o, "key": key})]
-                             for h, o in zip(hosts, orders)},
-                          ARBITER: [("key", {"sizes": sizes})]})
-    # every party takes the public key with its first training call
-    first = {p: [("key", {"key": started[ARBITER][0]})] for p in parties}
-    decrypted: dict[str, bytes] = {}
-    batches = 0
-    while True:
-        updates = {p: [("update", {"decrypted": decrypted[p]})] if p in decrypted else []
-                   for p in parties}
-        batch = relay.call({guest: [*first.pop(guest, []), *updates[guest],
-                                    ("next_batch", {})]})[guest][-1]
-        if not batch:
-            break
-        scores = relay.call({h: [*first.pop(h, []), *updates[h], ("forward", {"batch": batch})]
-                             for h in hosts})
-        residual, own = relay.call({guest: [
-            ("residual", {"scores": {h: scores[h][-1] for h in hosts}}),
-            ("gradient", {})]})[guest]
-        gradients = {guest: own, **{h: a[0] for h, a in relay.call(
-            {h: [("backward", {"residual": residual})] for h in hosts}).items()}}
-        answers = relay.call({ARBITER: [("decrypt", {"gradient": gradients[p],
-                                                     "sender": "guest" if p == guest else p})
-                                        for p in parties]})[ARBITER]
-        decrypted = dict(zip(parties, answers))
-        batches += 1
-    ends = relay.call({h: [*updates[h], ("test_scores", {}), ("save", {})] for h in hosts})
+    calls = {h: [("align_order", {"order": o, "key": key, **widths})]
+             for h, o in zip(hosts, orders)}
+    if split:
+        relay.call(calls)
+        batches, pending = _train_split(relay)
+    else:
+        # the gradient entries of each party, by its name in the protocol's messages (the
+        # label holder is "guest" there; its intercept is one more entry)
+        calls[ARBITER] = [("key", {"sizes": {
+            "guest": len(relay.schemas[guest]["columns"]) + 1,
+            **{h: len(relay.schemas[h]["columns"]) for h in hosts}}})]
+        batches, pending = _train_paillier(relay, relay.call(calls)[ARBITER][0])
+    ends = relay.call({h: [*pending[h], ("test_scores", {}), ("save", {})] for h in hosts})
     metrics = decode(relay.call({guest: [("evaluate", {"scores": {
         h: ends[h][-2] for h in hosts}}), ("save", {})]})[guest][0])
     if not isinstance(metrics, dict):
@@ -455,3 +548,56 @@ def train(relay: Any) -> dict[str, Any]:
             "bytes_sent": dict(relay.sent), "seconds": time.perf_counter() - start,
             "runtime": "flower"}
 
+
+def _train_paillier(relay: Any, key: bytes) -> tuple[int, dict[str, list]]:
+    """Every batch of the Paillier protocol (:func:`veil.fl.vertical.linear.train_paillier`);
+    returns the batches and the hosts' calls still pending (their last update)."""
+    guest, hosts = relay.guest, relay.hosts
+    parties = [guest, *hosts]
+    first = {p: [("key", {"key": key})] for p in parties}  # with each party's first call
+    decrypted: dict[str, bytes] = {}
+    batches = 0
+    while True:
+        updates = {p: [("update", {"decrypted": decrypted[p]})] if p in decrypted else []
+                   for p in parties}
+        batch = relay.call({guest: [*first.pop(guest, []), *updates[guest],
+                                    ("next_batch", {})]})[guest][-1]
+        if not batch:
+            return batches, updates
+        scores = relay.call({h: [*first.pop(h, []), *updates[h], ("forward", {"batch": batch})]
+                             for h in hosts})
+        residual, own = relay.call({guest: [
+            ("residual", {"scores": {h: scores[h][-1] for h in hosts}}),
+            ("gradient", {})]})[guest]
+        gradients = {guest: own, **{h: a[0] for h, a in relay.call(
+            {h: [("backward", {"message": residual})] for h in hosts}).items()}}
+        answers = relay.call({ARBITER: [("decrypt", {"gradient": gradients[p],
+                                                     "sender": "guest" if p == guest else p})
+                                        for p in parties]})[ARBITER]
+        decrypted = dict(zip(parties, answers))
+        batches += 1
+
+
+def _train_split(relay: Any) -> tuple[int, dict[str, list]]:
+    """Every batch of split learning (:func:`veil.fl.vertical.split.train_split`): the
+    guest's top and own bottom, each host's bottom; returns the batches and the hosts'
+    calls still pending (their last backward pass)."""
+    guest, hosts = relay.guest, relay.hosts
+    gradients: dict[str, bytes] = {}
+    batches = 0
+    while True:
+        backward = {p: [("backward", {"message": gradients[p]})] if p in gradients else []
+                    for p in ["guest", *hosts]}
+        batch = relay.call({guest: [*backward["guest"], ("next_batch", {})]})[guest][-1]
+        if not batch:
+            return batches, backward
+        cut = relay.call({guest: [("forward", {"batch": batch})],
+                          **{h: [*backward[h], ("forward", {"batch": batch})] for h in hosts}})
+        answer = relay.call({guest: [("step", {"embeddings": {
+            "guest": cut[guest][0], **{h: cut[h][-1] for h in hosts}}})]})[guest][0]
+        gradients = decode(answer)
+        if not (isinstance(gradients, dict) and all(isinstance(g, bytes)
+                                                    for g in gradients.values())
+                and set(gradients) <= {"guest", *hosts}):
+            raise ProtocolError(f"party {guest!r} sent no gradients of the cut layer")
+        batches += 1
