@@ -80,32 +80,42 @@ def vertical_plan(section: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class _Channel:
-    """A sealed channel between the guest and one host through the relay: an ephemeral
-    X25519 key each (RFC 7748), HKDF-SHA256 of the shared secret bound to the host and the
-    message kind (:func:`veil.fl.secagg.masks.agree`), AES-256-GCM. Each key seals one
-    message, so the nonce is fixed."""
+    """This party's end of its sealed channels through the relay: an ephemeral X25519 key
+    (RFC 7748) per party and run; with a peer's public key, HKDF-SHA256 of the shared
+    secret bound to the host and the message kind (:func:`veil.fl.secagg.masks.agree`)
+    keys AES-256-GCM, one key per direction and kind, and the nonce is the message's
+    number on that key (so each nonce is used once, and a replayed, dropped or reordered
+    message does not authenticate)."""
 
     def __init__(self) -> None:
         from veil.fl.secagg.masks import public_key
 
         self._secret = check_rng(None).bytes(32)
         self.public = public_key(self._secret)
+        self._counts: dict[tuple[str, str], int] = {}
 
-    def _aead(self, peer: Any, host: str, kind: str, who: str) -> AESGCM:
+    def _aead(self, peer: Any, host: str, kind: str, who: str) -> tuple[AESGCM, bytes]:
         from veil.fl.secagg.masks import agree
 
         if not isinstance(peer, bytes) or len(peer) != 32:
             raise ProtocolError(f"message from {who!r}: its channel key is not 32 bytes")
-        return AESGCM(agree(self._secret, peer, f"veil vertical|{kind}|{host}".encode()))
+        number = self._counts.get((host, kind), 0)
+        self._counts[host, kind] = number + 1
+        key = agree(self._secret, peer, f"veil vertical|{kind}|{host}".encode())
+        return AESGCM(key), number.to_bytes(12, "big")
 
-    def seal(self, peer: bytes, host: str, kind: str, data: bytes, who: str) -> bytes:
-        return self._aead(peer, host, kind, who).encrypt(bytes(12), data, None)
+    def seal(self, peer: Any, host: str, kind: str, data: bytes, who: str) -> bytes:
+        """``data`` for the peer (``host``: the host of the pair; ``who``: the peer)."""
+        aead, nonce = self._aead(peer, host, kind, who)
+        return aead.encrypt(nonce, data, None)
 
     def open(self, peer: Any, host: str, kind: str, data: Any, who: str) -> bytes:
+        """The peer's sealed ``data`` (ProtocolError naming ``who`` if it does not open)."""
         if not isinstance(data, bytes):
             raise ProtocolError(f"message from {who!r}: the sealed {kind} is not bytes")
+        aead, nonce = self._aead(peer, host, kind, who)
         try:
-            return self._aead(peer, host, kind, who).decrypt(bytes(12), data, None)
+            return aead.decrypt(nonce, data, None)
         except InvalidTag:
             raise ProtocolError(f"message from {who!r}: the sealed {kind} does not "
                                 "authenticate") from None
@@ -137,8 +147,8 @@ class VerticalParty:
                 ("host", "paillier"): (*_ALIGN["host"], "key", "update", "forward",
                                        "backward", "test_scores", "save"),
                 ("arbiter", "paillier"): ("key", "decrypt"),
-                ("guest", "split"): (*_ALIGN["guest"], "next_batch", "forward", "backward",
-                                     "step", "evaluate", "save"),
+                ("guest", "split"): (*_ALIGN["guest"], "next_batch", "step", "evaluate",
+                                     "save"),
                 ("host", "split"): (*_ALIGN["host"], "forward", "backward", "test_scores",
                                     "save")}
 
@@ -187,7 +197,9 @@ class VerticalParty:
         self._peers: dict[str, bytes] = {}      # the other side's channel keys
         self._align: Any = None
         self._party: Any = None                 # PaillierGuest / PaillierHost / Arbiter,
-        self._bottom: Any = None                # or SplitTop (and the guest's own bottom)
+        self._bottom: Any = None                # or SplitTop (and the guest's own bottom,
+        self._own_cut: bytes | None = None      # its embeddings of the batch and the top's
+        self._own_grad: bytes | None = None     # gradient of them: they never leave it)
         self._test: np.ndarray | None = None    # the held-out rows: host, features; guest,
         self._test_X: np.ndarray | None = None  # their mask, features and labels
         self._test_y: np.ndarray | None = None
@@ -242,21 +254,32 @@ class VerticalParty:
         self._need(self._align, "align_setup")
         return self._align.respond(_arg(args, "request", bytes, "align_respond"))
 
+    def _seal(self, peer: str, kind: str, data: bytes) -> bytes:
+        """``data`` sealed for ``peer`` (the guest's hosts, a host's guest)."""
+        host = peer if self.role == "guest" else self.name
+        channel = self._need(self._channel, "channel_key")
+        return channel.seal(self._peers.get(peer), host, kind, data, peer)
+
+    def _open(self, peer: str, kind: str, data: Any) -> bytes:
+        host = peer if self.role == "guest" else self.name
+        channel = self._need(self._channel, "channel_key")
+        return channel.open(self._peers.get(peer), host, kind, data, peer)
+
     def _need(self, value: Any, first: str) -> Any:
         if value is None:
             raise ProtocolError(f"party {self.name!r}: call {first} first")
         return value
 
     def _align_order(self, args: Mapping[str, Any]) -> bytes | None:
-        channel = self._need(self._channel, "channel_key")
         if self.role == "guest":     # the common ids and the held-out rows, sealed per host
             host = _arg(args, "host", str, "align_order")
             self._need(self._align, "align_request")
             if self._party is None:
                 self._start_guest(args)
             body = encode({"order": self._align.order(host), "test": self._test})
-            return channel.seal(self._peers.get(host), host, "order", body, host)
-        sealed = channel.open(args.get("key"), self.name, "order", args.get("order"), "guest")
+            return self._seal(host, "order", body)
+        self._peers["guest"] = args.get("key")
+        sealed = self._open("guest", "order", args.get("order"))
         try:
             body = decode(sealed)
             if not isinstance(body, dict):
@@ -269,7 +292,6 @@ class VerticalParty:
                 and test.shape == rows.shape):
             raise ProtocolError(f"message from 'guest': the held-out rows are not a mask of "
                                 f"the {rows.size} aligned rows")
-        self._peers["guest"] = args.get("key")
         X = self._features(rows)
         self._test = X[test] if test.any() else X[~test]
         self.aligned = rows.size
@@ -386,19 +408,38 @@ class VerticalParty:
         self._need(self._party, "align_order").update(_arg(args, "decrypted", bytes, "update"))
 
     def _next_batch(self, args: Mapping[str, Any]) -> bytes | None:
-        return self._need(self._party, "align_order").next_batch()
+        """The guest's next batch message (split learning: its own bottom first steps on
+        the last batch's gradient, then embeds the new batch, both on this node)."""
+        party = self._need(self._party, "align_order")
+        if self._own_grad is not None:
+            self._bottom.backward(self._own_grad)
+            self._own_grad = None
+        batch = party.next_batch()
+        if batch is not None and self._bottom is not None:
+            self._own_cut = self._bottom.forward(batch)
+        return batch
 
     def _forward(self, args: Mapping[str, Any]) -> bytes:
-        """A host's (or, in split learning, the guest's own bottom's) answer to a batch."""
-        party = self._bottom if self.role == "guest" else self._party
-        return self._need(party, "align_order").forward(_arg(args, "batch", bytes, "forward"))
+        """A host's answer to a batch: its encrypted scores (Paillier), or its cut-layer
+        embeddings sealed for the guest (split learning)."""
+        answer = self._need(self._party, "align_order").forward(
+            _arg(args, "batch", bytes, "forward"))
+        return self._seal("guest", "cut", answer) if self.model == "split" else answer
 
     def _step(self, args: Mapping[str, Any]) -> bytes:
-        """The split top's step on every bottom's embeddings: the gradients, one per bottom
-        (none after a pass that only predicts)."""
-        grads = self._need(self._party, "align_order").step(
-            _arg(args, "embeddings", dict, "step"))
-        return encode(grads or {})
+        """The split top's step on its own embeddings and each host's (sealed): the
+        gradients of the hosts' embeddings, each sealed for its host."""
+        top = self._need(self._party, "align_order")
+        sealed = _arg(args, "embeddings", dict, "step")
+        if set(sealed) != set(self._hosts()) or self._own_cut is None:
+            raise ProtocolError(f"call step: embeddings from {sorted(sealed)}; expected "
+                                f"{self._hosts()} after a batch")
+        grads = top.step({"guest": self._own_cut,
+                          **{h: self._open(h, "cut", sealed[h]) for h in self._hosts()}})
+        self._own_cut = None
+        grads = dict(grads or {})
+        self._own_grad = grads.pop("guest", None)
+        return encode({h: self._seal(h, "grad", g) for h, g in grads.items()})
 
     def _residual(self, args: Mapping[str, Any]) -> bytes:
         scores = _arg(args, "scores", dict, "residual")
@@ -409,10 +450,11 @@ class VerticalParty:
 
     def _backward(self, args: Mapping[str, Any]) -> bytes | None:
         """A Paillier host's masked gradient for the guest's residual; a split bottom's
-        step on the top's gradient of its embeddings."""
-        party = self._bottom if self.role == "guest" else self._party
-        return self._need(party, "align_order").backward(_arg(args, "message", bytes,
-                                                              "backward"))
+        step on the top's (sealed) gradient of its embeddings."""
+        message = _arg(args, "message", bytes, "backward")
+        if self.model == "split":
+            message = self._open("guest", "grad", message)
+        return self._need(self._party, "align_order").backward(message)
 
     def _decrypt(self, args: Mapping[str, Any]) -> bytes:
         """A masked gradient relayed from party ``sender`` (its name in the protocol's
@@ -434,7 +476,7 @@ class VerticalParty:
         party = self._need(self._party, "align_order")
         scores = encode(party.embed(self._test) if self.model == "split"
                         else party.scores(self._test))
-        return self._channel.seal(self._peers["guest"], self.name, "scores", scores, self.name)
+        return self._seal("guest", "scores", scores)
 
     def _evaluate(self, args: Mapping[str, Any]) -> bytes:
         """The guest's metrics on the held-out rows from its own part and each host's
@@ -450,8 +492,7 @@ class VerticalParty:
         n, y = self._test_X.shape[0], self._test_y
         parts = []
         for host in hosts:
-            part = decode(self._channel.open(self._peers.get(host), host, "scores",
-                                             sealed[host], host))
+            part = decode(self._open(host, "scores", sealed[host]))
             ndim = 2 if self.model == "split" else 1
             if not (isinstance(part, np.ndarray) and part.ndim == ndim
                     and part.shape[0] == n and np.all(np.isfinite(part))):
@@ -583,21 +624,19 @@ def _train_split(relay: Any) -> tuple[int, dict[str, list]]:
     guest's top and own bottom, each host's bottom; returns the batches and the hosts'
     calls still pending (their last backward pass)."""
     guest, hosts = relay.guest, relay.hosts
-    gradients: dict[str, bytes] = {}
+    backward: dict[str, list] = {h: [] for h in hosts}
     batches = 0
     while True:
-        backward = {p: [("backward", {"message": gradients[p]})] if p in gradients else []
-                    for p in ["guest", *hosts]}
-        batch = relay.call({guest: [*backward["guest"], ("next_batch", {})]})[guest][-1]
+        batch = relay.call({guest: [("next_batch", {})]})[guest][0]
         if not batch:
             return batches, backward
-        cut = relay.call({guest: [("forward", {"batch": batch})],
-                          **{h: [*backward[h], ("forward", {"batch": batch})] for h in hosts}})
+        cut = relay.call({h: [*backward[h], ("forward", {"batch": batch})] for h in hosts})
         answer = relay.call({guest: [("step", {"embeddings": {
-            "guest": cut[guest][0], **{h: cut[h][-1] for h in hosts}}})]})[guest][0]
+            h: cut[h][-1] for h in hosts}})]})[guest][0]
         gradients = decode(answer)
-        if not (isinstance(gradients, dict) and all(isinstance(g, bytes)
-                                                    for g in gradients.values())
-                and set(gradients) <= {"guest", *hosts}):
+        if not (isinstance(gradients, dict) and set(gradients) <= set(hosts)
+                and all(isinstance(g, bytes) for g in gradients.values())):
             raise ProtocolError(f"party {guest!r} sent no gradients of the cut layer")
+        backward = {h: [("backward", {"message": gradients[h]})] if h in gradients else []
+                    for h in hosts}
         batches += 1
