@@ -1,18 +1,20 @@
 """Vertical runs on Flower: each organisation a node that holds only its own table.
 
-A ``[vertical]`` run (:mod:`veil.fl.vertical.run`) with ``model = "logistic"`` or
-``"linear"`` and ``protocol = "paillier"`` runs here with every party on its own Flower
-node: the label holder (the *guest*), each feature holder (a *host*) and the *arbiter*,
-which holds the Paillier key (FATE's Coordinated-LR shape). The parties are the sans-I/O
-objects of :mod:`veil.fl.vertical.align` (ECDH-PSI) and :mod:`veil.fl.vertical.paillier_lr`
-(Hardy et al. 2017);
-:class:`~veil.fl.runtime.vertical_parties.VerticalParty` hosts one of them per node and the
+A ``[vertical]`` run (:mod:`veil.fl.vertical.run`) runs here with every party on its own
+Flower node: the label holder (the *guest*) and each feature holder (a *host*), each with
+only its own table, and -- for ``model = "logistic"`` or ``"linear"`` with ``protocol =
+"paillier"`` -- the *arbiter*, which holds the Paillier key (FATE's Coordinated-LR shape);
+``model = "split"`` (split learning) needs no key: a bottom network at every table's node,
+the top at the guest's. The parties are the sans-I/O objects of
+:mod:`veil.fl.vertical.align` (ECDH-PSI), :mod:`veil.fl.vertical.paillier_lr` (Hardy et
+al. 2017) and :mod:`veil.fl.vertical.split`;
+:class:`~veil.fl.runtime.vertical_parties.VerticalParty` hosts them on a node and the
 ServerApp (:class:`VerticalRelay`, :func:`~veil.fl.runtime.vertical_parties.train`) only
-moves their bytes, in the order of the local
-runner (:func:`veil.fl.vertical.linear.train_paillier`): a Flower message ``query.call``
-carries a list of calls ``{"method", "args"}`` (:func:`veil.fl.messages.encode`, bytes in a
-``ConfigRecord``, as the horizontal runtime :mod:`veil.fl.runtime.flower` does) and its
-reply the list of their answers (bytes).
+moves their bytes, in the order of the local runners
+(:func:`veil.fl.vertical.linear.train_paillier`, :func:`veil.fl.vertical.split.train_split`):
+a Flower message ``query.call`` carries a list of calls ``{"method", "args"}``
+(:func:`veil.fl.messages.encode`, bytes in a ``ConfigRecord``, as the horizontal runtime
+:mod:`veil.fl.runtime.flower` does) and its reply the list of their answers (bytes).
 
 Who sees what (threat model: semi-honest parties and server, no collusion of the arbiter
 with the server or another party; the protocols' own, :mod:`veil.fl.vertical.align` and
@@ -25,10 +27,14 @@ with the server or another party; the protocols' own, :mod:`veil.fl.vertical.ali
   at the handshake each party's column names and row count (the schema, no values);
 * no id leaves a node in the clear: the one message of the alignment that names ids (the
   guest's order of the common ids, with the held-out rows) and each host's partial scores
-  of the held-out rows (for the guest's metrics, as FATE's prediction) are sealed end to
-  end between the guest and that host (:class:`_Channel`: ephemeral X25519, RFC 7748,
-  HKDF-SHA256, AES-256-GCM), so the relay sees only their lengths. The channel keys are
-  not authenticated: this holds against a server that relays faithfully (honest but
+  (or embeddings) of the held-out rows (for the guest's metrics, as FATE's prediction)
+  are sealed end to end between the guest and that host (ephemeral X25519, RFC 7748,
+  HKDF-SHA256, AES-256-GCM with numbered nonces:
+  :class:`~veil.fl.runtime.vertical_parties._Channel`), so the relay sees only their
+  lengths. So are split learning's cut layer -- each host's embeddings and the top's
+  gradients of them, which would show the relay features and labels (Li et al. 2022) --
+  and the guest's own embeddings never leave its node. The channel keys are not
+  authenticated: this holds against a server that relays faithfully (honest but
   curious), not one that substitutes keys (Flower's TLS ends at the SuperLink);
 * why the arbiter is a node of its own, the default, and not the server: the server sees
   every ciphertext, so a server holding the key would read the residuals (hence the
@@ -46,7 +52,8 @@ folder::
     plans  = "/bank/plans"             # its own copies of the run files
     data   = "/bank/guest.csv"         # its own table (id column, features, the label)
     ledger = "/bank/ledger.sqlite"     # the guest with label_epsilon: its budget
-    out    = "/bank/model"             # where it writes its own coefficient block
+    out    = "/bank/model"             # its own part of the model: coef.npy (its
+                                       # coefficient block) or model.npz (its networks)
 
 At ``query.party`` every node answers its party name and the schema of its own table, and
 compares its plan (:func:`vertical_plan`: the ``[vertical]`` section with the party names
@@ -58,9 +65,9 @@ carries the plan's digest; a node refuses one of another plan. A party checks ev
 message (the protocols' readers, naming the peer); a refusal on a node stops the run with
 a ProtocolError naming that node's party and the peer it blames. A vertical run has no
 dropouts: every feature holder is needed for every step. The guest charges label DP
-(``label_epsilon``) to its own ledger (node config ``ledger``) before each epoch's noise
-is drawn; nothing is charged before the first batch, so a run refused at the handshake or
-in the alignment charges nothing.
+(``label_epsilon``) to its own ledger (node config ``ledger``): the Paillier guest before
+each epoch's noise is drawn, the split top once before its labels are randomized (after
+the alignment); a run refused at the handshake or in the alignment charges nothing.
 
 Party state across messages lives in the node's ``context.state`` as a pickle that never
 leaves the node (as in :mod:`veil.fl.runtime.flower`); :func:`_dumps` stores a
@@ -69,9 +76,10 @@ X25519 key as its bytes, a seeded generator as its key (its whole state) and a l
 its file.
 
 Randomness: PSI keys, masks, encryption noise, channel keys and DP noise come from the
-CSPRNG; ``seed`` (``[run] seed``) drives only the guest's held-out rows and batch order,
-exactly as under the local runtime, so a seeded run gives the local runtime's model
-(:func:`simulate`, ``veil fl run CONFIG --runtime flower-sim``).
+CSPRNG; ``seed`` (``[run] seed``) drives only the held-out rows, the batch order and the
+networks' initialisation, drawn as under the local runtime (each node replays the draws
+it needs), so a seeded run gives the local runtime's model (:func:`simulate`, ``veil fl
+run CONFIG --runtime flower-sim``).
 """
 
 from __future__ import annotations

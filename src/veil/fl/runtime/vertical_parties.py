@@ -3,12 +3,14 @@
 :class:`VerticalParty` is one organisation's side (sans-I/O): the guest, a host or the
 arbiter, built from its own ``[vertical]`` section and table; :meth:`VerticalParty.call`
 runs one call of the server's (``{"method", "args"}``) on the sans-I/O objects of
-:mod:`veil.fl.vertical.align` (ECDH-PSI) and :mod:`veil.fl.vertical.paillier_lr` (Hardy et
-al. 2017), each of which checks the peer message it is given and names the peer it blames.
-:func:`train` is the server's side: which calls go to whom, in the local runner's order
-(:func:`veil.fl.vertical.linear.train_paillier`), through any relay with a
-``call(party -> [(method, args)])``. :func:`vertical_plan` is what the parties agree on.
-The runtime that moves the calls, and who sees what: :mod:`veil.fl.runtime.flower_vertical`.
+:mod:`veil.fl.vertical.align` (ECDH-PSI), :mod:`veil.fl.vertical.paillier_lr` (Hardy et
+al. 2017) or :mod:`veil.fl.vertical.split` (split learning), each of which checks the peer
+message it is given and names the peer it blames. :func:`train` is the server's side:
+which calls go to whom, in the local runners' order
+(:func:`veil.fl.vertical.linear.train_paillier`, :func:`veil.fl.vertical.split.train_split`),
+through any relay with a ``call(party -> [(method, args)])``. :func:`vertical_plan` is
+what the parties agree on. The runtime that moves the calls, and who sees what:
+:mod:`veil.fl.runtime.flower_vertical`.
 """
 
 from __future__ import annotations
