@@ -369,3 +369,16 @@ def test_split_learning_on_nodes_gives_the_local_runtime_networks(tmp_path, one_
     for key, value in model.top_.module.state_dict().items():
         np.testing.assert_array_equal(saved["bank"][f"top.{key}"], value.numpy())
     assert not any(k.startswith("top.") for k in saved["insurer"])
+
+
+def test_a_garbled_cut_layer_is_refused_naming_the_host(tmp_path, one_torch_thread):
+    pytest.importorskip("torch")
+    config, nodes = _organisations(tmp_path, extra='model = "split"\n')
+    text = config.read_text().replace('model = "logistic"\n', "")
+    config.write_text(text)
+    for name in ("bank", "insurer"):
+        (tmp_path / f"org-{name}" / "plans" / "run.toml").write_text(text)
+    del nodes["arbiter"]
+    with pytest.raises(ProtocolError, match="party 'bank' refused step: message from "
+                                            "'insurer': the sealed cut does not authenticate"):
+        train(_garbling(config, nodes, "forward"))
