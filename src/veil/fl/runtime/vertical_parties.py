@@ -137,8 +137,8 @@ class VerticalParty:
     ``name``: its party name (``"arbiter"``: the key holder, no table); ``section``: its
     own ``[vertical]`` section; ``table``: its own table (a DataFrame with the id column;
     the guest's holds the label); ``ledger``: the guest's ledger file when the section has
-    ``label_epsilon``; ``out``: a folder for its coefficient block (``coef.npy``; the
-    guest's ends with the intercept). :meth:`call` answers the server's calls; which are
+    ``label_epsilon``; ``out``: a folder for its own part of the model (:meth:`_save`).
+    :meth:`call` answers the server's calls; which are
     allowed depends on the role, and each party checks the messages the calls carry.
     """
 
@@ -206,6 +206,7 @@ class VerticalParty:
         self._test_X: np.ndarray | None = None  # their mask, features and labels
         self._test_y: np.ndarray | None = None
         self._ledger: Any = None                # the guest's, with label_epsilon
+        self._cut = 0                           # split: the top's input width
         self.aligned = 0
 
     def describe(self) -> dict[str, Any]:
