@@ -141,7 +141,8 @@ Report = Annotated[bool, typer.Option("--report", help="Also write the privacy r
 Runtime = Annotated[str, typer.Option("--runtime", help="How messages move: 'local' (this "
                                       "process, or [run] workers) or 'flower-sim' (Flower's "
                                       "simulation engine, one virtual node and 1 CPU per client;"
-                                      " needs veil[flower]).")]
+                                      " a [vertical] run: per party and the arbiter; needs "
+                                      "veil[flower]).")]
 RUNTIMES = ("local", "flower-sim")
 
 
@@ -161,11 +162,12 @@ def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = F
     cfg = load_config(check_input_file(config, "CONFIG", text=True))
     if cfg.kind in ("vertical", "transfer"):
         for flag, given in (("--resume", resume), ("--report", report),
-                            (f"--runtime {runtime_name}", runtime_name != "local")):
+                            (f"--runtime {runtime_name}", runtime_name != "local"
+                             and cfg.kind == "transfer")):
             if given:
                 raise ConfigError(f"{flag} is not allowed for a [{cfg.kind}] run (it runs "
                                   "once, in this process)")
-        _run_vertical(cfg, config, out, json_, force)
+        _run_vertical(cfg, config, out, json_, force, flower=runtime_name == "flower-sim")
         return
     out_dir = out or Path(cfg["run"]["out"] or Path("fl_results") / config.stem)
     checkpoint, ledger_file = out_dir / "checkpoint.veil", out_dir / "ledger.sqlite"
@@ -289,11 +291,14 @@ def _total(counts: Any) -> int:
     return sum(map(_total, counts)) if isinstance(counts, list) else int(counts)
 
 
-def _run_vertical(cfg: Any, config: Path, out: Path | None, json_: bool, force: bool) -> None:
+def _run_vertical(cfg: Any, config: Path, out: Path | None, json_: bool, force: bool,
+                  flower: bool = False) -> None:
     """A ``[vertical]`` or ``[transfer]`` run (:mod:`veil.fl.vertical.run`): results.json,
     run.json (the run directory `veil audit` reads) and the ledgers of the parties that
     spend privacy budget, in the output folder. Relative paths in the section are read from
-    the config file's folder."""
+    the config file's folder. ``flower``: a [vertical] run on Flower's simulation engine
+    (:func:`veil.fl.runtime.flower_vertical.simulate`; each party's coefficient block in
+    ``<out>/<party>/coef.npy``)."""
     import time
 
     from veil._json import to_jsonable
@@ -305,6 +310,8 @@ def _run_vertical(cfg: Any, config: Path, out: Path | None, json_: bool, force: 
                             force=force, keep=("ledger*.sqlite",))
     os.makedirs(out_dir, exist_ok=True)
     runner = run_vertical if kind == "vertical" else run_transfer
+    if flower:
+        from veil.fl.runtime.flower_vertical import simulate as runner
     start = time.perf_counter()
     with err_console.status(f"{kind} run {config}", spinner="dots"):
         results = to_jsonable(runner(cfg[kind], base=config.resolve().parent, out=out_dir))
@@ -320,7 +327,8 @@ def _run_vertical(cfg: Any, config: Path, out: Path | None, json_: bool, force: 
                        cost={"seconds": results["seconds"],
                              "bytes": _total(results.get("psi_bytes", 0))
                              + _total(results.get("bytes_per_epoch", 0))
-                             + _total(results.get("bytes", 0))})
+                             + _total(results.get("bytes", 0))
+                             + _total(results.get("bytes_sent", 0))})
     write_run(out_dir, Run(name=config.stem, kind="other", records=[record]))
     if json_:
         print_json({**results, "out": str(out_dir)})
@@ -344,10 +352,20 @@ def flower_app(config: Config, out: AppOut, results: Results = None,
                setup: Setup = None) -> None:
     """Write a Flower app for CONFIG: submit it with `flwr run DIR CONNECTION` to a
     SuperLink whose SuperNodes each run with --node-config node.toml (party-id, plans,
-    data, ledger, key-share, identity, identity-key; needs veil[flower] on every machine)."""
+    data, ledger, key-share, identity, identity-key; a [vertical] run: party, plans, data,
+    ledger, out, and one node with party = "arbiter"; needs veil[flower] on every
+    machine)."""
+    from veil.experiments.fl_config import load_config
     from veil.experiments.flower_app import write_app
 
-    where = write_app(config, out, results, setup)
+    if load_config(check_input_file(config, "CONFIG", text=True)).kind == "vertical":
+        if setup is not None:
+            raise ConfigError("--setup is for hybrid runs; a [vertical] run has none")
+        from veil.fl.runtime.flower_vertical import vertical_app
+
+        where = vertical_app(config, out, results)
+    else:
+        where = write_app(config, out, results, setup)
     say(f"Flower app written to {where}: flwr run {where} <connection>")
 
 

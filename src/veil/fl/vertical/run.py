@@ -20,6 +20,7 @@ PSI, trains the model and returns a dict of results::
     optimizer = "sgd"           # or "rmsprop" (paillier)
     link = "taylor2"            # paillier logistic, one host: or "cubic" (third order)
     key_bits = 2048             # paillier
+    insecure_ok = false         # paillier: true allows keys under 2048 bits (tests, demos)
     decryption = "arbiter"      # paillier: "arbiter" (holds the key) or "threshold"
     test_fraction = 0.2         # aligned rows held out for the metrics (0: report on train)
     seed = 0                    # simulation randomness (data split, batches); omit: secure
@@ -83,8 +84,8 @@ from veil.errors import ConfigError, DataError
 from veil.fl.vertical.align import align, read_ids
 from veil.random import check_rng
 
-__all__ = ["run_vertical", "run_transfer", "check_tables", "check_section", "SECTIONS",
-           "TRANSFER_KEYS"]
+__all__ = ["run_vertical", "run_transfer", "check_tables", "check_section", "held_out",
+           "schedule", "SECTIONS", "TRANSFER_KEYS"]
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,7 @@ SECTIONS: dict[str, dict[str, tuple[type, ...]]] = {
                  "test_fraction": _NUM, "seed": (int,), "label_epsilon": _NUM,
                  "label_delta": _NUM, "epsilon": _NUM, "delta": _NUM,
                  "clip": (int, float, list), "hidden": (int,), "embedding": (int,),
-                 "prefix_columns": (bool,), "decryption": (str,)},
+                 "prefix_columns": (bool,), "decryption": (str,), "insecure_ok": (bool,)},
     "transfer": {"label": (str,), "source": (str,), "targets": (list,), "transfer": (str,),
                  "test": (str,), "teachers": (int,), "noise_multiplier": _NUM,
                  "epsilon": _NUM, "delta": _NUM, "max_queries": (int,), "rounds": (int,),
@@ -230,6 +231,23 @@ def _ledger(out: str | Path | None, name: str, guest: str, epsilon: float, delta
     return Ledger(epsilon=epsilon, delta=delta, accountant=accountant, path=path)
 
 
+def schedule(cfg: dict) -> dict[str, Any]:
+    """The training schedule of a logistic / linear run (the section's defaults filled
+    in): the arguments of :class:`veil.fl.vertical.paillier_lr.Plan` but the task."""
+    return {"epochs": cfg.get("epochs", 10), "batch_size": cfg.get("batch_size", 256),
+            "learning_rate": cfg.get("learning_rate", 0.15), "alpha": cfg.get("alpha", 0.0),
+            "optimizer": cfg.get("optimizer", "sgd"), "link": cfg.get("link", "taylor2")}
+
+
+def held_out(n: int, test_fraction: float, rng: Any) -> np.ndarray:
+    """The aligned rows held out for the metrics: a mask of ``round(test_fraction n)``
+    rows drawn by ``rng`` (all False when test_fraction is 0)."""
+    test = np.zeros(n, dtype=bool)
+    if test_fraction:
+        test[rng.permutation(n)[: int(round(test_fraction * n))]] = True
+    return test
+
+
 def run_vertical(config: dict, *, base: str | Path = ".", out: str | Path | None = None
                  ) -> dict[str, Any]:
     """The ``[vertical]`` section -> results (see the module docstring)."""
@@ -263,10 +281,7 @@ def run_vertical(config: dict, *, base: str | Path = ".", out: str | Path | None
     y = frames[0][label].to_numpy()
     blocks = [f.drop(columns=[c for c in (id_column, label) if c in f.columns])
               .to_numpy(dtype=np.float64) for f in frames]
-    n = y.size
-    test = np.zeros(n, dtype=bool)
-    if test_fraction:
-        test[rng.permutation(n)[: int(round(test_fraction * n))]] = True
+    test = held_out(y.size, test_fraction, rng)
     train_blocks, test_blocks = [b[~test] for b in blocks], [b[test] if test.any() else b[~test]
                                                              for b in blocks]
     y_train, y_test = y[~test], (y[test] if test.any() else y[~test])
@@ -277,7 +292,6 @@ def run_vertical(config: dict, *, base: str | Path = ".", out: str | Path | None
     if epsilon is not None:
         ledgers = [_ledger(out, name, guest, epsilon, cfg.get("delta", 1e-5), "rdp")
                    for name in ordered]
-    common = {"epochs": cfg.get("epochs", 10), "batch_size": cfg.get("batch_size", 256)}
     results: dict[str, Any] = {"aligned": alignment.size, "psi_bytes": alignment.bytes,
                                "parties": ordered, "guest": guest}
     if model_kind == "split":
@@ -286,7 +300,7 @@ def run_vertical(config: dict, *, base: str | Path = ".", out: str | Path | None
         model = SplitNN(learning_rate=cfg.get("learning_rate", 1e-3),
                         hidden=cfg.get("hidden", 64), embedding=cfg.get("embedding", 16),
                         label_epsilon=label_epsilon, ledger=ledger, random_state=rng.spawn(1)[0],
-                        **common)
+                        epochs=cfg.get("epochs", 10), batch_size=cfg.get("batch_size", 256))
         model.fit(train_blocks, y_train.astype(np.int64))
         results["bytes"] = model.bytes_
         results["accuracy"] = model.score(test_blocks, y_test)
@@ -297,14 +311,12 @@ def run_vertical(config: dict, *, base: str | Path = ".", out: str | Path | None
 
         cls = VerticalLogisticRegression if model_kind == "logistic" else \
             VerticalLinearRegression
-        model = cls(cfg.get("protocol", "paillier"), learning_rate=cfg.get("learning_rate", 0.15),
-                    alpha=cfg.get("alpha", 0.0), optimizer=cfg.get("optimizer", "sgd"),
-                    link=cfg.get("link", "taylor2"),
-                    key_bits=cfg.get("key_bits", 2048),
+        model = cls(cfg.get("protocol", "paillier"), key_bits=cfg.get("key_bits", 2048),
+                    insecure_ok=cfg.get("insecure_ok", False),
                     decryption=cfg.get("decryption", "arbiter"), label_epsilon=label_epsilon,
                     label_delta=cfg.get("label_delta", 1e-5), ledger=ledger,
                     epsilon=epsilon, delta=cfg.get("delta", 1e-5), clip=cfg.get("clip", 1.0),
-                    ledgers=ledgers, random_state=rng.spawn(1)[0], **common)
+                    ledgers=ledgers, random_state=rng.spawn(1)[0], **schedule(cfg))
         model.fit(train_blocks, y_train)
         results["seconds_per_epoch"] = model.stats_.seconds
         results["bytes_per_epoch"] = model.stats_.bytes

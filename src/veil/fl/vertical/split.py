@@ -129,7 +129,7 @@ class SplitBottom:
             if self.train else None
         self._pass: tuple | None = None
         self._passes_seen = 0
-        self._pending: tuple | None = None   # (step, rows, output tensor)
+        self._pending: tuple | None = None   # (step, output tensor, rows)
 
     @property
     def n_samples(self) -> int:
@@ -152,7 +152,6 @@ class SplitBottom:
 
     def forward(self, message: bytes) -> bytes:
         """The top's batch message -> this party's embeddings of those rows."""
-        torch = _torch()
         msg = read_message(message, "batch", "top")
         step = (msg.get("pass"), msg.get("epoch"), msg.get("batch"))
         if not (isinstance(step[0], str) and all(isinstance(s, int) and
@@ -175,11 +174,9 @@ class SplitBottom:
             self._pass = step[:2]
             self._passes_seen += 1
         training = step[0] == "train" and self.train
-        self.module.train(training)
-        with torch.set_grad_enabled(training):
-            h = self._clipped(self.module(self._X[torch.as_tensor(rows)]))
+        h = self._cut(rows, training)
         released = self._noisy(h)
-        self._pending = (step, h) if training else None
+        self._pending = (step, h, rows) if training else None
         return encode({"stage": "embeddings", "party": self.name, "step": list(step),
                        "h": released})
 
@@ -190,7 +187,9 @@ class SplitBottom:
             return  # a fixed bottom learns nothing
         if self._pending is None:
             raise ProtocolError(f"message from 'top': {self.name!r} expects no gradient now")
-        step, h = self._pending
+        step, h, rows = self._pending
+        if h is None:       # pickled since forward (__getstate__): the same weights and rows
+            h = self._cut(rows, True)
         if msg.get("step") != list(step):
             raise ProtocolError(f"message from 'top': gradient for {msg.get('step')!r}; "
                                 f"{self.name!r} is at {list(step)}")
@@ -200,6 +199,23 @@ class SplitBottom:
         h.backward(torch.as_tensor(grad))
         self._opt.step()
         self._pending = None
+
+    def _cut(self, rows: np.ndarray, training: bool) -> Any:
+        """The clipped cut-layer output of ``rows`` (with its autograd graph if training)."""
+        torch = _torch()
+        self.module.train(training)
+        with torch.set_grad_enabled(training):
+            return self._clipped(self.module(self._X[torch.as_tensor(rows)]))
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A bottom moving to another process (a Flower node keeps its party pickled
+        between messages): the cut layer's autograd graph does not survive a pickle, so a
+        pending step keeps its rows and :meth:`backward` recomputes the output (the
+        forward pass is deterministic: the same weights and rows give the same output)."""
+        state = self.__dict__.copy()
+        if self._pending is not None:
+            state["_pending"] = (self._pending[0], None, self._pending[2])
+        return state
 
     def embed(self, X: Any) -> np.ndarray:
         """Embeddings of new rows for inference (clipped, without noise: not a release)."""

@@ -1,0 +1,645 @@
+"""The parties of a vertical run on Flower and the order of their calls.
+
+:class:`VerticalParty` is one organisation's side (sans-I/O): the guest, a host or the
+arbiter, built from its own ``[vertical]`` section and table; :meth:`VerticalParty.call`
+runs one call of the server's (``{"method", "args"}``) on the sans-I/O objects of
+:mod:`veil.fl.vertical.align` (ECDH-PSI), :mod:`veil.fl.vertical.paillier_lr` (Hardy et
+al. 2017) or :mod:`veil.fl.vertical.split` (split learning), each of which checks the peer
+message it is given and names the peer it blames. :func:`train` is the server's side:
+which calls go to whom, in the local runners' order
+(:func:`veil.fl.vertical.linear.train_paillier`, :func:`veil.fl.vertical.split.train_split`),
+through any relay with a ``call(party -> [(method, args)])``. :func:`vertical_plan` is
+what the parties agree on. The runtime that moves the calls, and who sees what:
+:mod:`veil.fl.runtime.flower_vertical`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from veil.errors import ConfigError, DataError, ProtocolError
+from veil.fl.messages import decode, encode
+from veil.random import check_rng
+
+__all__ = ["ARBITER", "VerticalParty", "check_flower", "train", "vertical_plan"]
+
+log = logging.getLogger(__name__)
+
+#: the party name of the key holder
+ARBITER = "arbiter"
+
+
+def check_flower(section: Mapping[str, Any]) -> None:
+    """ConfigError unless the ``[vertical]`` section can run on Flower (what runs, and why
+    not threshold decryption: :mod:`veil.fl.runtime.flower_vertical`)."""
+    settings = {"model": ("logistic", ("logistic", "linear", "split")),
+                "protocol": ("paillier", ("paillier",)),
+                "decryption": ("arbiter", ("arbiter",))}
+    if section.get("model") == "split":      # no protocol, no key
+        settings = {"model": settings["model"]}
+    for key, (default, allowed) in settings.items():
+        value = section.get(key, default)
+        if value not in allowed:
+            raise ConfigError(f"[vertical] {key}={value!r} does not run on Flower: allowed "
+                              f"{list(allowed)} (the others run under the local runtime)")
+    if "dataset" in section:
+        raise ConfigError("[vertical] dataset does not run on Flower: each organisation "
+                          "brings its own table (parties = { name = \"file.csv\" })")
+    parties = section.get("parties")
+    if not isinstance(parties, Mapping) or len(parties) < 2:
+        raise ConfigError("[vertical] parties must map at least two party names to their "
+                          "tables")
+    if ARBITER in parties:
+        raise ConfigError(f"[vertical] parties may not name a party {ARBITER!r}: that is "
+                          "the key holder's node")
+
+
+def nodes_of(plan: Mapping[str, Any]) -> list[str]:
+    """The parties of a plan with a node each: the tables' owners, and the arbiter unless
+    the model is split learning (no key)."""
+    section = plan["vertical"]
+    return [*section["parties"], *([] if section.get("model") == "split" else [ARBITER])]
+
+
+def vertical_plan(section: Mapping[str, Any]) -> dict[str, Any]:
+    """What every party and the server agree on: the ``[vertical]`` section, with
+    ``parties`` as the party names in the file's order (each organisation's file is its own
+    business; split learning joins the cut layer in that order)."""
+    check_flower(section)
+    plan = {k: v for k, v in section.items() if k != "parties"}
+    plan["parties"] = [str(p) for p in section["parties"]]
+    return {"vertical": plan}
+
+
+class _Channel:
+    """This party's end of its sealed channels through the relay: an ephemeral X25519 key
+    (RFC 7748) per party and run; with a peer's public key, HKDF-SHA256 of the shared
+    secret bound to the host and the message kind (:func:`veil.fl.secagg.masks.agree`)
+    keys AES-256-GCM, one key per direction and kind, and the nonce is the message's
+    number on that key (so each nonce is used once, and a replayed, dropped or reordered
+    message does not authenticate)."""
+
+    def __init__(self) -> None:
+        from veil.fl.secagg.masks import public_key
+
+        self._secret = check_rng(None).bytes(32)
+        self.public = public_key(self._secret)
+        self._counts: dict[tuple[str, str], int] = {}
+
+    def _aead(self, peer: Any, host: str, kind: str, who: str) -> tuple[AESGCM, bytes]:
+        from veil.fl.secagg.masks import agree
+
+        if not isinstance(peer, bytes) or len(peer) != 32:
+            raise ProtocolError(f"message from {who!r}: its channel key is not 32 bytes")
+        number = self._counts.get((host, kind), 0)
+        self._counts[host, kind] = number + 1
+        key = agree(self._secret, peer, f"veil vertical|{kind}|{host}".encode())
+        return AESGCM(key), number.to_bytes(12, "big")
+
+    def seal(self, peer: Any, host: str, kind: str, data: bytes, who: str) -> bytes:
+        """``data`` for the peer (``host``: the host of the pair; ``who``: the peer)."""
+        aead, nonce = self._aead(peer, host, kind, who)
+        return aead.encrypt(nonce, data, None)
+
+    def open(self, peer: Any, host: str, kind: str, data: Any, who: str) -> bytes:
+        """The peer's sealed ``data`` (ProtocolError naming ``who`` if it does not open)."""
+        if not isinstance(data, bytes):
+            raise ProtocolError(f"message from {who!r}: the sealed {kind} is not bytes")
+        aead, nonce = self._aead(peer, host, kind, who)
+        try:
+            return aead.decrypt(nonce, data, None)
+        except InvalidTag:
+            raise ProtocolError(f"message from {who!r}: the sealed {kind} does not "
+                                "authenticate") from None
+
+
+def _arg(args: Mapping[str, Any], name: str, kind: type, method: str) -> Any:
+    value = args.get(name)
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise ProtocolError(f"call {method}: argument {name!r} is {type(value).__name__}; "
+                            f"expected {kind.__name__}")
+    return value
+
+
+class VerticalParty:
+    """One organisation's side of a vertical run on Flower (sans-I/O).
+
+    ``name``: its party name (``"arbiter"``: the key holder, no table); ``section``: its
+    own ``[vertical]`` section; ``table``: its own table (a DataFrame with the id column;
+    the guest's holds the label); ``ledger``: the guest's ledger file when the section has
+    ``label_epsilon``; ``out``: a folder for its own part of the model (:meth:`_save`).
+    :meth:`call` answers the server's calls; which are
+    allowed depends on the role, and each party checks the messages the calls carry.
+    """
+
+    _ALIGN = {"guest": ("channel_key", "align_request", "align_finish", "align_order"),
+              "host": ("channel_key", "align_setup", "align_respond", "align_order")}
+    _METHODS = {("guest", "paillier"): (*_ALIGN["guest"], "key", "update", "next_batch",
+                                        "residual", "gradient", "evaluate", "save"),
+                ("host", "paillier"): (*_ALIGN["host"], "key", "update", "forward",
+                                       "backward", "test_scores", "save"),
+                ("arbiter", "paillier"): ("key", "decrypt"),
+                ("guest", "split"): (*_ALIGN["guest"], "next_batch", "step", "evaluate",
+                                     "save"),
+                ("host", "split"): (*_ALIGN["host"], "forward", "backward", "test_scores",
+                                    "save")}
+
+    def __init__(self, name: str, section: Mapping[str, Any], table: pd.DataFrame | None,
+                 *, ledger: str | os.PathLike | None = None,
+                 out: str | os.PathLike | None = None) -> None:
+        from veil.fl.vertical.align import read_ids
+        from veil.fl.vertical.paillier_lr import Plan
+        from veil.fl.vertical.run import check_section, schedule
+
+        self.section = dict(check_section(dict(section), "vertical"))
+        self.plan = vertical_plan(self.section)["vertical"]
+        self.name = str(name)
+        self.out = None if out is None else Path(out)
+        self.id_column = self.section.get("id", "id")
+        self.label = self.section.get("label", "y")
+        self.model = self.section.get("model", "logistic")
+        self.schedule = None if self.model == "split" else Plan(task=self.model,
+                                                                **schedule(self.section))
+        if self.name == ARBITER:
+            if table is not None:
+                raise ConfigError("the arbiter holds no table (node config data)")
+            self.role, self.columns, self.rows = "arbiter", [], 0
+        else:
+            if self.name not in self.plan["parties"]:
+                raise ConfigError(f"party {self.name!r} is not one of the run's parties "
+                                  f"{self.plan['parties']}")
+            if not isinstance(table, pd.DataFrame):
+                raise ConfigError(f"party {self.name!r} has no table (node config data)")
+            if self.section.get("prefix_columns", False):
+                table = table.rename(columns={c: f"{self.name}.{c}" for c in table.columns
+                                              if c not in (self.id_column, self.label)})
+            read_ids(table, self.id_column, name=f"ids of {self.name!r}")
+            self.role = "guest" if self.label in table.columns else "host"
+            self.columns = [c for c in table.columns if c not in (self.id_column, self.label)]
+            if not self.columns:
+                raise DataError(f"party {self.name!r} holds no feature column")
+            self.rows = len(table)
+        self._table = table
+        self._ledger_file = ledger
+        if self.role == "guest" and self.section.get("label_epsilon") is not None \
+                and ledger is None:
+            raise ConfigError(f"party {self.name!r}: label_epsilon needs this node's own "
+                              "ledger file (node config ledger)")
+        self._channel: _Channel | None = None
+        self._peers: dict[str, bytes] = {}      # the other side's channel keys
+        self._align: Any = None
+        self._party: Any = None                 # PaillierGuest / PaillierHost / Arbiter,
+        self._bottom: Any = None                # or SplitTop (and the guest's own bottom,
+        self._own_cut: bytes | None = None      # its embeddings of the batch and the top's
+        self._own_grad: bytes | None = None     # gradient of them: they never leave it)
+        self._test: np.ndarray | None = None    # the held-out rows: host, features; guest,
+        self._test_X: np.ndarray | None = None  # their mask, features and labels
+        self._test_y: np.ndarray | None = None
+        self._ledger: Any = None                # the guest's, with label_epsilon
+        self._cut = 0                           # split: the top's input width
+        self.aligned = 0
+
+    def describe(self) -> dict[str, Any]:
+        """What the server learns at the handshake: the role and the table's schema."""
+        return {"party": self.name, "role": self.role, "columns": self.columns,
+                "rows": self.rows}
+
+    def call(self, method: str, args: Mapping[str, Any]) -> bytes:
+        """Run one call of the server's; its answer as bytes (b"": none)."""
+        if method not in self._METHODS[self.role, "split" if self.model == "split"
+                                       else "paillier"]:
+            raise ProtocolError(f"party {self.name!r} ({self.role}) has no call {method!r}")
+        answer = getattr(self, f"_{method}")(args)
+        return b"" if answer is None else answer
+
+    # the alignment ---------------------------------------------------------------------
+    def _hosts(self) -> list[str]:
+        return [p for p in self.plan["parties"] if p != self.name]
+
+    def _channel_key(self, args: Mapping[str, Any]) -> bytes:
+        if self._channel is None:
+            self._channel = _Channel()
+        return self._channel.public
+
+    def _align_setup(self, args: Mapping[str, Any]) -> bytes:
+        from veil.fl.vertical.align import AlignHost
+
+        if self._align is not None:
+            raise ProtocolError(f"{self.name!r} is aligned already: one alignment per run")
+        self._align = AlignHost(self.name, self._table, column=self.id_column)
+        return self._align.setup()
+
+    def _align_request(self, args: Mapping[str, Any]) -> bytes:
+        from veil.fl.vertical.align import AlignGuest
+
+        host = _arg(args, "host", str, "align_request")
+        if self._align is None:
+            self._align = AlignGuest(self._table, self._hosts(), column=self.id_column)
+        self._peers[host] = args.get("key")
+        return self._align.request(host, _arg(args, "setup", bytes, "align_request"))
+
+    def _align_finish(self, args: Mapping[str, Any]) -> None:
+        self._need(self._align, "align_request")
+        self._align.finish(_arg(args, "host", str, "align_finish"),
+                           _arg(args, "response", bytes, "align_finish"))
+
+    def _align_respond(self, args: Mapping[str, Any]) -> bytes:
+        self._need(self._align, "align_setup")
+        return self._align.respond(_arg(args, "request", bytes, "align_respond"))
+
+    def _seal(self, peer: str, kind: str, data: bytes) -> bytes:
+        """``data`` sealed for ``peer`` (the guest's hosts, a host's guest)."""
+        host = peer if self.role == "guest" else self.name
+        channel = self._need(self._channel, "channel_key")
+        return channel.seal(self._peers.get(peer), host, kind, data, peer)
+
+    def _open(self, peer: str, kind: str, data: Any) -> bytes:
+        host = peer if self.role == "guest" else self.name
+        channel = self._need(self._channel, "channel_key")
+        return channel.open(self._peers.get(peer), host, kind, data, peer)
+
+    def _need(self, value: Any, first: str) -> Any:
+        if value is None:
+            raise ProtocolError(f"party {self.name!r}: call {first} first")
+        return value
+
+    def _align_order(self, args: Mapping[str, Any]) -> bytes | None:
+        if self.role == "guest":     # the common ids and the held-out rows, sealed per host
+            host = _arg(args, "host", str, "align_order")
+            self._need(self._align, "align_request")
+            if self._party is None:
+                self._start_guest(args)
+            body = encode({"order": self._align.order(host), "test": self._test})
+            return self._seal(host, "order", body)
+        self._peers["guest"] = args.get("key")
+        sealed = self._open("guest", "order", args.get("order"))
+        try:
+            body = decode(sealed)
+            if not isinstance(body, dict):
+                raise ProtocolError("not a mapping")
+        except ProtocolError as exc:
+            raise ProtocolError(f"message from 'guest': bad order ({exc})") from None
+        rows = self._need(self._align, "align_setup").receive_order(body.get("order"))
+        test = body.get("test")
+        if not (isinstance(test, np.ndarray) and test.dtype == np.bool_
+                and test.shape == rows.shape):
+            raise ProtocolError(f"message from 'guest': the held-out rows are not a mask of "
+                                f"the {rows.size} aligned rows")
+        X = self._features(rows)
+        self._test = X[test] if test.any() else X[~test]
+        self.aligned = rows.size
+        if self.model == "split":
+            self._party = self._split_bottom(self.name, X[~test], args)
+        else:
+            from veil.fl.vertical.paillier_lr import PaillierHost
+
+            self._party = PaillierHost(self.name, X[~test], self.schedule,
+                                       insecure_ok=self.section.get("insecure_ok", False))
+        return None
+
+    def _features(self, rows: np.ndarray) -> np.ndarray:
+        return self._table.iloc[rows][self.columns].to_numpy(dtype=np.float64)
+
+    def _draws(self, n: int) -> tuple[np.ndarray, Any]:
+        """The held-out rows of ``n`` aligned ones and the model's generator, drawn from
+        the seed in the order :func:`veil.fl.vertical.run.run_vertical` draws them (so a
+        seeded run is the local runtime's; no seed: the CSPRNG)."""
+        from veil._validation import check_probability
+        from veil.fl.vertical.run import held_out
+
+        rng = check_rng(self.section.get("seed"))
+        fraction = check_probability(self.section.get("test_fraction", 0.0),
+                                     "[vertical] test_fraction", high_open=True)
+        test = held_out(n, fraction, rng)
+        return test, check_rng(rng.spawn(1)[0])
+
+    def _split_bottom(self, name: str, X: np.ndarray, args: Mapping[str, Any],
+                      model_rng: Any = None) -> Any:
+        """A split-learning bottom on ``X``: its network initialised as
+        :class:`veil.fl.vertical.split.SplitNN` initialises it (the torch seed drawn from
+        the model's generator, every party's bottom built in the plan's order, whose
+        widths ``args["widths"]`` the server relays from the handshake's schemas)."""
+        from veil.fl.vertical.split import SplitBottom, _mlp, _torch
+
+        widths, names = args.get("widths"), args.get("names")
+        if not (isinstance(widths, list) and isinstance(names, list)
+                and len(widths) == len(names) and name in names
+                and all(isinstance(w, int) and w > 0 for w in widths)
+                and widths[names.index(name)] == X.shape[1]):
+            raise ProtocolError(f"call align_order: the bottoms' widths {widths!r} do not "
+                                f"give {name!r} its {X.shape[1]} columns")
+        if model_rng is None:
+            model_rng = self._draws(self.aligned)[1]
+        _torch().manual_seed(int(model_rng.integers(0, 2**31)))
+        hidden, embedding = self.section.get("hidden", 64), self.section.get("embedding", 16)
+        modules = [_mlp([w, hidden, embedding]) for w in widths]
+        self._cut = len(modules) * embedding          # the top's input width
+        return SplitBottom(name, X, modules[names.index(name)],
+                           learning_rate=self.section.get("learning_rate", 1e-3),
+                           passes=self.section.get("epochs", 10))
+
+    def _start_guest(self, args: Mapping[str, Any]) -> None:
+        """The guest's part once the alignment is done: the held-out rows and its
+        PaillierGuest (or SplitTop and its own bottom) on the training rows."""
+        from veil.dp import Ledger
+
+        rows = self._align.result().rows["guest"]
+        test, model_rng = self._draws(rows.size)
+        X, y = self._features(rows), self._table.iloc[rows][self.label].to_numpy()
+        self._test, self.aligned = test, rows.size
+        self._test_X = X[test] if test.any() else X[~test]
+        self._test_y = y[test] if test.any() else y[~test]
+        epsilon = self.section.get("label_epsilon")
+        if epsilon is not None:
+            self._ledger = Ledger(epsilon=epsilon, delta=self.section.get("label_delta", 1e-5),
+                                  accountant="pld" if self.model == "split" else "rdp",
+                                  path=self._ledger_file)
+        if self.model == "split":
+            from veil.fl.vertical.split import SplitTop, _mlp
+
+            self._bottom = self._split_bottom("guest", X[~test], args, model_rng)
+            y_train = y[~test].astype(np.int64)
+            classes = int(max(2, y_train.max() + 1))
+            self._party = SplitTop(
+                y_train, args["names"], _mlp([self._cut, self.section.get("hidden", 64),
+                                              classes]),
+                classes=classes, epochs=self.section.get("epochs", 10),
+                batch_size=self.section.get("batch_size", 256),
+                learning_rate=self.section.get("learning_rate", 1e-3), label_epsilon=epsilon,
+                ledger=self._ledger, rng=model_rng.spawn(1)[0])
+            return
+        from veil.fl.vertical.paillier_lr import PaillierGuest
+
+        hosts = self._hosts()
+        self._party = PaillierGuest(X[~test], y[~test], hosts, self.schedule,
+                                    label_epsilon=epsilon,
+                                    label_delta=self.section.get("label_delta", 1e-5),
+                                    ledger=self._ledger,
+                                    insecure_ok=self.section.get("insecure_ok", False),
+                                    rng=model_rng.spawn(1)[0])
+
+    # training --------------------------------------------------------------------------
+    def _key(self, args: Mapping[str, Any]) -> bytes | None:
+        if self.role != "arbiter":
+            self._need(self._party, "align_order").receive_key(
+                _arg(args, "key", bytes, "key"))
+            return None
+        from veil.fl.vertical.paillier_lr import Arbiter
+
+        if self._party is not None:
+            raise ProtocolError("the arbiter has a key already: one key per run")
+        sizes, parties = args.get("sizes"), set(self.plan["parties"])
+        if not (isinstance(sizes, dict) and "guest" in sizes and len(sizes) == len(parties)
+                and set(sizes) - {"guest"} < parties):
+            raise ProtocolError(f"call key: sizes must name 'guest' (the label holder) and "
+                                f"the other parties of {sorted(parties)}")
+        self._party = Arbiter(sizes, key_bits=self.section.get("key_bits", 2048),
+                              insecure_ok=self.section.get("insecure_ok", False))
+        return self._party.key_message()
+
+    def _update(self, args: Mapping[str, Any]) -> None:
+        self._need(self._party, "align_order").update(_arg(args, "decrypted", bytes, "update"))
+
+    def _next_batch(self, args: Mapping[str, Any]) -> bytes | None:
+        """The guest's next batch message (split learning: its own bottom first steps on
+        the last batch's gradient, then embeds the new batch, both on this node)."""
+        party = self._need(self._party, "align_order")
+        if self._own_grad is not None:
+            self._bottom.backward(self._own_grad)
+            self._own_grad = None
+        batch = party.next_batch()
+        if batch is not None and self._bottom is not None:
+            self._own_cut = self._bottom.forward(batch)
+        return batch
+
+    def _forward(self, args: Mapping[str, Any]) -> bytes:
+        """A host's answer to a batch: its encrypted scores (Paillier), or its cut-layer
+        embeddings sealed for the guest (split learning)."""
+        answer = self._need(self._party, "align_order").forward(
+            _arg(args, "batch", bytes, "forward"))
+        return self._seal("guest", "cut", answer) if self.model == "split" else answer
+
+    def _step(self, args: Mapping[str, Any]) -> bytes:
+        """The split top's step on its own embeddings and each host's (sealed): the
+        gradients of the hosts' embeddings, each sealed for its host."""
+        top = self._need(self._party, "align_order")
+        sealed = _arg(args, "embeddings", dict, "step")
+        if set(sealed) != set(self._hosts()) or self._own_cut is None:
+            raise ProtocolError(f"call step: embeddings from {sorted(sealed)}; expected "
+                                f"{self._hosts()} after a batch")
+        grads = top.step({"guest": self._own_cut,
+                          **{h: self._open(h, "cut", sealed[h]) for h in self._hosts()}})
+        self._own_cut = None
+        grads = dict(grads or {})
+        self._own_grad = grads.pop("guest", None)
+        return encode({h: self._seal(h, "grad", g) for h, g in grads.items()})
+
+    def _residual(self, args: Mapping[str, Any]) -> bytes:
+        scores = _arg(args, "scores", dict, "residual")
+        return self._need(self._party, "align_order").residual(scores)
+
+    def _gradient(self, args: Mapping[str, Any]) -> bytes:
+        return self._need(self._party, "align_order").gradient()
+
+    def _backward(self, args: Mapping[str, Any]) -> bytes | None:
+        """A Paillier host's masked gradient for the guest's residual; a split bottom's
+        step on the top's (sealed) gradient of its embeddings."""
+        message = _arg(args, "message", bytes, "backward")
+        if self.model == "split":
+            message = self._open("guest", "grad", message)
+        return self._need(self._party, "align_order").backward(message)
+
+    def _decrypt(self, args: Mapping[str, Any]) -> bytes:
+        """A masked gradient relayed from party ``sender`` (its name in the protocol's
+        messages: "guest" for the label holder) -> its decryption, for that party only."""
+        arbiter = self._need(self._party, "key")
+        sender = _arg(args, "sender", str, "decrypt")
+        try:
+            answer = arbiter.decrypt(_arg(args, "gradient", bytes, "decrypt"))
+        except ProtocolError as exc:
+            raise ProtocolError(f"the gradient relayed from {sender!r}: {exc}") from None
+        owner = decode(answer)["party"]
+        if owner != sender:
+            raise ProtocolError(f"the gradient relayed from {sender!r} is {owner!r}'s")
+        return answer
+
+    # the end ---------------------------------------------------------------------------
+    def _test_scores(self, args: Mapping[str, Any]) -> bytes:
+        """This host's partial scores of the held-out rows, sealed for the guest."""
+        party = self._need(self._party, "align_order")
+        scores = encode(party.embed(self._test) if self.model == "split"
+                        else party.scores(self._test))
+        return self._seal("guest", "scores", scores)
+
+    def _evaluate(self, args: Mapping[str, Any]) -> bytes:
+        """The guest's metrics on the held-out rows from its own part and each host's
+        (sealed) partial scores, or cut-layer embeddings for split learning."""
+        from veil.fl.vertical.run import _auc
+
+        party = self._need(self._party, "align_order")
+        sealed = _arg(args, "scores", dict, "evaluate")
+        hosts = self._hosts()
+        if set(sealed) != set(hosts):
+            raise ProtocolError(f"call evaluate: scores from {sorted(sealed)}; expected "
+                                f"{hosts}")
+        n, y = self._test_X.shape[0], self._test_y
+        parts = []
+        for host in hosts:
+            part = decode(self._open(host, "scores", sealed[host]))
+            ndim = 2 if self.model == "split" else 1
+            if not (isinstance(part, np.ndarray) and part.ndim == ndim
+                    and part.shape[0] == n and np.all(np.isfinite(part))):
+                raise ProtocolError(f"message from {host!r}: its scores are not {n} rows of "
+                                    "finite numbers")
+            parts.append(part)
+        metrics: dict[str, Any] = {"aligned": self.aligned,
+                                   "evaluated_on": "held-out aligned rows"
+                                   if self._test.any() else "training rows"}
+        if self.model == "split":   # as SplitNN.predict_proba
+            try:
+                logits = party.logits([self._bottom.embed(self._test_X), *parts])
+            except RuntimeError as exc:   # torch: widths that do not fit the top
+                raise ProtocolError(f"the hosts' embeddings do not fit the top: {exc}") \
+                    from None
+            e = np.exp(logits - logits.max(axis=1, keepdims=True))
+            proba = e / e.sum(axis=1, keepdims=True)
+            metrics["accuracy"] = float(np.mean(np.argmax(proba, axis=1) == y))
+            if party.classes == 2:
+                metrics["auc"] = _auc(y, proba[:, 1])
+        else:
+            own = party.coef_[:-1] if party.fit_intercept else party.coef_
+            z = self._test_X @ own + party.intercept_ + sum(parts)
+            if self.schedule.task == "logistic":
+                metrics.update(accuracy=float(np.mean((z > 0) == y)), auc=_auc(y, z))
+            else:
+                metrics["r2"] = float(1 - np.sum((y - z) ** 2) / np.sum((y - y.mean()) ** 2))
+        if self._ledger is not None:
+            metrics["label_epsilon_spent"] = self._ledger.spent()[0]
+        return encode(metrics)
+
+    def _save(self, args: Mapping[str, Any]) -> None:
+        """This party's own part of the model into its ``out`` folder: ``coef.npy`` (its
+        coefficient block; the guest's ends with the intercept), or for split learning
+        ``model.npz`` (its bottom's parameters, ``bottom.<name>``; the guest's top's,
+        ``top.<name>``)."""
+        party = self._need(self._party, "align_order")
+        if self.out is None:
+            return
+        self.out.mkdir(parents=True, exist_ok=True)
+        if self.model != "split":
+            np.save(self.out / "coef.npy", party.coef_)
+            return
+        modules = {"bottom": self._bottom or party, "top": party if self._bottom else None}
+        np.savez(self.out / "model.npz", **{
+            f"{kind}.{key}": value.detach().numpy()
+            for kind, holder in modules.items() if holder is not None
+            for key, value in holder.module.state_dict().items()})
+
+
+# -- the order of the calls ----------------------------------------------------------
+def train(relay: Any) -> dict[str, Any]:
+    """A whole run through a connected ``relay`` (its ``guest``, ``hosts``, ``schemas``,
+    ``sent`` and ``call``: :class:`veil.fl.runtime.flower_vertical.VerticalRelay`), in the
+    local runner's order: the alignment, every batch of the plan, the metrics. Returns the
+    results (the guest's metrics, the bytes each party sent, the seconds). Calls that do
+    not wait for each other share one exchange: a batch costs five exchanges for the
+    Paillier protocol (guest, hosts, guest, hosts, arbiter), three for split learning
+    (guest, every bottom, guest); the alignment five and the end three."""
+    start = time.perf_counter()
+    guest, hosts = relay.guest, relay.hosts
+    parties = [guest, *hosts]
+    split = relay.plan["vertical"].get("model") == "split"
+    setups = relay.call({h: [("align_setup", {}), ("channel_key", {})] for h in hosts})
+    requests = relay.call({guest: [("align_request", {"host": h, "setup": setups[h][0],
+                                                      "key": setups[h][1]}) for h in hosts]})
+    responses = relay.call({h: [("align_respond", {"request": r})]
+                            for h, r in zip(hosts, requests[guest])})
+    # split learning: the bottoms' widths, in the plan's order, for their initialisation
+    widths = {"names": ["guest", *hosts],
+              "widths": [len(relay.schemas[p]["columns"]) for p in parties]} if split else {}
+    done = relay.call({guest: [*(("align_finish", {"host": h, "response": responses[h][0]})
+                                 for h in hosts), ("channel_key", {}),
+                               *(("align_order", {"host": h, **widths}) for h in hosts)]})[guest]
+    key, orders = done[len(hosts)], done[len(hosts) + 1:]
+    calls = {h: [("align_order", {"order": o, "key": key, **widths})]
+             for h, o in zip(hosts, orders)}
+    if split:
+        relay.call(calls)
+        batches, pending = _train_split(relay)
+    else:
+        # the gradient entries of each party, by its name in the protocol's messages (the
+        # label holder is "guest" there; its intercept is one more entry)
+        calls[ARBITER] = [("key", {"sizes": {
+            "guest": len(relay.schemas[guest]["columns"]) + 1,
+            **{h: len(relay.schemas[h]["columns"]) for h in hosts}}})]
+        batches, pending = _train_paillier(relay, relay.call(calls)[ARBITER][0])
+    ends = relay.call({h: [*pending[h], ("test_scores", {}), ("save", {})] for h in hosts})
+    metrics = decode(relay.call({guest: [("evaluate", {"scores": {
+        h: ends[h][-2] for h in hosts}}), ("save", {})]})[guest][0])
+    if not isinstance(metrics, dict):
+        raise ProtocolError(f"party {guest!r} sent no metrics")
+    return {**metrics, "parties": parties, "guest": guest, "batches": batches,
+            "bytes_sent": dict(relay.sent), "seconds": time.perf_counter() - start,
+            "runtime": "flower"}
+
+
+def _train_paillier(relay: Any, key: bytes) -> tuple[int, dict[str, list]]:
+    """Every batch of the Paillier protocol (:func:`veil.fl.vertical.linear.train_paillier`);
+    returns the batches and the hosts' calls still pending (their last update)."""
+    guest, hosts = relay.guest, relay.hosts
+    parties = [guest, *hosts]
+    first = {p: [("key", {"key": key})] for p in parties}  # with each party's first call
+    decrypted: dict[str, bytes] = {}
+    batches = 0
+    while True:
+        updates = {p: [("update", {"decrypted": decrypted[p]})] if p in decrypted else []
+                   for p in parties}
+        batch = relay.call({guest: [*first.pop(guest, []), *updates[guest],
+                                    ("next_batch", {})]})[guest][-1]
+        if not batch:
+            return batches, updates
+        scores = relay.call({h: [*first.pop(h, []), *updates[h], ("forward", {"batch": batch})]
+                             for h in hosts})
+        residual, own = relay.call({guest: [
+            ("residual", {"scores": {h: scores[h][-1] for h in hosts}}),
+            ("gradient", {})]})[guest]
+        gradients = {guest: own, **{h: a[0] for h, a in relay.call(
+            {h: [("backward", {"message": residual})] for h in hosts}).items()}}
+        answers = relay.call({ARBITER: [("decrypt", {"gradient": gradients[p],
+                                                     "sender": "guest" if p == guest else p})
+                                        for p in parties]})[ARBITER]
+        decrypted = dict(zip(parties, answers))
+        batches += 1
+
+
+def _train_split(relay: Any) -> tuple[int, dict[str, list]]:
+    """Every batch of split learning (:func:`veil.fl.vertical.split.train_split`): the
+    guest's top and own bottom, each host's bottom; returns the batches and the hosts'
+    calls still pending (their last backward pass)."""
+    guest, hosts = relay.guest, relay.hosts
+    backward: dict[str, list] = {h: [] for h in hosts}
+    batches = 0
+    while True:
+        batch = relay.call({guest: [("next_batch", {})]})[guest][0]
+        if not batch:
+            return batches, backward
+        cut = relay.call({h: [*backward[h], ("forward", {"batch": batch})] for h in hosts})
+        answer = relay.call({guest: [("step", {"embeddings": {
+            h: cut[h][-1] for h in hosts}})]})[guest][0]
+        gradients = decode(answer)
+        if not (isinstance(gradients, dict) and set(gradients) <= set(hosts)
+                and all(isinstance(g, bytes) for g in gradients.values())):
+            raise ProtocolError(f"party {guest!r} sent no gradients of the cut layer")
+        backward = {h: [("backward", {"message": gradients[h]})] if h in gradients else []
+                    for h in hosts}
+        batches += 1
