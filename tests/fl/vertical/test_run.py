@@ -59,6 +59,11 @@ def test_bad_tables_are_refused_before_anything_runs(tables):
         check_tables({"guest": guest, "host": host.assign(id=np.arange(len(host)))}, "id", "y")
     with pytest.raises(DataError, match="duplicate ids"):
         check_tables({"guest": guest, "host": pd.concat([host, host.iloc[:1]])}, "id", "y")
+    with pytest.raises(DataError, match="party 'host': the feature columns \\['city'\\] are not"):
+        check_tables({"guest": guest, "host": host.assign(city="Lyon")}, "id", "y")
+    (base / "text.csv").write_text(host.assign(city="Lyon").to_csv(index=False))
+    with pytest.raises(DataError, match="not numeric"):   # before any alignment
+        run_vertical(_config(parties={"guest": "guest.csv", "host": "text.csv"}), base=base)
     (base / "other.csv").write_text(host.assign(id="q" + host["id"]).to_csv(index=False))
     with pytest.raises(DataError, match="empty"):
         run_vertical(_config(parties={"guest": "guest.csv", "host": "other.csv"}), base=base)

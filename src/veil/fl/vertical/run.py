@@ -152,7 +152,8 @@ def check_tables(tables: dict[str, pd.DataFrame], id_column: str, label: str) ->
     """Refuse tables that cannot be joined vertically; returns the label holder's name.
 
     Checks: every table has the id column (ids of one type, no duplicates, no missing
-    ones); the label is in exactly one table; no other column is in two tables.
+    ones); the label is in exactly one table; no other column is in two tables; every
+    party holds at least one feature column, all numeric.
     """
     if len(tables) < 2:
         raise ConfigError(f"vertical learning needs at least two parties; got {list(tables)}")
@@ -176,8 +177,10 @@ def check_tables(tables: dict[str, pd.DataFrame], id_column: str, label: str) ->
                                   f"{name!r}: a vertical split gives each feature to one "
                                   "party (rename or drop one)")
             owner[col] = name
-        if not [c for c in table.columns if c not in (id_column, label)]:
+        features = [c for c in table.columns if c not in (id_column, label)]
+        if not features:
             raise DataError(f"party {name!r} holds no feature column")
+        _check_numeric(table[features], f"party {name!r}")
     return holders[0]
 
 
@@ -448,12 +451,17 @@ def _ftl_tables(cfg: dict, base: Path, id_column: str, label: str, rng: Any
     return source, target, own.assign(**{label: labels})
 
 
-def _floats(table: pd.DataFrame, what: str) -> np.ndarray:
-    """A table's feature columns as floats; a non-numeric column is a DataError."""
+def _check_numeric(table: pd.DataFrame, what: str) -> None:
+    """A non-numeric column of ``table`` (features only) is a DataError naming it."""
     bad = [c for c in table.columns if not pd.api.types.is_numeric_dtype(table[c])]
     if bad:
-        raise DataError(f"[transfer] {what}: the feature columns {bad} are not numeric "
-                        "(encode them first)")
+        raise DataError(f"{what}: the feature columns {bad} are not numeric (encode them "
+                        "first, e.g. one-hot)")
+
+
+def _floats(table: pd.DataFrame, what: str) -> np.ndarray:
+    """A table's feature columns as floats; a non-numeric column is a DataError."""
+    _check_numeric(table, f"[transfer] {what}")
     return table.to_numpy(dtype=np.float64)
 
 
