@@ -71,6 +71,15 @@ def test_unknown_keys_and_sections_are_named(tmp_path):
     assert main(["fl", "run", str(bad_key)]) == 2  # the CLI reports it without a traceback
 
 
+def test_a_deployment_secagg_config_is_refused_by_the_local_run(tmp_path, capsys):
+    # its identity table's private keys live on the clients' nodes: every round would abort
+    config = _config(tmp_path, SMALL.format(rounds=2).replace(
+        "clip_range = 2.0", 'clip_range = 2.0\nidentities = "identities.json"'))
+    out = tmp_path / "out"
+    assert main(["fl", "run", str(config), "--out", str(out)]) == 2
+    assert "veil fl app" in capsys.readouterr().err and not out.exists()
+
+
 def test_run_writes_results_and_plot_and_refuses_to_overwrite(tmp_path, capsys):
     config = _config(tmp_path, SMALL.format(rounds=3))
     out = tmp_path / "out"

@@ -160,6 +160,12 @@ def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = F
         raise ConfigError(f"--runtime {runtime_name!r} is not allowed: expected one of "
                           f"{', '.join(RUNTIMES)}")
     cfg = load_config(check_input_file(config, "CONFIG", text=True))
+    if cfg.has("secagg") and cfg["secagg"]["identities"]:
+        raise ConfigError(f"[secagg] identities = {cfg['secagg']['identities']!r} names a "
+                          "deployment's identity table, whose private keys stay on the "
+                          "clients' own nodes: `veil fl run` simulates every client here and "
+                          "holds none of them. Deploy this config with `veil fl app`, or drop "
+                          "`identities` to simulate (the run then makes the identities)")
     if cfg.kind in ("vertical", "transfer"):
         for flag, given in (("--resume", resume), ("--report", report),
                             (f"--runtime {runtime_name}", runtime_name != "local"
