@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+
+
+def canonical(value: Any) -> bytes:
+    """``value``'s canonical JSON (keys sorted, no spaces) as UTF-8: equal values, equal
+    bytes, so a digest of it names a plan whatever the order it was written in."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
 
 
 def to_jsonable(value: Any) -> Any:

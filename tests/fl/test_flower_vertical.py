@@ -8,8 +8,10 @@ processes and TLS are the last two tests."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -18,9 +20,12 @@ from sklearn.datasets import load_breast_cancer
 
 pytest.importorskip("flwr", reason="the Flower runtime needs the 'flower' extra (flwr)")
 
+from veil._json import canonical  # noqa: E402
+from veil.crypto.identity import make_identities, sign, write_identities  # noqa: E402
 from veil.dp import Ledger  # noqa: E402
 from veil.errors import ConfigError, ProtocolError  # noqa: E402
 from veil.experiments.fl_config import load_config  # noqa: E402
+from veil.fl.messages import encode  # noqa: E402
 from veil.fl.runtime.flower_vertical import (  # noqa: E402
     VerticalParty,
     VerticalRelay,
@@ -32,6 +37,7 @@ from veil.fl.runtime.flower_vertical import (  # noqa: E402
     vertical_app,
     vertical_plan,
 )
+from veil.fl.secagg.masks import public_key  # noqa: E402
 from veil.fl.vertical import VerticalLogisticRegression  # noqa: E402
 from veil.fl.vertical.run import held_out, run_vertical, schedule  # noqa: E402
 from veil.random import check_rng  # noqa: E402
@@ -49,6 +55,7 @@ learning_rate = 0.3
 test_fraction = 0.3
 key_bits = 512
 insecure_ok = true
+identities = "identities.json"
 {extra}
 [run]
 seed = 4
@@ -88,7 +95,19 @@ def _organisations(tmp_path, epochs=1, extra="", plans=None, batch=200):
             shutil.copyfile(tmp_path / f"{name}.csv", org / f"{name}.csv")
             nodes[name]["data"] = str(org / f"{name}.csv")
     nodes["bank"]["ledger"] = str(tmp_path / "org-bank" / "ledger.sqlite")
+    _identities(tmp_path, nodes, ["bank", "insurer"])
     return config, nodes
+
+
+def _identities(tmp_path, nodes, parties):
+    """Each organisation's identity key (node config identity-key) and its own copy of the
+    table beside its plan (the run file names it: identities = "identities.json")."""
+    keys = tmp_path / "keys"
+    table = write_identities(keys, len(parties))
+    for name, node in nodes.items():
+        shutil.copyfile(table, Path(node["plans"]) / "identities.json")
+        if name in parties:
+            node["identity-key"] = str(keys / f"identity-{parties.index(name)}.key")
 
 
 class _Recording(_LoopbackGrid):
@@ -214,6 +233,52 @@ def test_garbled_bytes_a_stolen_role_and_another_plan_are_refused_by_name(tmp_pa
                                              "ledger.sqlite") == 0.0
 
 
+class _KeySwapping(VerticalRelay):
+    """A server that relays its own channel key, properly signed with an Ed25519 key of its
+    own, in place of ``victim``'s (to read the sealed order of the common ids)."""
+
+    def __init__(self, relay, victim, role):
+        self.__dict__.update(relay.__dict__)
+        self.secret = check_rng(None).bytes(32)
+        (forger,), _ = make_identities(1)
+        key = public_key(self.secret)
+        statement = b"|".join([b"veil.vertical.channel", hashlib.sha256(
+            canonical(self.plan["vertical"])).digest(), victim.encode(), role.encode(), key])
+        self.forged = encode({"party": victim, "key": key,
+                              "signature": sign(forger, statement)})
+
+    def call(self, calls):
+        return super().call({p: [(m, {**a, "key": self.forged} if "key" in a else a)
+                                 for m, a in cs] for p, cs in calls.items()})
+
+
+def test_a_server_putting_its_own_channel_keys_in_place_is_refused_by_name(tmp_path):
+    config, nodes = _organisations(tmp_path)
+    relay = _relay(config, nodes)
+    relay.connect()
+    with pytest.raises(ProtocolError, match="party 'bank' refused align_request: message "
+                                            "from 'insurer': its channel key is not signed"):
+        train(_KeySwapping(relay, "insurer", "host"))
+    relayed = b"".join(v for v in relay.grid.relayed if isinstance(v, bytes))
+    assert b"c0100" not in relayed and b"c0499" not in relayed     # no order was sealed
+    config, nodes = _organisations(tmp_path / "b")
+    relay = _relay(config, nodes)
+    relay.connect()
+    with pytest.raises(ProtocolError, match="party 'bank' refused align_request"):
+        train(_KeySwapping(relay, "bank", "guest"))   # the host's key is relayed first
+
+
+def test_a_node_without_its_own_identity_is_refused_before_anything_runs(tmp_path):
+    config, nodes = _organisations(tmp_path)
+    for change, match in (({"identity-key": nodes["bank"]["identity-key"]},
+                           "party 'insurer': this identity key is not entry 1"),
+                          ({"identity-key": None}, "needs its identity key")):
+        bad = {**nodes, "insurer": {k: v for k, v in {**nodes["insurer"], **change}.items()
+                                    if v is not None}}
+        with pytest.raises(ProtocolError, match=match):
+            _relay(config, bad).connect()
+
+
 def test_garbled_training_messages_stop_the_run_naming_the_sender(tmp_path):
     config, nodes = _organisations(tmp_path)
     with pytest.raises(ProtocolError, match="party 'bank' refused residual, gradient: "
@@ -310,6 +375,7 @@ def test_three_organisations_align_on_the_ids_all_of_them_hold(tmp_path):
         if table is not None:
             table.to_csv(tmp_path / f"{name}.csv", index=False)
             nodes[name]["data"] = str(tmp_path / f"{name}.csv")
+    _identities(tmp_path, nodes, ["bank", "insurer", "telco"])
     results = train(_connected(config, nodes))
     local = run_vertical(load_config(config)["vertical"], base=tmp_path)
     assert results["aligned"] == local["aligned"] == len(set(bank.id) & set(telco.id)

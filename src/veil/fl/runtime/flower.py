@@ -91,6 +91,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("the Flower runtime needs flwr: pip install 'veil[flower]'") from exc
 
+from veil._json import canonical
 from veil._validation import check_int, check_positive
 from veil.errors import ConfigError, ProtocolError, VeilError
 from veil.fl.messages import Message
@@ -132,12 +133,8 @@ def _field(content: RecordDict, name: str, kind: type) -> Any:
     return value
 
 
-def _canonical(plan: Mapping[str, Any]) -> bytes:
-    return json.dumps(plan, sort_keys=True, separators=(",", ":")).encode()
-
-
 def _digest(plan: Mapping[str, Any]) -> str:
-    return hashlib.sha256(_canonical(plan)).hexdigest()
+    return hashlib.sha256(canonical(plan)).hexdigest()
 
 
 def plan_differences(mine: Mapping[str, Any], theirs: Mapping[str, Any],
@@ -240,7 +237,7 @@ def _check_plan(mine: Mapping[str, Any], content: RecordDict, context: Context) 
             raise ProtocolError("the server's plan is not a JSON object")
     except (ProtocolError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         return f"the server sent no readable plan ({exc})"
-    mine = json.loads(_canonical(mine))       # as the server's went: through JSON
+    mine = json.loads(canonical(mine))       # as the server's went: through JSON
     differences = plan_differences(mine, theirs)
     if differences:
         return "its plan differs from the server's: " + "; ".join(differences)
@@ -270,7 +267,7 @@ class FlowerRuntime(LocalRuntime):
         #: last answer, and the most CPU seconds one party spent on it (the rest of the
         #: wall time is Flower's own latency: polling, process start-up, transport)
         self.timeline: list[dict[str, Any]] = []
-        self.plan = None if plan is None else json.loads(_canonical(plan))
+        self.plan = None if plan is None else json.loads(canonical(plan))
         self._plan_digest = None if plan is None else _digest(self.plan)
         self.nodes: dict[int, int] | None = None   # party index -> Flower node id
 
@@ -285,7 +282,7 @@ class FlowerRuntime(LocalRuntime):
         """
         expected = None if parties is None else set(parties)
         node_ids = self._wait_for_nodes(len(expected) if expected else 1)
-        plan = None if self.plan is None else _canonical(self.plan)
+        plan = None if self.plan is None else canonical(self.plan)
         replies = self._send_and_receive(
             [(node, PARTY_STAGE, _record(plan=plan)) for node in node_ids])
         nodes: dict[int, int] = {}

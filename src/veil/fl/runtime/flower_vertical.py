@@ -33,9 +33,17 @@ with the server or another party; the protocols' own, :mod:`veil.fl.vertical.ali
   :class:`~veil.fl.runtime.vertical_parties._Channel`), so the relay sees only their
   lengths. So are split learning's cut layer -- each host's embeddings and the top's
   gradients of them, which would show the relay features and labels (Li et al. 2022) --
-  and the guest's own embeddings never leave its node. The channel keys are not
-  authenticated: this holds against a server that relays faithfully (honest but
-  curious), not one that substitutes keys (Flower's TLS ends at the SuperLink);
+  and the guest's own embeddings never leave its node. The channel keys are signed: each
+  organisation has an Ed25519 identity key (node config ``identity-key``) whose public key
+  is its entry -- its index in ``parties`` -- of the identity table named in the run file
+  (``[vertical] identities``, read from the node's own copy beside its plan; made with
+  ``veil fl identities DIR --parties N`` or by each organisation with ``veil fl
+  identity``); a party seals only to a channel key signed (with the plan's digest, the
+  signer's name and role) under its peer's entry of its own table, so a server that puts
+  its own keys in the parties' place is refused by name (Flower's TLS ends at the
+  SuperLink, so this is what binds the channels to the organisations). A host takes the
+  guest's key from whichever other party of the table signed it in the guest's role: the
+  parties are semi-honest; the server is not trusted with the channels;
 * why the arbiter is a node of its own, the default, and not the server: the server sees
   every ciphertext, so a server holding the key would read the residuals (hence the
   labels) and the hosts' scores. The arbiter sees only masked gradients. Threshold
@@ -52,6 +60,7 @@ folder::
     plans  = "/bank/plans"             # its own copies of the run files
     data   = "/bank/guest.csv"         # its own table (id column, features, the label)
     ledger = "/bank/ledger.sqlite"     # the guest with label_epsilon: its budget
+    identity-key = "/bank/identity-0.key"  # its Ed25519 key (a table owner; below)
     out    = "/bank/model"             # its own part of the model: coef.npy (its
                                        # coefficient block) or model.npz (its networks)
 
@@ -96,6 +105,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
+from veil._json import canonical
 from veil.errors import ConfigError, ProtocolError, VeilError
 from veil.fl.messages import decode, encode
 from veil.fl.runtime.flower import (
@@ -108,7 +118,6 @@ from veil.fl.runtime.flower import (
     Grid,
     RecordDict,
     ServerApp,
-    _canonical,
     _check_plan,
     _digest,
     _field,
@@ -130,7 +139,8 @@ __all__ = ["ARBITER", "NODE_KEYS", "VerticalParty", "VerticalRelay", "check_flow
 log = logging.getLogger(__name__)
 
 #: what a vertical node's configuration may name, and the type of each
-NODE_KEYS = {"party": str, "plans": str, "data": str, "ledger": str, "out": str}
+NODE_KEYS = {"party": str, "plans": str, "data": str, "ledger": str, "out": str,
+             "identity-key": str}
 _CALL = "call"            # query.call: a list of calls to the node's party
 _STATE = "veil-vertical"  # the ConfigRecord of context.state holding the pickled party
 _PLAN = "veil-plan"       # as in flower.py: the digest the node agreed to
@@ -225,7 +235,7 @@ class VerticalRelay:
     def __init__(self, grid: Grid, plan: Mapping[str, Any], *, timeout: float = 600.0
                  ) -> None:
         self.grid = grid
-        self.plan = json.loads(_canonical(plan))
+        self.plan = json.loads(canonical(plan))
         self._digest = _digest(self.plan)
         self.timeout = float(timeout)
         self.nodes: dict[str, int] = {}
@@ -243,7 +253,7 @@ class VerticalRelay:
         while len(node_ids := sorted(int(n) for n in self.grid.get_node_ids())) < \
                 len(expected) and time.monotonic() < deadline:
             time.sleep(0.2)
-        replies = self._exchange([(n, PARTY_STAGE, _record(plan=_canonical(self.plan)))
+        replies = self._exchange([(n, PARTY_STAGE, _record(plan=canonical(self.plan)))
                                   for n in node_ids])
         for node, reply in zip(node_ids, replies):
             if reply is None or reply.has_error():
@@ -351,6 +361,7 @@ def simulate(section: Mapping[str, Any], *, base: str | os.PathLike = ".",
     """
     from flwr.simulation import run_simulation
 
+    from veil.crypto.identity import make_identities
     from veil.fl.vertical.run import _read, check_section, check_tables
 
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")  # no GPUs asked for
@@ -362,6 +373,9 @@ def simulate(section: Mapping[str, Any], *, base: str | os.PathLike = ".",
     if section.get("label_epsilon") is not None and out is None:
         raise ConfigError("label_epsilon on Flower needs out= (the guest's ledger file)")
     names = nodes_of(plan)
+    # the simulation makes the organisations' identities (a deployment: each its own)
+    private, public = make_identities(len(plan["vertical"]["parties"]))
+    identity = dict(zip(plan["vertical"]["parties"], private))
     outcome: dict[str, Any] = {}
     server_app = ServerApp()
 
@@ -379,7 +393,8 @@ def simulate(section: Mapping[str, Any], *, base: str | os.PathLike = ".",
         folder = None if out is None else Path(out) / name
         return VerticalParty(name, section, tables.get(name),
                              ledger=None if out is None else Path(out) / "ledger.sqlite",
-                             out=folder)
+                             out=folder, identity=identity.get(name),
+                             identities=dict(enumerate(public)))
 
     run_simulation(server_app=server_app, client_app=client_app(build, lambda _: plan),
                    num_supernodes=len(names),
@@ -477,13 +492,16 @@ def _own_plan(context: Context) -> tuple[dict, dict, Path]:
 
 def _node_party(context: Context) -> VerticalParty:
     """The node's party from its own node configuration and files (module docstring)."""
+    from veil.crypto.identity import read_key, read_table
     from veil.fl.vertical.run import _read
 
     config, section, plan_file = _own_plan(context)
     party, data = config["party"], config.get("data")
     table = None if data is None else _read(data, plan_file.parent, f"party {party!r} data")
+    key, identities = config.get("identity-key"), section.get("identities")
     return VerticalParty(party, section, table, ledger=config.get("ledger"),
-                         out=config.get("out"))
+                         out=config.get("out"), identity=key and read_key(key),
+                         identities=identities and read_table(plan_file.parent / identities))
 
 
 def client(config: str | os.PathLike) -> ClientApp:

@@ -15,6 +15,7 @@ what the parties agree on. The runtime that moves the calls, and who sees what:
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import time
@@ -27,6 +28,8 @@ import pandas as pd
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from veil._json import canonical
+from veil.crypto.identity import check_table, public_identity, sign, verify
 from veil.errors import ConfigError, DataError, ProtocolError
 from veil.fl.messages import decode, encode
 from veil.random import check_rng
@@ -87,7 +90,9 @@ class _Channel:
     secret bound to the host and the message kind (:func:`veil.fl.secagg.masks.agree`)
     keys AES-256-GCM, one key per direction and kind, and the nonce is the message's
     number on that key (so each nonce is used once, and a replayed, dropped or reordered
-    message does not authenticate)."""
+    message does not authenticate). The public keys themselves travel signed by the
+    parties' identity keys (:meth:`VerticalParty._channel_key`), so the relay cannot put
+    its own in their place."""
 
     def __init__(self) -> None:
         from veil.fl.secagg.masks import public_key
@@ -137,7 +142,11 @@ class VerticalParty:
     ``name``: its party name (``"arbiter"``: the key holder, no table); ``section``: its
     own ``[vertical]`` section; ``table``: its own table (a DataFrame with the id column;
     the guest's holds the label); ``ledger``: the guest's ledger file when the section has
-    ``label_epsilon``; ``out``: a folder for its own part of the model (:meth:`_save`).
+    ``label_epsilon``; ``out``: a folder for its own part of the model (:meth:`_save`);
+    ``identity``: its Ed25519 private key and ``identities`` its own identity table (party
+    index in the plan's ``parties`` -> public key, :mod:`veil.crypto.identity`): every
+    table owner needs both, to sign its channel key and check its peers' (the arbiter
+    seals nothing and needs neither).
     :meth:`call` answers the server's calls; which are
     allowed depends on the role, and each party checks the messages the calls carry.
     """
@@ -156,7 +165,8 @@ class VerticalParty:
 
     def __init__(self, name: str, section: Mapping[str, Any], table: pd.DataFrame | None,
                  *, ledger: str | os.PathLike | None = None,
-                 out: str | os.PathLike | None = None) -> None:
+                 out: str | os.PathLike | None = None, identity: bytes | None = None,
+                 identities: Mapping[int, bytes] | None = None) -> None:
         from veil.fl.vertical.align import read_ids
         from veil.fl.vertical.paillier_lr import Plan
         from veil.fl.vertical.run import check_section, schedule
@@ -191,6 +201,7 @@ class VerticalParty:
             self.rows = len(table)
         self._table = table
         self._ledger_file = ledger
+        self._identity, self._identities = self._check_identity(identity, identities)
         if self.role == "guest" and self.section.get("label_epsilon") is not None \
                 and ledger is None:
             raise ConfigError(f"party {self.name!r}: label_epsilon needs this node's own "
@@ -208,6 +219,35 @@ class VerticalParty:
         self._ledger: Any = None                # the guest's, with label_epsilon
         self._cut = 0                           # split: the top's input width
         self.aligned = 0
+
+    def _check_identity(self, identity: bytes | None, identities: Mapping[int, bytes] | None
+                        ) -> tuple[bytes | None, dict[int, bytes]]:
+        """This party's identity key and its own table, checked: a table owner needs a key
+        that is its entry of a table listing every party."""
+        if self.role == "arbiter":
+            return None, {}
+        if identity is None or identities is None:
+            raise ConfigError(f"party {self.name!r} needs its identity key and the identity "
+                              "table ([vertical] identities, node config identity-key; "
+                              "`veil fl identities DIR --parties N`): without them a relay "
+                              "could put its own channel keys in the parties' place")
+        table = check_table(identities, "[vertical] identities")
+        parties = self.plan["parties"]
+        missing = [p for i, p in enumerate(parties) if i not in table]
+        if missing:
+            raise ConfigError(f"the identity table has no entry for {missing}: it needs one "
+                              f"per party, indexed by their order in parties {parties}")
+        index = parties.index(self.name)
+        if public_identity(identity) != table[index]:
+            raise ConfigError(f"party {self.name!r}: this identity key is not entry {index} "
+                              "of the identity table (another party's key, or another table)")
+        return identity, table
+
+    def _statement(self, name: str, role: str, key: bytes) -> bytes:
+        """What a party signs with its channel key: the run's plan (its SHA-256), the
+        party's name and role, the key."""
+        return b"|".join([b"veil.vertical.channel", hashlib.sha256(canonical(
+            self.plan)).digest(), name.encode(), role.encode(), key])
 
     def describe(self) -> dict[str, Any]:
         """What the server learns at the handshake: the role and the table's schema."""
@@ -227,9 +267,33 @@ class VerticalParty:
         return [p for p in self.plan["parties"] if p != self.name]
 
     def _channel_key(self, args: Mapping[str, Any]) -> bytes:
+        """This party's channel key, signed with its identity key."""
         if self._channel is None:
             self._channel = _Channel()
-        return self._channel.public
+        key = self._channel.public
+        return encode({"party": self.name, "key": key, "signature": sign(
+            self._identity, self._statement(self.name, self.role, key))})
+
+    def _peer_key(self, blob: Any, role: str, peer: str | None) -> bytes:
+        """A peer's channel key (its :meth:`_channel_key` answer, relayed), taken only with
+        a valid signature of the peer ``peer`` (None: any other party of the plan) in its
+        ``role`` under that party's entry of this party's own identity table; otherwise a
+        ProtocolError naming the party the key claims to be from."""
+        try:
+            msg = decode(blob) if isinstance(blob, bytes) else None
+        except ProtocolError:
+            msg = None
+        msg = msg if isinstance(msg, dict) else {}
+        name, key = msg.get("party"), msg.get("key")
+        parties = self.plan["parties"]
+        who = peer or (name if isinstance(name, str) else "the " + role)
+        if (peer is not None and name != peer) or name == self.name or name not in parties \
+                or not isinstance(key, bytes) or not verify(
+                    self._identities.get(parties.index(name)), msg.get("signature"),
+                    self._statement(name, role, key)):
+            raise ProtocolError(f"message from {who!r}: its channel key is not signed by its "
+                                "identity key (identity table): refusing to seal to it")
+        return key
 
     def _align_setup(self, args: Mapping[str, Any]) -> bytes:
         from veil.fl.vertical.align import AlignHost
@@ -245,7 +309,7 @@ class VerticalParty:
         host = _arg(args, "host", str, "align_request")
         if self._align is None:
             self._align = AlignGuest(self._table, self._hosts(), column=self.id_column)
-        self._peers[host] = args.get("key")
+        self._peers[host] = self._peer_key(args.get("key"), "host", host)
         return self._align.request(host, _arg(args, "setup", bytes, "align_request"))
 
     def _align_finish(self, args: Mapping[str, Any]) -> None:
@@ -281,7 +345,7 @@ class VerticalParty:
                 self._start_guest(args)
             body = encode({"order": self._align.order(host), "test": self._test})
             return self._seal(host, "order", body)
-        self._peers["guest"] = args.get("key")
+        self._peers["guest"] = self._peer_key(args.get("key"), "guest", None)
         sealed = self._open("guest", "order", args.get("order"))
         try:
             body = decode(sealed)

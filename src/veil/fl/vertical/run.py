@@ -33,6 +33,9 @@ PSI, trains the model and returns a dict of results::
                                 #   guest and at the host are different features), so they
                                 #   are read as "guest.x0", "host.x0"; false: a name at two
                                 #   parties is refused as an overlap
+    identities = "identities.json"  # on Flower: the organisations' identity table
+                                #   (veil.fl.runtime.flower_vertical); a local run has no
+                                #   relay to guard against and does not read it
 
 Every key is checked (name and type) by :func:`check_section` before anything is read or
 spent: a bad one is a :class:`~veil.errors.ConfigError` naming it. ``out``: the folder for
@@ -99,7 +102,8 @@ SECTIONS: dict[str, dict[str, tuple[type, ...]]] = {
                  "test_fraction": _NUM, "seed": (int,), "label_epsilon": _NUM,
                  "label_delta": _NUM, "epsilon": _NUM, "delta": _NUM,
                  "clip": (int, float, list), "hidden": (int,), "embedding": (int,),
-                 "prefix_columns": (bool,), "decryption": (str,), "insecure_ok": (bool,)},
+                 "prefix_columns": (bool,), "decryption": (str,), "insecure_ok": (bool,),
+                 "identities": (str,)},
     "transfer": {"label": (str,), "source": (str,), "targets": (list,), "transfer": (str,),
                  "test": (str,), "teachers": (int,), "noise_multiplier": _NUM,
                  "epsilon": _NUM, "delta": _NUM, "max_queries": (int,), "rounds": (int,),
