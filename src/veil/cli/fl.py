@@ -167,9 +167,7 @@ def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = F
                           "holds none of them. Deploy this config with `veil fl app`, or drop "
                           "`identities` to simulate (the run then makes the identities)")
     if cfg.kind in ("vertical", "transfer"):
-        for flag, given in (("--resume", resume), ("--report", report),
-                            (f"--runtime {runtime_name}", runtime_name != "local"
-                             and cfg.kind == "transfer")):
+        for flag, given in (("--resume", resume), ("--report", report)):
             if given:
                 raise ConfigError(f"{flag} is not allowed for a [{cfg.kind}] run (it runs "
                                   "once, in this process)")
@@ -304,7 +302,8 @@ def _run_vertical(cfg: Any, config: Path, out: Path | None, json_: bool, force: 
     spend privacy budget, in the output folder. Relative paths in the section are read from
     the config file's folder. ``flower``: a [vertical] run on Flower's simulation engine
     (:func:`veil.fl.runtime.flower_vertical.simulate`; each party's coefficient block in
-    ``<out>/<party>/coef.npy``)."""
+    ``<out>/<party>/coef.npy``), or a [transfer] run's federated fine-tuning there."""
+    import functools
     import time
 
     from veil._json import to_jsonable
@@ -315,8 +314,9 @@ def _run_vertical(cfg: Any, config: Path, out: Path | None, json_: bool, force: 
     out_dir = check_out_dir(out or Path(cfg["run"]["out"] or Path("fl_results") / config.stem),
                             force=force, keep=("ledger*.sqlite",))
     os.makedirs(out_dir, exist_ok=True)
-    runner = run_vertical if kind == "vertical" else run_transfer
-    if flower:
+    runner = functools.partial(run_transfer, flower=flower) if kind == "transfer" \
+        else run_vertical
+    if flower and kind == "vertical":
         from veil.fl.runtime.flower_vertical import simulate as runner
     start = time.perf_counter()
     with err_console.status(f"{kind} run {config}", spinner="dots"):

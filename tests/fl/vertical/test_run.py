@@ -98,6 +98,20 @@ def test_run_transfer_reports_both_accuracies(tmp_path):
                         "transfer": "public.csv", "test": "test.csv", "rounds": 3,
                         "seed": 1}, base=tmp_path)
     assert out["accuracy_with_source"] > out["accuracy_without_source"]
+    return out
+
+
+@pytest.mark.slow
+def test_transfer_fine_tuning_on_flower_gives_the_local_accuracies(tmp_path):
+    """The targets' fine-tuning on Flower's simulation engine, a node per target: the same
+    seeded accuracies as in this process (about 2 minutes: two simulations)."""
+    pytest.importorskip("flwr", reason="the Flower runtime needs the 'flower' extra (flwr)")
+    local = test_run_transfer_reports_both_accuracies(tmp_path)
+    config = {"source": "source.csv", "targets": ["t0.csv", "t1.csv"],
+              "transfer": "public.csv", "test": "test.csv", "rounds": 3, "seed": 1}
+    assert run_transfer(config, base=tmp_path, flower=True) == local
+    with pytest.raises(ConfigError, match="local runtime only"):
+        run_transfer({"protocol": "ss"}, base=tmp_path, flower=True)
 
 
 def test_fate_tables_load_and_align():

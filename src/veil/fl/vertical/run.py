@@ -341,14 +341,15 @@ def run_vertical(config: dict, *, base: str | Path = ".", out: str | Path | None
     return results
 
 
-def run_transfer(config: dict, *, base: str | Path = ".", out: str | Path | None = None
-                 ) -> dict[str, Any]:
+def run_transfer(config: dict, *, base: str | Path = ".", out: str | Path | None = None,
+                 flower: bool = False) -> dict[str, Any]:
     """The ``[transfer]`` section -> target test accuracy with and without the source model.
 
     ``source``, ``transfer``, ``test``: CSV paths; ``targets``: a list of CSV paths (one
     per target party); all share the feature columns, ``label`` is the class column
     (integers 0..K-1; the transfer table's labels, if any, are ignored). ``out``: the
-    folder of the source's ledger (``ledger.sqlite``; None: in memory).
+    folder of the source's ledger (``ledger.sqlite``; None: in memory). ``flower``: the
+    targets' federated fine-tuning on Flower's simulation engine (protocol "distill").
     """
     cfg = check_section(config, "transfer")
     protocol = check_choice(cfg.get("protocol", "distill"), "[transfer] protocol",
@@ -359,6 +360,9 @@ def run_transfer(config: dict, *, base: str | Path = ".", out: str | Path | None
         raise ConfigError(f"[transfer] {foreign} do not apply to protocol = {protocol!r}; "
                           f"its own settings: {sorted(TRANSFER_KEYS[protocol])}")
     if protocol != "distill":
+        if flower:
+            raise ConfigError(f"[transfer] protocol = {protocol!r} runs under the local "
+                              "runtime only (its two parties are not a federation)")
         return _run_secure_ftl(cfg, protocol, Path(base))
     from veil.dp import Ledger
     from veil.fl.strategies import FedAvg
@@ -396,6 +400,9 @@ def run_transfer(config: dict, *, base: str | Path = ".", out: str | Path | None
                                    torch.nn.Linear(hidden, k))
 
     rng = check_rng(cfg.get("seed"))
+    # the networks' initial weights (the teachers' and the student's) from the seed, not
+    # from whatever state torch's global generator is in
+    torch.manual_seed(int(rng.integers(0, 2**31)))
     ledger = None
     if cfg.get("noise_multiplier") is not None:
         ledger = Ledger(epsilon=cfg.get("epsilon", 3.0), delta=cfg.get("delta", 1e-5),
@@ -408,13 +415,12 @@ def run_transfer(config: dict, *, base: str | Path = ".", out: str | Path | None
     strategy = FedAvg(local_epochs=cfg.get("local_epochs", 1),
                       learning_rate=cfg.get("learning_rate", 0.05), batch_size=32)
     rounds = cfg.get("rounds", 10)
-    torch.manual_seed(int(rng.integers(0, 2**31)))
     student = make(Xs.shape[1], classes)
     seed = int(rng.integers(0, 2**31))  # the same simulated rounds for both runs
     base_run, _ = transfer_learn(None, None, clients, student, strategy, rounds, test=test,
-                                 rng=seed)
+                                 rng=seed, flower=flower)
     moved, _ = transfer_learn(source, transfer, clients, student, strategy, rounds,
-                              test=test, rng=seed)
+                              test=test, rng=seed, flower=flower)
     results = {"accuracy_without_source": base_run.rounds[-1]["accuracy"],
                "accuracy_with_source": moved.rounds[-1]["accuracy"]}
     if ledger is not None:

@@ -27,9 +27,9 @@ any noise is drawn (the data-independent bound; PATE's data-dependent analysis i
 tighter but needs smooth sensitivity to be released, not done here). Without noise the
 soft labels are the teachers' averaged class probabilities: no privacy claim.
 
-Not done: the secure federated transfer learning of Liu, Kang, Xing, Chen & Yang (2018),
-which learns a shared representation on the overlapping samples under HE or secret
-sharing.
+The secure federated transfer learning of Liu, Kang, Xing, Chen & Yang (2018), a shared
+representation learned on the overlapping samples under HE or secret sharing, is in
+:mod:`veil.fl.vertical.secure_ftl` and :mod:`veil.fl.vertical.secure_ftl_ss`.
 """
 
 from __future__ import annotations
@@ -194,12 +194,16 @@ def distill(module: Any, X: Any, answer: bytes, *, epochs: int = 20, batch_size:
 def transfer_learn(source: SourceParty | None, transfer_X: Any, clients: Sequence[tuple[Any, Any]],
                    student: Any, strategy: Any, rounds: int, *, distill_epochs: int = 20,
                    learning_rate: float = 1e-3, test: tuple[Any, Any] | None = None,
-                   ledger: Ledger | None = None, rng: Any = None) -> tuple[Any, Any]:
-    """The whole recipe in this process: query, distill, then federated fine-tuning.
+                   ledger: Ledger | None = None, rng: Any = None,
+                   flower: bool = False) -> tuple[Any, Any]:
+    """The whole recipe: query, distill, then federated fine-tuning.
 
     ``student``: the target's torch module. ``source=None``: no transfer (the baseline: the
     targets fine-tune ``student`` from its initial weights). Returns the Federation's
-    history and the starting module. ``ledger``: for a DP federated strategy.
+    history and the starting module. ``ledger``: for a DP federated strategy. ``flower``:
+    the fine-tuning on Flower's simulation engine, a node per target
+    (:func:`veil.fl.runtime.flower.simulate`; the same model as in this process for a
+    seeded run); the source answers its one query where it lives.
     """
     from veil.fl import Federation
     from veil.learn import TorchModel
@@ -213,4 +217,8 @@ def transfer_learn(source: SourceParty | None, transfer_X: Any, clients: Sequenc
                           learning_rate=learning_rate, rng=rng.spawn(1)[0])
     fed = Federation(clients, TorchModel(student), strategy, rounds, test=test,
                      ledger=ledger, rng=rng.spawn(1)[0])
+    if flower:
+        from veil.fl.runtime.flower import simulate
+
+        return simulate(fed), student
     return fed.run(), student
