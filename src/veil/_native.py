@@ -1,10 +1,19 @@
 """Small compiled kernels for hot loops, built on first use with the system's C compiler.
 
-The one kernel today is the fast path of the ziggurat normal sampler of :mod:`veil.random`:
-one pass over the candidate words that numpy needs about ten passes for (gather, multiply,
-gather, compare, find). It computes bit for bit what the numpy code computes (one IEEE
-double multiplication of two exact operands, one comparison), so the sampler's values for a
-given stream are the same with or without it; the tests check that.
+Each kernel replaces a run of small numpy or torch calls whose fixed costs dominate at the
+sizes of a DP-SGD step, and has a numpy fallback computing the same values:
+
+* ``veil_ziggurat``: the fast path of the ziggurat normal sampler of :mod:`veil.random`, one
+  pass over the candidate words where numpy needs about ten (gather, multiply, gather,
+  compare, find). It computes bit for bit what the numpy code computes (one IEEE double
+  multiplication of two exact operands, one comparison), so the sampler's values for a given
+  stream are the same with or without it; the tests check that.
+* ``veil_linear_sq_norms_f32`` / ``_f64``: the ghost norms of a Linear layer with one
+  position per example, ``acc_i += ||g_i||^2 (||a_i||^2 + bias)`` (Goodfellow 2015), summed in
+  double precision.
+* ``veil_clip_factors``: the clip factors of Abadi et al. (2016),
+  ``c_i = min(1, C / (n_i + 1e-6)) * factor`` with ``n_i = sqrt(sq_i) * reduction``, 0 where
+  ``n_i`` is not finite, and the counts of clipped and non-finite examples.
 
 Build: the C source below is compiled with ``cc`` (``$CC``) into
 ``$XDG_CACHE_HOME/veil/native`` (``~/.cache/veil/native``, created private to the user),
@@ -32,11 +41,12 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ziggurat"]
+__all__ = ["kernel"]
 
 _SOURCE = r"""
 #include <stdint.h>
 #include <stddef.h>
+#include <math.h>
 
 /* The ziggurat fast path (Marsaglia & Tsang 2000, 256 strips): candidate k takes word
    raw[k]; its 8 low bits pick strip s, its bits 10..63 read as a signed integer give the
@@ -60,10 +70,54 @@ size_t veil_ziggurat(const uint64_t *raw, size_t n, const double *scale,
     }
     return m;
 }
+
+/* acc[i] += ||g_i||^2 (||a_i||^2 + bias) for rows a_i (din values, row stride lda) and
+   g_i (dout values, row stride ldg); sums of squares in double, four partial sums. */
+#define SQ_NORMS(NAME, T)                                                              \
+void NAME(const T *a, const T *g, size_t rows, size_t din, size_t dout, size_t lda,    \
+          size_t ldg, double bias, double *acc)                                        \
+{                                                                                      \
+    for (size_t i = 0; i < rows; i++) {                                                \
+        const T *x = a + i * lda, *y = g + i * ldg;                                    \
+        double s[4] = {0, 0, 0, 0}, t[4] = {0, 0, 0, 0};                               \
+        size_t k = 0;                                                                  \
+        for (; k + 4 <= din; k += 4)                                                   \
+            for (int u = 0; u < 4; u++) s[u] += (double)x[k + u] * (double)x[k + u];  \
+        for (; k < din; k++) s[0] += (double)x[k] * (double)x[k];                      \
+        for (k = 0; k + 4 <= dout; k += 4)                                             \
+            for (int u = 0; u < 4; u++) t[u] += (double)y[k + u] * (double)y[k + u];  \
+        for (; k < dout; k++) t[0] += (double)y[k] * (double)y[k];                     \
+        acc[i] += ((t[0] + t[1]) + (t[2] + t[3])) * (((s[0] + s[1]) + (s[2] + s[3])) + bias); \
+    }                                                                                  \
+}
+SQ_NORMS(veil_linear_sq_norms_f32, float)
+SQ_NORMS(veil_linear_sq_norms_f64, double)
+
+/* coef[i] = min(1, max_norm / (n_i + 1e-6)) * factor with n_i = sqrt(sq[i]) * reduction,
+   or 0 where n_i is not finite; counts[0] = examples with n_i > max_norm (finite),
+   counts[1] = examples with a non-finite n_i. */
+void veil_clip_factors(const double *sq, size_t n, double reduction, double max_norm,
+                       double factor, double *coef, int64_t *counts)
+{
+    int64_t clipped = 0, bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        double norm = sqrt(sq[i]) * reduction;
+        if (!isfinite(norm)) {
+            coef[i] = 0.0;
+            bad++;
+            continue;
+        }
+        double c = max_norm / (norm + 1e-6);
+        coef[i] = (c < 1.0 ? c : 1.0) * factor;
+        clipped += norm > max_norm;
+    }
+    counts[0] = clipped;
+    counts[1] = bad;
+}
 """
 
 # -O2 without -ffast-math: IEEE semantics, no contraction to a fused multiply-add
-_FLAGS = ["-O2", "-shared", "-fPIC", "-ffp-contract=off", "-fno-fast-math"]
+_FLAGS = ["-O2", "-shared", "-fPIC", "-ffp-contract=off", "-fno-fast-math", "-lm"]
 
 _lock = threading.Lock()
 _loaded: dict[str, Any] = {}
@@ -118,16 +172,24 @@ def _library() -> ctypes.CDLL | None:
         return None
 
 
-def ziggurat() -> Any:
-    """The compiled ``veil_ziggurat`` function (ctypes), or None when it cannot be built."""
+_P, _N, _D = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_double
+_SIGNATURES = {
+    "veil_ziggurat": (_N, [_P, _N, _P, _P, _P, _P]),
+    "veil_linear_sq_norms_f32": (None, [_P, _P, _N, _N, _N, _N, _N, _D, _P]),
+    "veil_linear_sq_norms_f64": (None, [_P, _P, _N, _N, _N, _N, _N, _D, _P]),
+    "veil_clip_factors": (None, [_P, _N, _D, _D, _D, _P, _P]),
+}
+
+
+def kernel(name: str) -> Any:
+    """The compiled function ``name`` (a ctypes function), or None when the kernels cannot
+    be built (the caller then uses its numpy code)."""
     with _lock:
         if "lib" not in _loaded:
-            lib = _library()
-            fn = None
-            if lib is not None:
-                fn = lib.veil_ziggurat
-                fn.restype = ctypes.c_size_t
-                fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p,
-                               ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-            _loaded["lib"] = fn
-        return _loaded["lib"]
+            _loaded["lib"] = _library()
+            if _loaded["lib"] is not None:
+                for fn, (restype, argtypes) in _SIGNATURES.items():
+                    f = getattr(_loaded["lib"], fn)
+                    f.restype, f.argtypes = restype, argtypes
+        lib = _loaded["lib"]
+    return None if lib is None else getattr(lib, name)

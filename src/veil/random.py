@@ -123,7 +123,7 @@ def _ziggurat_fast(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     signed word), the ascending positions where ``|x| >= x_{s+1}`` (not accepted at once)
     and their strips. One compiled pass (:mod:`veil._native`) where it could be built,
     else numpy; the values are the same."""
-    kernel = _native.ziggurat()
+    kernel = _native.kernel("veil_ziggurat")
     if kernel is not None:
         z = np.empty(raw.size)
         slow = np.empty(raw.size, dtype=np.int64)
