@@ -20,7 +20,7 @@ Build: the C source below is compiled with ``cc`` (``$CC``) into
 under a name carrying the hash of the source and of the machine, and loaded with
 :mod:`ctypes` (no Python headers needed). If that folder cannot be written, the library is
 built in a fresh private temporary folder for this process. If there is no compiler, the
-build fails, or ``VEIL_NATIVE=0`` is set, :func:`ziggurat` returns None and the callers use
+build fails, or ``VEIL_NATIVE=0`` is set, :func:`kernel` returns None and the callers use
 their numpy code: slower, same values. Why compiled at all: the draw of a DP-SGD step's
 noise is dominated by numpy's per-pass overhead on a few thousand values.
 """
@@ -32,6 +32,7 @@ import hashlib
 import logging
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -117,7 +118,7 @@ void veil_clip_factors(const double *sq, size_t n, double reduction, double max_
 """
 
 # -O2 without -ffast-math: IEEE semantics, no contraction to a fused multiply-add
-_FLAGS = ["-O2", "-shared", "-fPIC", "-ffp-contract=off", "-fno-fast-math", "-lm"]
+_FLAGS = ["-O2", "-shared", "-fPIC", "-ffp-contract=off", "-fno-fast-math"]
 
 _lock = threading.Lock()
 _loaded: dict[str, Any] = {}
@@ -130,18 +131,18 @@ def _cache_dir() -> Path:
 
 def _build(folder: Path, name: str) -> Path:
     """Compile the source into ``folder/name`` (atomically: other processes may race)."""
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if not compiler:
+    compiler = shlex.split(os.environ.get("CC", "")) or [shutil.which("cc") or shutil.which("gcc")]
+    if not compiler[0]:
         raise OSError("no C compiler (cc or gcc) on PATH")
     target = folder / name
     with tempfile.TemporaryDirectory(dir=folder) as work:
         src = Path(work) / "kernel.c"
         src.write_text(_SOURCE)
         out = Path(work) / name
-        done = subprocess.run([compiler, *_FLAGS, "-o", str(out), str(src)],
+        done = subprocess.run([*compiler, *_FLAGS, "-o", str(out), str(src), "-lm"],
                               capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
-            raise OSError(f"{compiler} failed: {done.stderr.strip()[:500]}")
+            raise OSError(f"{' '.join(compiler)} failed: {done.stderr.strip()[:500]}")
         os.replace(out, target)
     return target
 
@@ -159,7 +160,7 @@ def _library() -> ctypes.CDLL | None:
         if not path.exists():
             path = _build(folder, name)
         return ctypes.CDLL(str(path))
-    except OSError as exc:  # unwritable cache, or a stale/foreign file: build privately
+    except (OSError, subprocess.SubprocessError) as exc:  # unwritable, stale: build privately
         log.debug("veil native kernels: cache %s unusable (%s)", folder, exc)
     try:
         private = Path(tempfile.mkdtemp(prefix="veil-native-"))
