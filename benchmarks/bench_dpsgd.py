@@ -12,6 +12,7 @@ machine slow the figures less.
 
     python benchmarks/bench_dpsgd.py                  # ~2 minutes
     python benchmarks/bench_dpsgd.py --full           # longer timings, 5 accuracy seeds
+    python benchmarks/bench_dpsgd.py --baseline DIR   # + another veil version (DIR/veil_old)
 """
 
 from __future__ import annotations
@@ -75,11 +76,11 @@ def plain_step(build, X, y, batch):
                             nn.CrossEntropyLoss(), X, y, batch)
 
 
-def veil_step(build, X, y, batch):
+def veil_step(build, X, y, batch, private=make_private):
     model = build()
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    model, opt, loader = make_private(model, opt, (X, y), noise_multiplier=1.0, delta=1e-5,
-                                      max_grad_norm=1.0, epochs=100_000, batch_size=batch)
+    model, opt, loader = private(model, opt, (X, y), noise_multiplier=1.0, delta=1e-5,
+                                 max_grad_norm=1.0, epochs=100_000, batch_size=batch)
     batches = (b for _ in range(100_000) for b in loader)
     loss_fn = nn.CrossEntropyLoss()
 
@@ -115,6 +116,17 @@ def opacus_step(mode):
 
 CONTENDERS = {"pytorch (non-private)": plain_step, "veil": veil_step,
               "opacus hooks": opacus_step("hooks"), "opacus ghost": opacus_step("ghost")}
+
+
+def add_baseline(folder: str) -> None:
+    """Time another version of veil in the same run: ``folder`` holds a copy of its
+    ``src/veil`` renamed ``veil_old`` (package and imports), e.g. main's."""
+    import importlib
+    import sys
+
+    sys.path.insert(0, folder)
+    old = importlib.import_module("veil_old.learn.dpsgd").make_private
+    CONTENDERS["veil (baseline)"] = lambda build, X, y, batch: veil_step(build, X, y, batch, old)
 
 
 def throughput(build, X, y, batch, seconds: float, rounds: int) -> dict[str, float]:
@@ -262,7 +274,12 @@ def main() -> None:
     parser.add_argument("--only", choices=("throughput", "accuracy"), help="run one part")
     parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
                         help="time the steps by process CPU time (default) or wall-clock time")
+    parser.add_argument("--baseline", metavar="DIR",
+                        help="also time the veil_old package in DIR (a renamed copy of another "
+                             "version's src/veil) as 'veil (baseline)'")
     args = parser.parse_args()
+    if args.baseline:
+        add_baseline(args.baseline)
     global clock
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
     if args.full:
@@ -290,6 +307,9 @@ def compare_throughput(args: argparse.Namespace, X: torch.Tensor, y: torch.Tenso
         best_opacus = max(rates["opacus hooks"], rates["opacus ghost"])
         summary[label] = (rates["veil"] / base, rates["veil"] / rates["opacus hooks"],
                           rates["veil"] / best_opacus)
+        if "veil (baseline)" in rates:
+            print(f"{label:<28}{'veil / baseline':<24}{'':>12}"
+                  f"{rates['veil'] / rates['veil (baseline)']:>15.2f}x")
         steps = max(20, int(args.seconds * base / 256))  # about --seconds per round
         breakdowns[label] = phase_times(build, data, target, 256, steps, args.rounds)
     print("\nWhere a step's time goes (median us per step of 256)")

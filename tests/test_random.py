@@ -1,3 +1,5 @@
+import hashlib
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -200,3 +202,53 @@ def test_rejected_places_beyond_the_spares_are_drawn_again(monkeypatch):
     z = Generator(25).standard_normal(640)
     assert sizes[:2] == [640 + 10 + 8, 640 + 10 + 8]  # no spare left: all 640 drawn again
     assert z.shape == (640,) and np.isfinite(z).all() and stats.kstest(z, "norm").pvalue > 1e-3
+
+
+def _ziggurat_both_ways(monkeypatch, raw):
+    from veil import _native, random
+
+    fast = random._ziggurat_fast(raw.copy())
+    monkeypatch.setattr(_native, "kernel", lambda name: None)
+    slow = random._ziggurat_fast(raw.copy())
+    monkeypatch.undo()
+    return fast, slow
+
+
+def test_compiled_ziggurat_gives_the_numpy_values_bit_for_bit(monkeypatch):
+    import shutil
+
+    from veil import _native
+
+    if not (shutil.which("cc") or shutil.which("gcc")):
+        pytest.skip("no C compiler on PATH: veil.random uses its numpy path")
+    assert _native.kernel("veil_ziggurat") is not None  # with a compiler the kernels build
+    edges = np.array([0, 1, 255, 256, 2**63 - 1, 2**63, 2**64 - 1, (2**53 - 1) << 11,
+                      ((2**53 - 1) << 10) | 7, 1 << 10], dtype=np.uint64)
+    raw = np.concatenate([edges, Generator(31).random_raw(300_000)])
+    (z, slow, strip), (z0, slow0, strip0) = _ziggurat_both_ways(monkeypatch, raw)
+    assert slow.size > 1000  # wedges and base strips were exercised
+    assert np.array_equal(z.view(np.uint64), z0.view(np.uint64))
+    assert np.array_equal(slow, slow0) and np.array_equal(strip, strip0)
+    # the sampler's output for a seed is the numpy sampler's, and main's before the kernel
+    ref = Generator(32).standard_normal(50_000)
+    monkeypatch.setattr(_native, "kernel", lambda name: None)
+    assert np.array_equal(ref, Generator(32).standard_normal(50_000))
+    assert hashlib.sha256(ref.tobytes()).hexdigest()[:16] == "d1081ff2c1fefd76"
+
+
+def test_native_kernels_fall_back_to_numpy_when_they_cannot_be_built(monkeypatch, tmp_path,
+                                                                    caplog):
+    from veil import _native
+
+    monkeypatch.setattr(_native, "_loaded", {})
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("CC", "/bin/false")
+    with caplog.at_level("INFO", logger="veil._native"):
+        assert _native.kernel("veil_ziggurat") is None
+    assert "unavailable" in caplog.text
+    z = Generator(33).standard_normal(10_000)  # the numpy path
+    assert stats.kstest(z, "norm").pvalue > 1e-3
+    monkeypatch.setattr(_native, "_loaded", {})
+    monkeypatch.delenv("CC")
+    monkeypatch.setenv("VEIL_NATIVE", "0")
+    assert _native.kernel("veil_ziggurat") is None

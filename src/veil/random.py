@@ -55,6 +55,7 @@ import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from scipy.special import gammaln
 
+from veil import _native
 from veil.errors import ConfigError
 
 __all__ = ["Generator", "RngLike", "default_rng", "check_rng", "noise_rng", "secure_rng"]
@@ -114,6 +115,33 @@ _ZIG_R = 3.6541528853610088
 _ZIG_X, _ZIG_F = _ziggurat(256, _ZIG_R)
 _ZIG_SCALE = _ZIG_X[:-1] * 2.0 ** -53  # strip i: x = j x_i 2^-53 for odd j in (-2^53, 2^53)
 _ZIG_INNER = _ZIG_X[1:]                # |x| < x_{i+1}: under the curve whatever the height
+
+
+def _ziggurat_fast(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The ziggurat's fast path over candidate words ``raw`` (consumed): the candidates
+    ``x = j x_s 2^-53`` (strip ``s`` = the 8 low bits, odd ``j = (raw >> 10) | 1`` from the
+    signed word), the ascending positions where ``|x| >= x_{s+1}`` (not accepted at once)
+    and their strips. One compiled pass (:mod:`veil._native`) where it could be built,
+    else numpy; the values are the same."""
+    kernel = _native.kernel("veil_ziggurat")
+    if kernel is not None:
+        z = np.empty(raw.size)
+        slow = np.empty(raw.size, dtype=np.int64)
+        m = kernel(raw.ctypes.data, raw.size, _ZIG_SCALE.ctypes.data, _ZIG_INNER.ctypes.data,
+                   z.ctypes.data, slow.ctypes.data)
+        slow = slow[:m]
+        return z, slow, (raw[slow] & np.uint64(255)).view(np.int64)
+    strip = (raw & np.uint64(255)).view(np.int64)
+    j = raw.view(np.int64)  # in place from here: a small working set stays in cache
+    j >>= 10
+    j |= 1
+    # mode="clip" (every strip is in range anyway): numpy buffers ``out`` in the default
+    # mode="raise", an extra pass
+    z = np.take(_ZIG_SCALE, strip, mode="clip")
+    z *= j
+    inner = np.take(_ZIG_INNER, strip, out=j.view(np.float64), mode="clip")
+    slow = np.flatnonzero(np.abs(z) >= inner)
+    return z, slow, strip[slow]
 
 
 def _seed_key(seed: int | bytes) -> bytes:
@@ -306,20 +334,10 @@ class Generator:
 
     def _ziggurat(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         """``n`` ziggurat candidates (float64) and the ascending positions of the rejected."""
-        raw = self._raw(n)
-        strip = (raw & np.uint64(255)).view(np.int64)
-        j = raw.view(np.int64)  # in place from here: a small working set stays in cache
-        j >>= 10
-        j |= 1
-        # mode="clip" (every strip is in range anyway): numpy buffers ``out`` in the default
-        # mode="raise", an extra pass
-        z = np.take(_ZIG_SCALE, strip, mode="clip")
-        z *= j
-        inner = np.take(_ZIG_INNER, strip, out=j.view(np.float64), mode="clip")
-        slow = np.flatnonzero(np.abs(z) >= inner)
+        z, slow, i = _ziggurat_fast(self._raw(n))
         if not slow.size:
             return z, slow
-        i, x = strip[slow], z[slow]
+        x = z[slow]
         base = i == 0
         tails = int(np.count_nonzero(base))
         u = self._open_unit(slow.size + 2 * tails)  # heights, then the tail's uniforms

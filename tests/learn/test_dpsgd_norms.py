@@ -20,6 +20,18 @@ from veil.learn.dpsgd import PerExampleGradients, clipped_grad_sum  # noqa: E402
 RTOL, ATOL = 1e-4, 1e-5
 
 
+@pytest.fixture(params=["compiled", "numpy"])
+def kernels(request, monkeypatch):
+    """Run a test with veil's compiled kernels (ghost norms, clip factors) and without."""
+    from veil import _native
+
+    if request.param == "numpy":
+        monkeypatch.setattr(_native, "kernel", lambda name: None)
+    elif _native.kernel("veil_clip_factors") is None:
+        pytest.skip("no C compiler: the compiled kernels cannot be built")
+    return request.param
+
+
 def reference(model, loss_fn, x, y):
     """Per-example gradients by one backward pass per example, flattened: (B, D)."""
     params = [p for p in model.parameters() if p.requires_grad]
@@ -204,7 +216,7 @@ def test_dropout_inside_a_fallback_layer_is_a_clear_error():
         clipped_grad_sum(model, mse, x, x, 1.0)
 
 
-def test_nonfinite_examples_are_skipped_and_counted_or_raise():
+def test_nonfinite_examples_are_skipped_and_counted_or_raise(kernels):
     torch.manual_seed(4)
     model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
     x, y = torch.randn(6, 3), torch.randn(6, 2)
@@ -250,7 +262,8 @@ class FunctionalConv2d(nn.Conv2d):
                    FunctionalConv2d(4, 3, 2, stride=2)),
      (10, 2, 6, 6), (10, 3, 3, 3)),
 ], ids=["linear-2d", "linear-3d", "conv2d"])
-def test_fast_and_general_paths_give_the_same_norms_and_clipped_sums(fast, general, x, y):
+def test_fast_and_general_paths_give_the_same_norms_and_clipped_sums(fast, general, x, y,
+                                                                    kernels):
     """The layer rules (ghost norms, book-keeping sums into the gradient buffer) against the
     torch.func fallback (materialized per-example gradients) on the same weights."""
     general.load_state_dict(fast.state_dict())
@@ -293,7 +306,7 @@ def clip_reference(per_example, c):
                            nn.Conv2d(4, 6, 3, padding=1), nn.ReLU(), nn.Flatten(),
                            nn.Linear(6 * 4 * 4, 10)), (16, 1, 8, 8)),
 ], ids=["mlp", "mlp-reversed", "cnn"])
-def test_fast_clipping_equals_the_reference_per_example_clip(build, shape):
+def test_fast_clipping_equals_the_reference_per_example_clip(build, shape, kernels):
     """The engine's clipped sum (ghost norms, book-keeping sums, the optimizer's scale and
     mean-loss rescaling) against per-example gradients clipped one by one, in float64:
     equal to 1e-6 on random data with about half of the examples clipped."""
@@ -313,3 +326,27 @@ def test_fast_clipping_equals_the_reference_per_example_clip(build, shape):
     got = torch.cat([s.reshape(-1) for s in result.sums]) - 0.25
     torch.testing.assert_close(got, clip_reference(ref, c) * scale, rtol=1e-6, atol=1e-6)
     assert 0 < result.n_clipped < shape[0]
+
+
+def test_compiled_clip_factors_equal_numpys_bit_for_bit(monkeypatch):
+    """``c_i = min(1, C / (n_i + 1e-6)) * factor``, 0 for non-finite norms, and the counts:
+    the compiled kernel and the numpy code give the same float64 values."""
+    import numpy as np
+
+    from veil import _native
+    from veil.learn.dpsgd.engine import clip_factors
+
+    if _native.kernel("veil_clip_factors") is None:
+        pytest.skip("no C compiler: the compiled kernels cannot be built")
+    rng = np.random.default_rng(3)
+    sq = rng.exponential(2.0, 1000) ** 2
+    sq[[3, 50, 999]] = [np.inf, np.nan, 0.0]
+    compiled = clip_factors(sq, 7, 9.0, 1 / 3)
+    monkeypatch.setattr(_native, "kernel", lambda name: None)
+    fallback = clip_factors(sq, 7, 9.0, 1 / 3)
+    assert np.array_equal(compiled[0], fallback[0]) and compiled[1:] == fallback[1:]
+    norms = np.sqrt(sq) * 7
+    assert compiled[1:] == (int(np.sum(norms[np.isfinite(norms)] > 9.0)), 2)
+    assert compiled[0][3] == compiled[0][50] == 0 and compiled[0][999] == pytest.approx(1 / 3)
+    finite = np.isfinite(norms)
+    assert np.all(compiled[0][finite] * norms[finite] <= 9.0 / 3 * (1 + 1e-12))

@@ -34,12 +34,12 @@ sum, without noise, that other learners (hybrid federated learning) build on.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from veil import _native
 from veil._validation import check_choice, check_positive
 from veil.errors import ConfigError, DataError
 from veil.learn.dpsgd._torch import nn, torch
@@ -300,13 +300,17 @@ class PerExampleGradients:
             used.append((layer, recs))
         return used, size
 
-    def _squared_norms(self, used: list, size: int, ref: Tensor) -> tuple[Tensor, dict]:
-        """``sum_p ||G_i^p||^2`` and the materialized per-example gradients it needed
-        (parameter position -> ``(B, *shape)``: tied parameters, layers called twice)."""
+    def _squared_norms(self, used: list, size: int) -> tuple[np.ndarray, dict]:
+        """``sum_p ||G_i^p||^2`` on the host (float64, shape ``(B,)``) and the materialized
+        per-example gradients it needed (parameter position -> ``(B, *shape)``: tied
+        parameters, layers called several times)."""
+        host = np.zeros(size)
         total: Tensor | None = None
         shared: dict[int, Tensor] = {}
         for layer, recs in used:
             if layer.exclusive and len(recs) == 1:
+                if layer.rule.add_sq_norm_host(recs[0], layer.names, host):
+                    continue
                 term = layer.rule.sq_norm(recs[0], layer.names)
                 total = term if total is None else total.add_(term)
                 continue
@@ -317,7 +321,9 @@ class PerExampleGradients:
         for pe in shared.values():
             term = pe.flatten(1).square().sum(1)
             total = term if total is None else total.add_(term)
-        return (ref.new_zeros(size) if total is None else total), shared
+        if total is not None:
+            host += total.detach().to("cpu", torch.float64).numpy()
+        return host, shared
 
     def norms(self) -> Tensor:
         """The per-example gradient norms of the last backward pass, shape ``(B,)``."""
@@ -327,11 +333,12 @@ class PerExampleGradients:
                               "loss.backward() first")
         self._recording = False
         try:
-            sq, _ = self._squared_norms(used, size, self.params[0])
+            sq, _ = self._squared_norms(used, size)
         finally:
             self._recording = True
         scale = size if self.loss_reduction == "mean" else 1
-        return sq.sqrt() * scale
+        ref = self.params[0]
+        return torch.from_numpy(np.sqrt(sq) * scale).to(ref.device, ref.dtype)
 
     def clip(self, max_grad_norm: float, *, nonfinite: str = "skip",
              expected_batch_size: int | None = None, scale: float = 1.0,
@@ -368,35 +375,24 @@ class PerExampleGradients:
                             "sampled: train on the loader's batches unchanged")
         if size == 0:
             return ClippedSums(out, 0, 0, 0)
-        sq, shared = self._squared_norms(used, size, self.params[0])
-        # The (B,) arithmetic runs in numpy on the host (float32, or float64 for float64
-        # models): a dozen small torch operations would cost more in dispatch than it does.
+        sq, shared = self._squared_norms(used, size)
         reduction = size if self.loss_reduction == "mean" else 1
-        host = torch.float64 if sq.dtype == torch.float64 else torch.float32
-        norms = np.sqrt(sq.detach().to("cpu", host).numpy())  # no copy: float32 on the CPU
-        norms *= reduction
-        n_skipped = 0
-        if not math.isfinite(float(norms.sum())):  # NaN and inf propagate into the sum
-            finite = np.isfinite(norms)
-            n_skipped = int(size - np.count_nonzero(finite))
+        coef, n_clipped, n_skipped = clip_factors(sq, reduction, max_norm, reduction * scale)
+        if n_skipped:
             if nonfinite == "raise":
                 raise DataError("an example of the batch has a NaN or infinite gradient "
                                 "(nonfinite='raise')")
             # no count here: the batch's size and content are private (the count is in
             # optimizer.skipped, for the curator)
             log.warning("DP-SGD: dropped examples with a non-finite gradient")
-            keep = torch.from_numpy(finite).to(sq.device)
+            keep = torch.from_numpy(np.isfinite(np.sqrt(sq) * reduction))
             for _, recs in used:
                 for r in recs:
-                    r.keep_rows(keep)
-            shared = {k: torch.where(keep.view(-1, *([1] * (v.dim() - 1))), v, 0)
+                    r.keep_rows(keep.to(r.grads[0].device))
+            shared = {k: torch.where(keep.to(v.device).view(-1, *([1] * (v.dim() - 1))), v, 0)
                       for k, v in shared.items()}
-            norms[~finite] = np.inf  # clip factor 0
-        # c_i = min(1, C / n_i); the 1e-6 keeps c_i n_i <= C where n_i rounds low
-        coef = np.minimum(max_norm / (norms + 1e-6), 1.0)
-        n_clipped = int(np.count_nonzero(norms > max_norm)) - n_skipped
-        coef *= reduction * scale
-        coef = torch.from_numpy(coef).to(sq.device, sq.dtype)
+        ref = self.params[0]
+        coef = torch.from_numpy(coef).to(ref.device, ref.dtype)
         for i, pe in shared.items():
             out[i].add_(torch.tensordot(coef, pe, dims=1))
         for layer, recs in used:
@@ -404,6 +400,31 @@ class PerExampleGradients:
                 for name, i in zip(layer.names, layer.slots):
                     layer.rule.add_weighted_sum(recs[0], name, coef, out[i])
         return ClippedSums(out, size, n_clipped, n_skipped)
+
+
+def clip_factors(sq: np.ndarray, reduction: float, max_norm: float,
+                 factor: float) -> tuple[np.ndarray, int, int]:
+    """The clip factors ``c_i = min(1, C / (n_i + 1e-6)) * factor`` (Abadi et al., CCS 2016)
+    of the norms ``n_i = sqrt(sq_i) * reduction``, 0 for a non-finite ``n_i``; the number of
+    finite ``n_i > C`` (clipped) and of non-finite ones (dropped). The 1e-6 keeps
+    ``c_i n_i <= C`` where ``n_i`` rounds low. Computed in float64, by one compiled pass
+    (:mod:`veil._native`) where it could be built, else numpy: the same values."""
+    sq = np.ascontiguousarray(sq, dtype=np.float64)
+    coef = np.empty_like(sq)
+    fn = _native.kernel("veil_clip_factors")
+    if fn is not None:
+        counts = np.zeros(2, dtype=np.int64)
+        fn(sq.ctypes.data, sq.size, reduction, max_norm, factor, coef.ctypes.data,
+           counts.ctypes.data)
+        return coef, int(counts[0]), int(counts[1])
+    norms = np.sqrt(sq) * reduction
+    finite = np.isfinite(norms)
+    with np.errstate(invalid="ignore"):
+        np.minimum(max_norm / (norms + 1e-6), 1.0, out=coef)
+        coef *= factor
+        coef[~finite] = 0.0
+        n_clipped = int(np.count_nonzero(finite & (norms > max_norm)))
+    return coef, n_clipped, int(sq.size - np.count_nonzero(finite))
 
 
 def clipped_grad_sum(model: nn.Module, loss_fn: Callable[[Any, Any], Tensor],

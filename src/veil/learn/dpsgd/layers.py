@@ -37,10 +37,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import numpy as np
+
+from veil import _native
 from veil.errors import ConfigError
 from veil.learn.dpsgd._torch import F, nn, torch
 
 Tensor = torch.Tensor
+_SQ_NORM_KERNELS = {torch.float32: "veil_linear_sq_norms_f32",
+                    torch.float64: "veil_linear_sq_norms_f64"}
 
 
 def _detached(p: Tensor | None) -> Tensor | None:
@@ -105,6 +110,12 @@ class Rule:
     def add_weighted_sum(self, rec: Record, name: str, coef: Tensor, out: Tensor) -> None:
         """``out += sum_i coef_i G_i``."""
         out.add_(torch.tensordot(coef, self.per_example(rec, name), dims=1))
+
+    def add_sq_norm_host(self, rec: Record, names: Sequence[str], acc: np.ndarray) -> bool:
+        """``acc += sq_norm(rec, names)`` by a compiled kernel on the host (``acc``: float64,
+        shape ``(B,)``), if this rule has one for these tensors; False if not (the caller then
+        uses :meth:`sq_norm`)."""
+        return False
 
 
 def _sum(terms: Iterable[Tensor]) -> Tensor:
@@ -182,6 +193,25 @@ class LinearRule(Rule):
                     if _ghost_cheaper(a.shape[1], a.shape[2], g.shape[2])
                     else self.per_example(rec, name).flatten(1).square().sum(1)
                     for name in names)
+
+    def add_sq_norm_host(self, rec: Record, names: Sequence[str], acc: np.ndarray) -> bool:
+        """One position on the CPU: ``acc_i += ||g_i||^2 (||a_i||^2 + [bias])`` (without the
+        ``||a_i||^2`` term if the weight is not differentiated) in one compiled pass."""
+        a, g = self._ag(rec)
+        kind = _SQ_NORM_KERNELS.get(g.dtype)
+        if a.dim() != 2 or kind is None or a.dtype != g.dtype or a.device.type != "cpu" \
+                or g.device.type != "cpu" or a.stride(1) != 1 or g.stride(1) != 1:
+            return False
+        fn = _native.kernel(kind)
+        if fn is None:
+            return False
+        if "weight" in names:  # the a-term, and +1 for the bias's ||g_i||^2
+            din, bias = a.shape[1], float("bias" in names)
+        else:  # the bias alone: ||g_i||^2 = ||g_i||^2 (0 + 1)
+            din, bias = 0, 1.0
+        fn(a.data_ptr(), g.data_ptr(), g.shape[0], din, g.shape[1], a.stride(0), g.stride(0),
+           bias, acc.ctypes.data)
+        return True
 
     def add_weighted_sum(self, rec: Record, name: str, coef: Tensor, out: Tensor) -> None:
         if "pe_" + name in rec.cache:

@@ -11,8 +11,9 @@ and then the wrapped optimizer (SGD, Adam, ...) takes its step with these gradie
 post-processing of the noisy sum (Abadi et al. 2016, Algorithm 1).
 
 The noise ``z`` is one draw of ``D = sum_p numel(p)`` standard normals from ``veil.random``
-(the AES-CTR CSPRNG by default; a seeded generator in tests), computed in float64 and rounded
-once to the parameters' dtype (one dtype and device for all), laid over them in their order.
+(the AES-CTR CSPRNG by default; a seeded generator in tests), in float64; ``sigma C z / b``
+is computed in float64 and rounded once to the parameters' dtype (one dtype and device for
+all), laid over them in their order.
 The draws of several steps are made in one call (:class:`~veil.learn.dpsgd.draws.Rows`); each
 step's ``z`` is a fresh row, used once.
 """
@@ -67,10 +68,7 @@ class PrivateOptimizer(torch.optim.Optimizer):
         self._numel = sum(p.numel() for p in self._params)
         first = self._params[0]
         self._grad = first.new_zeros(self._numel)  # the flat noisy gradient, reused
-        # the normals are computed in float64 and rounded once to the parameters' dtype
-        dtype = np.float32 if first.dtype == torch.float32 else np.float64
-        self._noise = Rows(lambda m: rng.standard_normal(m, dtype=dtype), self._numel,
-                           plan.steps)
+        self._noise = Rows(rng.standard_normal, self._numel, plan.steps)  # float64
         self._views = [g.view(p.shape) for p, g in
                        zip(self._params, self._grad.split([p.numel() for p in self._params]))]
         self._batch: int | None = None
@@ -145,9 +143,9 @@ class PrivateOptimizer(torch.optim.Optimizer):
         divisor = self.plan.batch_size
         if self._batch != batch:  # a new logical batch (a partial one left is dropped)
             # grad = (sigma C z + sum) / b: the buffer starts as the noise, the sums add to it
-            noise = torch.from_numpy(self._noise.next()).to(self._grad)  # no-op: float32 on CPU
-            torch.mul(noise, self.plan.noise_multiplier * self.plan.max_grad_norm / divisor,
-                      out=self._grad)
+            # sigma C z / b in float64, rounded once to the parameters' dtype
+            factor = self.plan.noise_multiplier * self.plan.max_grad_norm / divisor
+            self._grad.copy_(torch.from_numpy(np.multiply(self._noise.next(), factor)))
             self._batch = batch
         result = self.engine.clip(self.plan.max_grad_norm, nonfinite=self.nonfinite,
                                   expected_batch_size=size, scale=1.0 / divisor,
