@@ -196,7 +196,7 @@ class PublicKey:
     def _noise_table(self) -> FixedBase:
         with self._lock:
             if self._table is None:
-                window = 8 if self.short_exponents else 6
+                window = 11 if self.short_exponents else 8
                 self._table = FixedBase(self.noise_base, self.n2, self._noise_bits, window)
             return self._table
 
