@@ -216,7 +216,7 @@ def _anchor_party(role, conns, setup, report, profile):
     elif role == "guest":
         party = PaillierGuest(setup["X"], setup["y"], ["host"], plan, rng=0)
     else:
-        party = PaillierHost("host", setup["X"], plan, rng=1)
+        party = PaillierHost("host", setup["X"], plan, workers=setup["workers"], rng=1)
     report.send(("ready", role))
     report.recv()                                       # the common start
     prof = cProfile.Profile() if profile else None
@@ -240,12 +240,18 @@ def _anchor_party(role, conns, setup, report, profile):
     elif role == "guest":
         host, arb = links["host"], links["arbiter"]
         party.receive_key(arb.recv())
+        # the residuals' noise, computed while the guest waits for the host's scores; the
+        # pool stops once this plan's noise is drawn
+        pool = party.noise_pool(setup["X"].shape[0] * plan.epochs).start()
         while (batch := party.next_batch()) is not None:
             host.send(batch)
             residual = party.residual({"host": host.recv()})
+            if party._order == [] and party._step[0] == plan.epochs - 1:
+                pool.stop()
             host.send(residual)
             arb.send(party.gradient())
             party.update(arb.recv())
+        pool.stop()
         host.send(b"")
         arb.send(b"")
     else:
@@ -267,7 +273,8 @@ def _anchor_party(role, conns, setup, report, profile):
     report.send(("done", role, wall, cpu, sum(x.sent for x in links.values()), coef, top))
 
 
-def run_anchor_epoch(rows, *, key_bits=2048, short=False, batch_size=None, profile=False):
+def run_anchor_epoch(rows, *, key_bits=2048, short=False, batch_size=None, workers=2,
+                     profile=False):
     """One epoch of the Paillier protocol, guest, host and arbiter each in its own process
     (forked; multiprocessing pipes carry the protocol's bytes messages). Returns the wall
     seconds (the start barrier to the last party's end), per-party CPU seconds and bytes
@@ -282,7 +289,8 @@ def run_anchor_epoch(rows, *, key_bits=2048, short=False, batch_size=None, profi
     ga, ag = ctx.Pipe()
     ha, ah = ctx.Pipe()
     setups = {"guest": ({"host": gh, "arbiter": ga}, {"X": Xg, "y": y, "plan": plan}),
-              "host": ({"guest": hg, "arbiter": ha}, {"X": Xh, "plan": plan}),
+              "host": ({"guest": hg, "arbiter": ha}, {"X": Xh, "plan": plan,
+                                                      "workers": workers}),
               "arbiter": ({"guest": ag, "host": ah},
                           {"plan": plan, "key_bits": key_bits, "short": short,
                            "sizes": {"guest": Xg.shape[1] + 1, "host": Xh.shape[1]}})}
@@ -306,27 +314,50 @@ def run_anchor_epoch(rows, *, key_bits=2048, short=False, batch_size=None, profi
     return done
 
 
-def bench_anchor(rows, profile=False):
+def bench_anchor(rows, profile=False, noises=("short", "full")):
     import os
 
     fate = FATE_COORDINATED_LR_S
     out = []
-    for short in (False, True):
-        done = run_anchor_epoch(rows, short=short, profile=profile)
+    for noise in noises:
+        done = run_anchor_epoch(rows, short=noise == "short", profile=profile)
         wall = max(d["wall"] for d in done.values())
         mb = sum(d["sent"] for d in done.values()) / 1e6
-        out.append(["2048 (FATE's default), " + ("DJN short exponents" if short
+        out.append(["2048 (FATE's default), " + ("DJN short exponents" if noise == "short"
                                                  else "full-length noise"),
                     wall, done["guest"]["cpu"], done["host"]["cpu"], done["arbiter"]["cpu"],
                     mb, float(fate), wall / fate])
+        print(f"# {out[-1]} (load {os.getloadavg()[0]:.2f})", flush=True)
         if profile:
             for role in ("guest", "host"):
-                print(f"\n### cProfile, {role}, short={short}\n{done[role]['profile']}")
+                print(f"\n### cProfile, {role}, {noise}\n{done[role]['profile']}", flush=True)
     _table(f"FATE 2.0 anchor: guest {rows:,} x 30 + labels, host {rows:,} x 300, one epoch, "
            f"full batch, 3 processes on {os.cpu_count()} cores (load {os.getloadavg()[0]:.2f})",
            ["key bits, noise", "wall s / epoch", "guest CPU s", "host CPU s",
             "arbiter CPU s", "MB / epoch", "FATE Coordinated-LR s", "ratio veil / FATE"],
            out)
+
+
+def bench_anchor_ss(rows):
+    """One epoch (one full-batch step, FATE's default batch) of the secret-shared protocol
+    at the anchor shape, each party in its own process (veil.mpc's process runtime, dealer
+    triples: the dealer-free Paillier source makes multiplication triples only, and the
+    logistic model's sigmoid needs comparisons)."""
+    import os
+
+    from veil.fl.vertical.linear import train_ss
+
+    Xg, Xh, y = _anchor_data(rows)
+    start = time.perf_counter()
+    _, _, stats = train_ss([Xg, Xh], y, "logistic", steps=1, epochs=1, learning_rate=0.15,
+                           alpha=0.0, fit_intercept=True, runtime="process")
+    wall = time.perf_counter() - start
+    _table(f"FATE 2.0 anchor, secret-shared LR: {rows:,} rows, one full-batch epoch, 2 party "
+           f"processes, dealer triples (load {os.getloadavg()[0]:.2f})",
+           ["wall s (session)", "s / epoch (measured)", "MB / epoch", "FATE SSHE-LR s",
+            "ratio veil / FATE"],
+           [[wall, stats.seconds[0], sum(stats.bytes[0].values()) / 1e6,
+             float(FATE_SSHE_LR_S), stats.seconds[0] / FATE_SSHE_LR_S]])
 
 
 # -- 5. split learning -------------------------------------------------------------------
@@ -607,6 +638,8 @@ def main(argv=None):
     parser.add_argument("--anchor", action="store_true")
     parser.add_argument("--anchor-rows", type=int, default=100_000)
     parser.add_argument("--anchor-profile", action="store_true")
+    parser.add_argument("--anchor-noise", nargs="+", choices=("short", "full"),
+                        default=["short", "full"])
     parser.add_argument("--credit-paillier", action="store_true")
     parser.add_argument("--epoch-rows", type=int, default=1000)
     parser.add_argument("--split-epochs", type=int, default=5)
@@ -620,7 +653,9 @@ def main(argv=None):
         "psi": lambda: bench_psi(args.psi),
         "accuracy": lambda: bench_accuracy(args.credit_paillier),
         "epochs": lambda: bench_epochs(args.epoch_rows, 1),
-        "anchor": lambda: bench_anchor(args.anchor_rows, args.anchor_profile),
+        "anchor": lambda: (bench_anchor_ss(args.anchor_rows),
+                           bench_anchor(args.anchor_rows, args.anchor_profile,
+                                        args.anchor_noise)),
         "split": lambda: bench_split(args.split_epochs),
         "transfer": lambda: bench_transfer(args.rounds),
         "taylor": bench_taylor,

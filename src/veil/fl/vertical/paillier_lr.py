@@ -556,7 +556,7 @@ class Arbiter:
     ``parties``: the names it serves with the number of gradient entries of each (their
     feature counts, public metadata agreed at set-up). ``rng``: key generation (None: the
     CSPRNG; a seed only in tests). ``short_exponents``: the key's encryption noise uses
-    DJN's short exponents (about 3x faster encryption for the guest and hosts, under the
+    DJN's short exponents (about 3.5x faster encryption for the guest and hosts, under the
     extra assumption stated in :mod:`veil.crypto.paillier`).
     """
 
