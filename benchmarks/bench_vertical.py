@@ -350,7 +350,8 @@ def bench_anchor_ss(rows):
     Xg, Xh, y = _anchor_data(rows)
     start = time.perf_counter()
     _, _, stats = train_ss([Xg, Xh], y, "logistic", steps=1, epochs=1, learning_rate=0.15,
-                           alpha=0.0, fit_intercept=True, runtime="process")
+                           alpha=0.0, fit_intercept=True,
+                           session_options={"runtime": "process", "timeout": 3600.0})
     wall = time.perf_counter() - start
     _table(f"FATE 2.0 anchor, secret-shared LR: {rows:,} rows, one full-batch epoch, 2 party "
            f"processes, dealer triples (load {os.getloadavg()[0]:.2f})",
