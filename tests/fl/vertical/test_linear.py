@@ -73,6 +73,33 @@ def test_paillier_protocol_computes_the_plaintext_schedule(data, keys, task):
     assert len(stats.seconds) == 3 and stats.bytes[0]["h1"] > 0
 
 
+def test_worker_processes_and_noise_pools_compute_the_same_schedule(data, keys):
+    """Gradient columns split among forked workers, noise taken from started pools: the
+    weights are the plaintext schedule's, as with one process and noise on demand."""
+    blocks, y = data
+    plan = Plan(epochs=2, batch_size=len(y), learning_rate=0.2, alpha=0.01)
+    hosts = [f"h{k}" for k in range(1, len(blocks))]
+    guest = PaillierGuest(blocks[0], y.astype(float), hosts, plan, insecure_ok=True,
+                          workers=2, rng=1)
+    parties = [PaillierHost(h, b, plan, insecure_ok=True, workers=3, rng=2)
+               for h, b in zip(hosts, blocks[1:])]
+    arbiter = Arbiter({"guest": guest.coef_.size, **{h.name: h.coef_.size for h in parties}},
+                      keys=keys)
+    for party in (guest, *parties):
+        party.receive_key(arbiter.key_message())
+    pools = [party.noise_pool(len(y)).start() for party in (guest, *parties)]
+    try:
+        train_paillier(guest, parties, arbiter)
+    finally:
+        for pool in pools:
+            pool.stop()
+    w = np.concatenate([guest.coef_, *(h.coef_ for h in parties)])
+    assert np.max(np.abs(w - _reference(blocks, y.astype(float), "logistic", 2, 0.2,
+                                        0.01))) < 1e-3
+    with pytest.raises(ConfigError, match="workers"):
+        PaillierHost("h1", blocks[1], plan, workers=0)
+
+
 def test_estimators_match_scikit_learn_on_breast_cancer(data):
     blocks, y = data
     ref = LogisticRegression(max_iter=1000).fit(np.hstack(blocks), y)

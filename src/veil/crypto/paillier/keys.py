@@ -196,7 +196,7 @@ class PublicKey:
     def _noise_table(self) -> FixedBase:
         with self._lock:
             if self._table is None:
-                window = 8 if self.short_exponents else 6
+                window = 11 if self.short_exponents else 8
                 self._table = FixedBase(self.noise_base, self.n2, self._noise_bits, window)
             return self._table
 
@@ -205,7 +205,10 @@ class PublicKey:
         rng = check_rng(rng)
         if self.noise_base is not None:
             table, bits = self._noise_table(), self._noise_bits
-            return [table.pow(rng.randbits(bits)) for _ in range(count)]
+            width, mask = (bits + 7) // 8, (1 << bits) - 1
+            raw = rng.bytes(width * count)      # one draw: uniform exponents below 2^bits
+            return [table.pow(int.from_bytes(raw[i:i + width], "little") & mask)
+                    for i in range(0, width * count, width)]
         rs = [mpz(rng.randbelow(self.n - 1) + 1) for _ in range(count)]
         return gmpy2.powmod_base_list(rs, self.n, self.n2)
 

@@ -112,19 +112,21 @@ def train_paillier(guest: PaillierGuest, hosts: Sequence[PaillierHost],
 
 def train_ss(X: Sequence[np.ndarray], y: np.ndarray, task: str, *, steps: int, epochs: int,
              learning_rate: float, alpha: float, fit_intercept: bool,
-             noise: GradientNoise | None = None
+             noise: GradientNoise | None = None, session_options: dict | None = None
              ) -> tuple[list[np.ndarray], float, EpochStats]:
     """Secret-shared training; returns each party's coefficient block (revealed to that
     party only), the intercept (to the guest) and the cost (the run's totals, sharing
     included, spread evenly over the ``epochs``: its steps are all alike). ``noise``: the
-    charged noise of a private run (added to every gradient)."""
+    charged noise of a private run (added to every gradient). ``session_options``: further
+    :class:`veil.mpc.Session` options (e.g. ``runtime="process"``: each party in its own
+    OS process, with ``timeout``)."""
     from veil.mpc import Session
     from veil.mpc.models import LinearRegression, LogisticRegression, share_columns
 
     model_cls = LogisticRegression if task == "logistic" else LinearRegression
     stats = EpochStats()
     frac = {} if noise is None else {"frac_bits": noise.frac_bits}
-    with Session(parties=len(X), **frac) as session:   # shares and masks: the CSPRNG
+    with Session(parties=len(X), **frac, **(session_options or {})) as session:  # CSPRNG
         with session.measure() as m:
             shared = share_columns(session, X)
             labels = session.share(np.asarray(y, dtype=np.float64), owner=0)
