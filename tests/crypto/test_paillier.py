@@ -312,3 +312,20 @@ def test_rerandomize_changes_ciphertext_not_plaintext(keys):
     assert not set(map(int, e.ciphertexts)) & set(map(int, f.ciphertexts))
     g = pk.encrypt(9).rerandomize()
     assert sk.decrypt(g) == 9
+
+
+def test_the_noise_table_widens_with_the_values_drawn_and_stays_under_its_memory_cap(
+        monkeypatch):
+    # a table sized for one encryption is tiny; a bulk encryption (a vertical epoch's
+    # residuals) widens it; a memory cap keeps the window down; the noise stays exact
+    pk, sk = paillier.keygen(BITS, insecure_ok=True, short_exponents=True, rng=3)
+    assert sk.decrypt(pk.encrypt(-7)) == -7 and pk._table.window <= 4
+    values = np.arange(-1000, 1000)
+    assert np.array_equal(sk.decrypt(pk.encrypt(values)), values)
+    assert pk._table.window >= 7
+    capped = paillier.keygen(BITS, insecure_ok=True, short_exponents=True, rng=3)[0]
+    monkeypatch.setattr(paillier.keys, "TABLE_BYTES", 64 * 2 * BITS // 8 * 16)
+    assert np.array_equal(sk.decrypt(capped.encrypt(values)), values)
+    bits, size = capped._noise_bits, (capped.n2.bit_length() + 7) // 8
+    assert -(-bits // capped._table.window) << capped._table.window <= \
+        paillier.keys.TABLE_BYTES // size

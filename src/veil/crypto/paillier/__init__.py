@@ -52,11 +52,13 @@ therefore only ever *drawn*: fresh from the CSPRNG, or popped from a :class:`Noi
   2p'q' is within 2^-128 of uniform, so the noise is statistically close to uniform over
   {r^n : r in J_n}: IND-CPA under DCR alone, because DCR restricted to Jacobi symbol 1 is
   equivalent to DCR (Jacobi symbols are public, and multiplying by w^n for a public w of
-  symbol -1 moves any instance into J_n). About 8x faster than r^n (8-bit windows: 272
-  multiplications, a ~36 MB table at 2048 bits, built on first use).
+  symbol -1 moves any instance into J_n). About 8x faster than r^n in bulk (9-bit windows:
+  242 multiplications, a ~63 MB table at 2048 bits). The table is built on first use and
+  widened as the key draws more values (a window of ~log2 of the values drawn, kept under
+  ``TABLE_BYTES`` = 100 MiB): one encryption builds a few kB, not the bulk table.
 * **DJN short exponents** (``keygen(short_exponents=True)``): the same h_s with a uniform
-  ``ceil(bits/2)``-bit a, DJN's original proposal, about 27x faster than r^n (11-bit
-  windows: 94 multiplications, a ~99 MB table at 2048 bits). *Security assumption*:
+  ``ceil(bits/2)``-bit a, DJN's original proposal, about 27x faster than r^n in bulk
+  (11-bit windows: 94 multiplications, a ~99 MB table at 2048 bits). *Security assumption*:
   besides DCR, that h^a for such a short a is computationally indistinguishable from a
   uniform element of <h> (a short-exponent indistinguishability assumption in the
   hidden-order group J_n, under which DJN prove semantic security). Use it when that
