@@ -25,16 +25,18 @@ from veil.crypto.identity import make_identities, sign, write_identities  # noqa
 from veil.dp import Ledger  # noqa: E402
 from veil.errors import ConfigError, ProtocolError  # noqa: E402
 from veil.experiments.fl_config import load_config  # noqa: E402
+from veil.experiments.flower_vertical_app import (  # noqa: E402
+    _node_party,
+    _own_plan,
+    client,
+    vertical_app,
+)
 from veil.fl.messages import encode  # noqa: E402
 from veil.fl.runtime.flower_vertical import (  # noqa: E402
     VerticalParty,
     VerticalRelay,
-    _node_party,
-    _own_plan,
-    client,
     client_app,
     train,
-    vertical_app,
     vertical_plan,
 )
 from veil.fl.secagg.masks import public_key  # noqa: E402

@@ -367,7 +367,7 @@ def flower_app(config: Config, out: AppOut, results: Results = None,
     if load_config(check_input_file(config, "CONFIG", text=True)).kind == "vertical":
         if setup is not None:
             raise ConfigError("--setup is for hybrid runs; a [vertical] run has none")
-        from veil.fl.runtime.flower_vertical import vertical_app
+        from veil.experiments.flower_vertical_app import vertical_app
 
         where = vertical_app(config, out, results)
     else:
