@@ -75,7 +75,7 @@ from veil.fl.federation import Federation
 from veil.fl.runtime.flower import Context, FlowerRuntime, Grid, ServerApp, client_app
 
 __all__ = ["NODE_KEYS", "Loopback", "app_setup", "client", "plan", "server", "write_app",
-           "write_party_data"]
+           "write_app_files", "write_party_data"]
 
 #: what a SuperNode's node configuration may name, and the type of each
 NODE_KEYS = {"party-id": int, "plans": str, "data": str, "ledger": str, "key-share": str,
@@ -148,17 +148,26 @@ def write_app(config: str | os.PathLike, out_dir: str | os.PathLike,
                           "(veil.crypto.identity.write_identities), and each SuperNode its "
                           "own key file (node config identity-key = '<path>')")
     _federation(config, setup=public, remote=True)   # refuse a bad config now
+    write_app_files(config, out_dir, results, _APP)
+    if public is not None:   # a Flower app ships text files only: the set-up as base64
+        (out_dir / _SETUP_FILE).write_text(
+            f'setup = "{base64.b64encode(public.to_bytes()).decode()}"\n')
+    return out_dir
+
+
+def write_app_files(config: Path, out_dir: Path, results: str | os.PathLike | None,
+                    app: str) -> None:
+    """The files every veil Flower app has: ``pyproject.toml`` (the app's name, from the
+    run file's; its results folder, ``results`` or ``<out_dir>/results``; the plan's file
+    name), ``veil_app.py`` (``app``: the module building its ServerApp and ClientApp) and
+    the run file as ``run.toml``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     name = "veil-" + "".join(c if c.isalnum() else "-" for c in config.stem.lower())
     where = Path(results) if results else out_dir / "results"
     (out_dir / "pyproject.toml").write_text(_PYPROJECT.format(
         name=name, out=where.resolve(), plan=config.name))
-    (out_dir / "veil_app.py").write_text(_APP)
+    (out_dir / "veil_app.py").write_text(app)
     shutil.copyfile(config, out_dir / "run.toml")
-    if public is not None:   # a Flower app ships text files only: the set-up as base64
-        (out_dir / _SETUP_FILE).write_text(
-            f'setup = "{base64.b64encode(public.to_bytes()).decode()}"\n')
-    return out_dir
 
 
 def write_party_data(config: str | os.PathLike, out_dir: str | os.PathLike) -> list[Path]:

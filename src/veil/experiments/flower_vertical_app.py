@@ -43,23 +43,15 @@ def vertical_app(config: str | os.PathLike, out_dir: str | os.PathLike,
     """Write the Flower app of a ``[vertical]`` run file into ``out_dir`` (as
     :func:`veil.experiments.flower_app.write_app` does for horizontal runs; ``flwr run
     DIR CONNECTION`` submits it); ``results``: where the ServerApp writes results.json."""
-    import shutil
-
     from veil.experiments.fl_config import load_config
-    from veil.experiments.flower_app import _PYPROJECT
+    from veil.experiments.flower_app import write_app_files
 
     config, out_dir = Path(config), Path(out_dir)
     cfg = load_config(config)
     if cfg.kind != "vertical":
         raise ConfigError(f"{config}: a [vertical] run file is needed; this run is {cfg.kind}")
     vertical_plan(cfg["vertical"])                    # refuse what Flower cannot run now
-    out_dir.mkdir(parents=True, exist_ok=True)
-    name = "veil-" + "".join(c if c.isalnum() else "-" for c in config.stem.lower())
-    where = Path(results) if results else out_dir / "results"
-    (out_dir / "pyproject.toml").write_text(_PYPROJECT.format(
-        name=name, out=where.resolve(), plan=config.name))
-    (out_dir / "veil_app.py").write_text(_APP)
-    shutil.copyfile(config, out_dir / "run.toml")
+    write_app_files(config, out_dir, results, _APP)
     return out_dir
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from sklearn.datasets import load_breast_cancer
 
 from veil.errors import ProtocolError
 from veil.fl.vertical._ftl import plain_gradients
@@ -22,17 +21,8 @@ KEY = {"key_bits": 512, "insecure_ok": True}
 
 
 @pytest.fixture(scope="module")
-def split():
-    """Breast cancer: A has columns 0-14 of rows 0-349 with labels, B columns 15-29 of rows
-    150-568; rows 150-349 are in both (the overlap), B's rows 350-568 are its own."""
-    X, y = load_breast_cancer(return_X_y=True)
-    X = (X - X.mean(0)) / X.std(0)
-    order = np.random.default_rng(0).permutation(len(y))
-    X, y = X[order], y[order]
-    XA, yA = X[:350, :15], y[:350]
-    XB = X[150:, 15:]
-    ov_a, ov_b = np.arange(150, 350), np.arange(0, 200)
-    return XA, yA, XB, ov_a, ov_b, y[350:]
+def split(ftl_split):
+    return ftl_split
 
 
 def _parties(split, **kw):
