@@ -98,6 +98,11 @@ def test_run_transfer_reports_both_accuracies(tmp_path):
                         "transfer": "public.csv", "test": "test.csv", "rounds": 3,
                         "seed": 1}, base=tmp_path)
     assert out["accuracy_with_source"] > out["accuracy_without_source"]
+    text = pd.read_csv(tmp_path / "public.csv").assign(city="Lyon")
+    text.to_csv(tmp_path / "text.csv", index=False)
+    with pytest.raises(DataError, match=r"\[transfer\] transfer: the feature columns \['city'\]"):
+        run_transfer({"source": "source.csv", "targets": ["t0.csv", "t1.csv"],
+                      "transfer": "text.csv", "test": "test.csv", "rounds": 3}, base=tmp_path)
     return out
 
 

@@ -376,7 +376,7 @@ def run_transfer(config: dict, *, base: str | Path = ".", out: str | Path | None
         table = _read(path, base, what)
         if label not in table.columns:
             raise DataError(f"{what}: no label column {label!r}")
-        return (table.drop(columns=[label]).to_numpy(dtype=np.float64),
+        return (_floats(table.drop(columns=[label]), what),
                 table[label].to_numpy(dtype=np.int64))
 
     targets = cfg.get("targets")
@@ -386,7 +386,7 @@ def run_transfer(config: dict, *, base: str | Path = ".", out: str | Path | None
     clients = [xy(p, f"targets[{i}]") for i, p in enumerate(targets)]
     test = xy(cfg.get("test"), "test")
     transfer_table = _read(cfg.get("transfer"), base, "transfer")
-    transfer = transfer_table.drop(columns=[label], errors="ignore").to_numpy(dtype=np.float64)
+    transfer = _floats(transfer_table.drop(columns=[label], errors="ignore"), "transfer")
     widths = {Xs.shape[1], test[0].shape[1], transfer.shape[1], *(c[0].shape[1]
                                                                   for c in clients)}
     if len(widths) != 1:
