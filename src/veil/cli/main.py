@@ -8,39 +8,85 @@ Help is plain text: nothing in it is read as console markup.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
+from typing import Any
 
 import typer
+import typer.core
 
 try:  # typer >= 0.21 vendors click as typer._click; older typer (flwr pins it) uses click
     from typer._click import exceptions as click_exceptions
 except ImportError:
     from click import exceptions as click_exceptions
-from typer.core import TyperArgument
+from typer.core import TyperArgument, TyperGroup
 
 import veil
-from veil.cli import anon, audit, budget, datasets, demo, dp, experiment, fl, he, mpc, net, predict
 from veil.cli._output import print_error
 from veil.errors import VeilError
 
-app = typer.Typer(name="veil", no_args_is_help=True, add_completion=False,
+# typer escapes "[default: ...]" for rich markup whenever rich is installed, even with
+# rich_markup_mode=None, so plain help showed a literal "\[default: ...]". Help here is plain.
+typer.core.HAS_RICH = False
+
+#: name -> (module in veil.cli, attribute: a Typer app or a command function, one-line help).
+#: A sub-command's module is imported only when that sub-command runs (``veil --help`` and
+#: ``veil --version`` import none of them); the help line is checked against the command's own
+#: (tests/cli/test_cli_startup.py).
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "audit": ("audit", "audit", "Audit a training run (RUN_DIR) or a saved model (--model)."),
+    "demo": ("demo", "demo", "Hybrid private federated learning: 10 parties, Nursery tree."),
+    "predict": ("predict", "predict", "Predict the class of every row of DATA.csv with a saved "
+                                      "model."),
+    "psi": ("net", "psi", "Private set intersection with a party on another host."),
+    "keygen": ("net", "keygen", "Dealer-free threshold Paillier key generation."),
+    "datasets": ("datasets", "app", "Data sets veil can load."),
+    "budget": ("budget", "app", "Privacy budgets: ledgers and noise calibration."),
+    "anonymize": ("anon", "app", "Anonymize a table (k-anonymity, l-diversity, t-closeness)."),
+    "fl": ("fl", "app", "Federated learning."),
+    "dp": ("dp", "app", "Differential privacy."),
+    "experiment": ("experiment", "app", "Reproduce published comparisons."),
+    "he": ("he", "app", "Homomorphic encryption: encrypted linear regression (CKKS)."),
+    "net": ("net", "app", "Parties on different hosts: certificates for the hosts file."),
+    "mpc": ("mpc", "app", "Secure multi-party computation with parties on different hosts."),
+}
+
+
+def load_command(name: str) -> Any:
+    """The click command of sub-command ``name``, its module imported now."""
+    module, attribute, _ = COMMANDS[name]
+    target = getattr(importlib.import_module(f"veil.cli.{module}"), attribute)
+    holder = typer.Typer(rich_markup_mode=None, pretty_exceptions_enable=False)
+    holder.callback()(lambda: None)
+    if isinstance(target, typer.Typer):
+        holder.add_typer(target, name=name)
+    else:
+        holder.command(name)(target)
+    return typer.main.get_command(holder).commands[name]
+
+
+class _LazyGroup(TyperGroup):
+    """The root group: lists :data:`COMMANDS` from the table, loads one only to run it."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        if cmd_name not in COMMANDS:
+            return None
+        if cmd_name not in self.commands:
+            self.commands[cmd_name] = load_command(cmd_name)
+        return self.commands[cmd_name]
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, help_) for name, (_, _, help_) in COMMANDS.items()])
+
+
+app = typer.Typer(name="veil", cls=_LazyGroup, no_args_is_help=True, add_completion=True,
                   pretty_exceptions_enable=False, rich_markup_mode=None,
                   help="veil: privacy-preserving machine learning.")
-app.add_typer(datasets.app, name="datasets")
-app.add_typer(budget.app, name="budget")
-app.command("audit")(audit.audit)
-app.add_typer(anon.app, name="anonymize")
-app.add_typer(fl.app, name="fl")
-app.add_typer(dp.app, name="dp")
-app.command("demo")(demo.demo)
-app.add_typer(experiment.app, name="experiment")
-app.add_typer(he.app, name="he")
-app.command("predict")(predict.predict)
-app.add_typer(net.app, name="net")
-app.add_typer(mpc.app, name="mpc")
-app.command("psi")(net.psi)
-app.command("keygen")(net.keygen)
 
 
 def _version(value: bool) -> None:
