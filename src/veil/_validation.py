@@ -83,9 +83,9 @@ def check_choice(value: Any, name: str, allowed: Iterable[Any]) -> Any:
             f"{name}={value!r} is not allowed: choose one of {', '.join(map(repr, options))}")
     return value
 
-
 def check_bounds(bounds: Any, name: str = "bounds") -> tuple[float, float]:
-    """Declared data bounds ``(lower, upper)``: finite with lower < upper."""
+    """Declared data bounds ``(lower, upper)``: finite, lower < upper, and a finite width
+    ``upper - lower`` (every bounded statistic's sensitivity is a multiple of it)."""
     try:
         lo, hi = bounds
     except (TypeError, ValueError):
@@ -96,6 +96,9 @@ def check_bounds(bounds: Any, name: str = "bounds") -> tuple[float, float]:
     if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
         raise ConfigError(
             f"{name}={bounds!r} is not allowed: need finite lower < upper")
+    if not math.isfinite(hi - lo):
+        raise ConfigError(f"{name}={bounds!r} is not allowed: the width upper - lower "
+                          "overflows a float")
     return lo, hi
 
 

@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 
 from veil.cli.main import main
@@ -104,3 +105,26 @@ def test_dp_demo_json(capsys):
     assert len(out["statistics"]) == 9
     assert out["spent"]["epsilon"] <= out["budget"]["epsilon"] * (1 + 1e-9)
     assert all(row["epsilon"] > 0 for row in out["statistics"])
+
+
+@pytest.mark.parametrize("query", ["mean", "sum", "variance", "histogram", "quantile"])
+@pytest.mark.parametrize("bounds", ["-1e308,1e308", "0,1.7e308", "-1e200,1e200"])
+def test_huge_bounds_are_one_line_errors_or_finite_answers(people, capsys, query, bounds):
+    """Bounds whose width, doubled width or squared half-width overflow a float ended in an
+    OverflowError traceback (``--bounds -1e308,1e308``): each is a one-line error naming the
+    bounds or the noise scale, or a finite release, and with a ledger nothing is charged."""
+    code = main(["dp", "stats", str(people), "--column", "age", "--query", query, "--bins",
+                 "3", f"--bounds={bounds}", "--epsilon", "1", "--json"])
+    captured = capsys.readouterr()
+    if code == 0:
+        value = json.loads(captured.out)["value"]
+        assert all(map(np.isfinite, np.ravel(value)))
+    else:
+        assert code == 2 and captured.err.startswith("error: ")
+        assert "Traceback" not in captured.err and "overflows" in captured.err
+
+
+def test_a_tiny_epsilon_with_wide_bounds_has_no_finite_noise_scale(people, capsys):
+    assert main(["dp", "stats", str(people), "--column", "age", "--query", "mean",
+                 "--bounds=0,1e150", "--epsilon", "1e-300"]) == 2
+    assert "sensitivity / epsilon" in error_text(capsys)

@@ -89,7 +89,7 @@ def run_query(column: pd.Series, query: str, *, epsilon: float, delta: float,
             lo, hi = _bounds(bounds, query)
             k = check_int(int(edges[0]) if edges[0].is_integer() else edges[0], "--bins",
                           low=1)
-            edges = [lo + (hi - lo) * i / k for i in range(k)] + [hi]
+            edges = [lo + (hi - lo) * (i / k) for i in range(k)] + [hi]
         return stats.histogram(column, edges, delta=delta, **common)
     if query == "quantile":
         if delta:

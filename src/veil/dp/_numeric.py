@@ -15,12 +15,16 @@ from typing import Any
 import numpy as np
 
 from veil._validation import check_array
-from veil.errors import DataError
+from veil.errors import ConfigError, DataError
 
 
 def div_up(a: float, b: float) -> float:
-    """The smallest double >= a / b (a >= 0, b > 0)."""
+    """The smallest double >= a / b (a >= 0, b > 0); a ConfigError when it overflows (a
+    sensitivity over a tiny epsilon: no finite noise scale exists)."""
     q = a / b
+    if not math.isfinite(q):
+        raise ConfigError(f"sensitivity / epsilon = {a:g} / {b:g} overflows a float: no finite "
+                          "noise scale; declare narrower bounds or a larger epsilon")
     while Fraction(q) * Fraction(b) < Fraction(a):
         q = math.nextafter(q, math.inf)
     return q

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import builtins
 import logging
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -177,6 +178,9 @@ def variance(data: Any, *, bounds: Any, epsilon: float, delta: float = 0.0,
     mid = (lo + hi) / 2.0
     y_bounds = (lo - mid, hi - mid)
     half = builtins.max(abs(y_bounds[0]), abs(y_bounds[1]))
+    if not math.isfinite(half * half):
+        raise ConfigError(f"bounds={bounds!r} is not allowed for a variance: the squared "
+                          "half-width overflows a float")
     s1, sens1, _ = grid_sum(values - mid, y_bounds)
     s2, sens2, _ = grid_sum((values - mid) ** 2, (0.0, half * half))
     (e1, d1), (e2, d2), (e3, d3) = _split(epsilon, delta, 0.25, 0.25, 0.5)
