@@ -17,9 +17,6 @@ $(VENV)/.core: $(BIN)/python $(DEPS)
 
 $(VENV)/.dev: $(BIN)/python $(DEPS)
 	$(PIP) -e ".[torch,dev,spark,fhe,flower]"
-	@command -v java >/dev/null || (apt-get install -y default-jre-headless >/dev/null 2>&1 \
-		|| (apt-get update -q >/dev/null 2>&1 && apt-get install -y default-jre-headless \
-		>/dev/null 2>&1)) || echo "no Java: the Spark tests will be skipped"
 	@touch $@ $(VENV)/.core
 
 $(VENV)/.bench: $(VENV)/.dev

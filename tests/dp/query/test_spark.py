@@ -2,23 +2,23 @@
 
 from __future__ import annotations
 
-import shutil
-
 import numpy as np
 import pandas as pd
 import pytest
 
 from veil.dp import Ledger
 from veil.dp.query import Query
+from veil.dp.query.spark import java_home
 from veil.errors import DataError
 
 pytest.importorskip("pyspark", reason="pyspark is not installed (extra 'spark')")
 pytest.importorskip("pyarrow", reason="pyarrow is not installed (extra 'spark')")
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning",
                                         "ignore:The copy keyword is deprecated")
-if shutil.which("java") is None:
-    pytest.skip("Java is not installed: Spark needs Java 17+ (apt-get install -y "
-                "default-jre-headless)", allow_module_level=True)
+if java_home() is None:
+    pytest.skip("no Java 17+ for Spark (a system package: make test never installs one; "
+                "Debian: openjdk-17-jre-headless)",
+                allow_module_level=True)
 
 
 @pytest.fixture(scope="module")

