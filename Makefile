@@ -16,7 +16,7 @@ $(VENV)/.core: $(BIN)/python $(DEPS)
 	@touch $@
 
 $(VENV)/.dev: $(BIN)/python $(DEPS)
-	$(PIP) -e ".[torch,dev,spark,fhe,flower]"
+	$(PIP) -e ".[torch,dev,spark,fhe,flower,docs]"
 	@touch $@ $(VENV)/.core
 
 $(VENV)/.bench: $(VENV)/.dev

@@ -1,7 +1,7 @@
 """Secret sharing: additive over the ring Z_2^64 and Shamir t-of-n over GF(2^61 - 1).
 
-Additive sharing (the arithmetic of :mod:`veil.mpc`)
-----------------------------------------------------
+Additive sharing (the arithmetic of ``veil.mpc``)
+-------------------------------------------------
 A secret ``s`` in Z_2^64 is split among ``n`` parties as ``s = s_1 + ... + s_n (mod 2^64)``:
 ``s_1 .. s_{n-1}`` are uniform 64-bit words and ``s_n = s - sum(s_1 .. s_{n-1})``. Any
 ``n - 1`` shares are uniform and independent of ``s`` (perfect privacy); all ``n`` are needed.
