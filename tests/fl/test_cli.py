@@ -195,6 +195,16 @@ def test_resume_refuses_a_changed_config(tmp_path, capsys):
     assert "config changed" in capsys.readouterr().err
 
 
+def test_resume_with_nothing_to_resume_refuses(tmp_path, capsys):
+    """``--resume`` on a folder with no run silently started a fresh run (new seeds, a new
+    ledger): a user who mistyped --out believed the old run went on."""
+    config = _config(tmp_path, PRIVATE.format(rounds=2))
+    out = tmp_path / "typo"
+    assert main(["fl", "run", str(config), "--out", str(out), "--resume"]) == 2
+    assert "holds no run to resume" in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_the_adult_example_trains_with_dp_and_secagg(adult_available, tmp_path, capsys):
     out = tmp_path / "adult"
     assert main(["fl", "run", str(EXAMPLES / "fl_adult.toml"), "--out", str(out),

@@ -181,6 +181,9 @@ def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = F
     if not resume and (checkpoint.exists() or ledger_file.exists()):
         raise ConfigError(f"{out_dir} already holds a run: pass --resume to continue it, or "
                           "choose another --out (its ledger keeps the privacy budget spent)")
+    if resume and not any(f.exists() for f in (checkpoint, ledger_file, state_file)):
+        raise ConfigError(f"--resume: {out_dir} holds no run to resume (no checkpoint.veil, "
+                          "ledger.sqlite or state.json); drop --resume to start one")
     if not resume:
         check_out_dir(out_dir, force=force)
     seed = cfg["run"]["seed"]
