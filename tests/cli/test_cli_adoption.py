@@ -15,11 +15,10 @@ from pathlib import Path
 import dp_accounting
 import numpy as np
 import pytest
-import typer
 from rich.console import Console
 
 from veil.cli._output import print_table
-from veil.cli.main import app, main
+from veil.cli.main import COMMANDS, load_command, main
 from veil.dp import Ledger
 from veil.errors import BudgetExceededError
 from veil.learn import LogisticRegression
@@ -278,13 +277,23 @@ def test_tables_never_cut_numbers_at_80_columns():
         assert max(len(line) for line in text.splitlines()) <= width
 
 
+def test_a_long_title_over_a_narrow_table_stays_on_one_line():
+    """The predict table's title wrapped into its 17-character column."""
+    out = Console(width=80, file=io.StringIO(), highlight=False)
+    title = "1000 rows of adult_test.csv (model: epsilon=1.0, delta=1e-05)"
+    print_table([("<=50K", 800), (">50K", 200)], ["prediction", "rows"], title=title, out=out)
+    assert title in out.file.getvalue().splitlines()[0]
+
+
 def test_help_has_no_type_oddities(capsys):
     def walk(command, path):
         yield path
         for name, sub in getattr(command, "commands", {}).items():
             yield from walk(sub, [*path, name])
 
-    for path in walk(typer.main.get_command(app), []):
+    paths = [[]] + [p for name in COMMANDS for p in walk(load_command(name), [name])]
+    assert len(paths) > 40
+    for path in paths:
         main([*path, "--help"])
         text = capsys.readouterr().out
         assert text.startswith("Usage: veil"), path

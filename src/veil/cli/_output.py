@@ -90,6 +90,8 @@ def print_table(rows: Iterable[Sequence[Any]], columns: Sequence[str], *,
 
     Number cells are never wrapped or cut. When their widths (plus the borders) exceed the
     console's width, the table is printed vertically: one ``column: value`` block per row.
+    The title is a line of its own, as wide as the console (a title inside a narrow table
+    wrapped into the table's width).
     """
     out = out or console
     cells = [[fmt(v) for v in row] for row in rows]
@@ -99,9 +101,9 @@ def print_table(rows: Iterable[Sequence[Any]], columns: Sequence[str], *,
         numbers = [len(row[j]) for row in cells if j < len(row) and _is_number(row[j])]
         words = max((len(w) for w in head.split()), default=1)
         widths.append(max([words, *numbers]))
+    if title:
+        out.print(Text(title, style="bold"))
     if sum(widths) + 3 * (len(headers) - 1) > out.width:  # the layout of the Table below
-        if title:
-            out.print(Text(title, style="bold"))
         key_width = max(len(h) for h in headers)
         for i, row in enumerate(cells):
             if i:
@@ -110,8 +112,7 @@ def print_table(rows: Iterable[Sequence[Any]], columns: Sequence[str], *,
                 out.print(Text.assemble((head.rjust(key_width), "bold"), "  ", cell),
                           overflow="fold")
         return
-    table = Table(title=None if title is None else Text(title, style="italic"),
-                  box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     for j, head in enumerate(headers):
         numeric = any(j < len(row) and row[j] and _is_number(row[j]) for row in cells)
         table.add_column(Text(head), min_width=widths[j], overflow="fold",
