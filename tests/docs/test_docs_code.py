@@ -4,11 +4,15 @@
   rerun (blocks that keep a ledger run twice).
 * Every page of the documentation site (docs/): its blocks in order, in one namespace, as
   a reader pastes them; and every tutorial is in the site's navigation.
+* An official example shows no warning: a reader copies what it does, so an example that reads
+  the label set from the data, fails to converge or trips a library's warning teaches that.
 """
 
 from __future__ import annotations
 
 import re
+import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -24,13 +28,25 @@ def python_blocks(path: Path) -> list[tuple[int, str]]:
             for m in re.finditer(r"^```python\n(.*?)^```", text, re.S | re.M)]
 
 
+@contextmanager
+def no_warnings(where: str):
+    """Fails naming every warning (category and text) the code under it raised."""
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        yield
+    shown = [f"{w.category.__name__}: {w.message}" for w in seen
+             if not issubclass(w.category, (DeprecationWarning, PendingDeprecationWarning))]
+    assert shown == [], f"{where} warns: {shown}"
+
+
 def run_block(code: str, where: str, request) -> None:
     """Run ``code`` in a namespace of its own; blocks that read UCI Adult need the files."""
     if "load_adult" in code:
         request.getfixturevalue("adult_available")
     if "import torch" in code:
         pytest.importorskip("torch")
-    exec(compile(code, where, "exec"), {"__name__": "__snippet__"})  # noqa: S102
+    with no_warnings(where):
+        exec(compile(code, where, "exec"), {"__name__": "__snippet__"})  # noqa: S102
 
 
 BLOCKS = python_blocks(ROOT / "README.md")
@@ -66,4 +82,5 @@ def test_page_code_runs(page, request, tmp_path, monkeypatch):
     for line, code in python_blocks(page):
         if "import torch" in code:
             pytest.importorskip("torch")
-        exec(compile(code, f"{page.name}:{line}", "exec"), namespace)  # noqa: S102
+        with no_warnings(f"{page.name}:{line}"):
+            exec(compile(code, f"{page.name}:{line}", "exec"), namespace)  # noqa: S102

@@ -101,8 +101,9 @@ class SplitBottom:
                  ledger: Ledger | None = None, passes: int = 10, rng: Any = None) -> None:
         torch = _torch()
         self.name = str(name)
-        self._X = torch.as_tensor(check_array(X, f"X of {self.name!r}", ndim=2),
-                                  dtype=torch.float32)
+        # astype copies: a read-only array (a pandas view) would make torch warn
+        self._X = torch.as_tensor(check_array(X, f"X of {self.name!r}", ndim=2)
+                                  .astype(np.float32))
         self.module = copy.deepcopy(module)
         self.train = bool(train)
         self.passes = check_int(passes, "passes", low=1)
@@ -220,8 +221,7 @@ class SplitBottom:
     def embed(self, X: Any) -> np.ndarray:
         """Embeddings of new rows for inference (clipped, without noise: not a release)."""
         torch = _torch()
-        X = torch.as_tensor(check_array(X, f"X of {self.name!r}", ndim=2),
-                            dtype=torch.float32)
+        X = torch.as_tensor(check_array(X, f"X of {self.name!r}", ndim=2).astype(np.float32))
         self.module.eval()
         with torch.no_grad():
             return self._clipped(self.module(X)).numpy().astype(np.float32)
