@@ -123,3 +123,30 @@ def test_any_bytes_raise_only_veil_errors(name, data):
     _only_veil_errors(decode, data.draw(st.binary(max_size=64)))
     _only_veil_errors(decode, sample[:5] + data.draw(st.binary(max_size=64)))
     _only_veil_errors(decode, data.draw(_mutated(sample)))
+
+
+def test_a_magic_or_a_type_tag_given_twice_is_refused():
+    """Tag ranges were a convention kept across three files (crypto 1-14, CKKS 40-41,
+    encrypted regression 50-53, all under one magic): each format now registers its tags and
+    refuses a second kind under one tag, and a second format under one magic."""
+    with pytest.raises(ValueError, match="magic b'TEST' is the test frame's already"):
+        Format(b"TEST", 1, name="another frame")
+    fmt = Format(b"TTAG", 1, name="tagged test frame")
+    assert fmt.tag(7, "apples") == 7 and fmt.tag(7, "apples") == 7
+    with pytest.raises(ValueError, match="type tag 7 frames apples already"):
+        fmt.tag(7, "pears")
+    kind, fields = fmt.unframe(fmt.frame(7, [b"a", b""]))
+    assert kind == 7 and fields == [b"a", b""]
+    with pytest.raises(ValueError, match="not registered"):
+        fmt.frame(8, [])
+    forged = bytearray(fmt.frame(7, []))
+    forged[5] = 8
+    with pytest.raises(ProtocolError, match="unknown type tag 8"):
+        fmt.unframe(bytes(forged))
+
+
+def test_he_blobs_have_their_own_magic():
+    from veil.crypto.serialization import FORMAT as CRYPTO
+    from veil.he.ckks import FORMAT as HE
+
+    assert HE.magic != CRYPTO.magic and set(HE.tags) and set(CRYPTO.tags)

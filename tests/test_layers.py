@@ -12,6 +12,7 @@ included, so a lazy import cannot hide a dependency.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -188,3 +189,77 @@ def test_no_import_cycles():
         if m not in state:
             visit(m, [])
     assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def _top(module: str) -> str:
+    """The top-level package of a veil module (``veil.fl.secagg.protocol`` -> ``fl``)."""
+    return module.split(".")[1] if module.count(".") else ""
+
+
+def private_crossings(path: Path, module: str) -> list[str]:
+    """Every name or module imported by ``module`` from another top-level package whose own
+    name is private (``_frame``, ``veil.crypto._fastexp``): a package's private parts are
+    its own. The foundation's modules (``veil._codec``) are private to veil, not to a
+    package: anyone may import them."""
+    bad = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+        target = (f"{base}.{node.module}" if node.module else base) if node.level else (
+            node.module or "")
+        if not target.startswith("veil.") or _top(target).startswith("_") or \
+                _top(target) == _top(module):
+            continue
+        for alias in node.names:
+            private = [p for p in [*target.split(".")[2:], alias.name]
+                       if p.startswith("_") and not p.startswith("__")]
+            if private:
+                bad.append(f"{module}:{node.lineno} imports {alias.name} from {target}")
+    return bad
+
+
+def test_no_private_name_crosses_a_top_level_package():
+    bad = [v for path, module in _modules() for v in private_crossings(path, module)]
+    assert not bad, "private names used outside their package:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("source, module, found", [
+    ("from veil.crypto.serialization import _frame\n", "veil.he.ckks", True),
+    ("from veil.crypto._fastexp import multi_pow\n", "veil.fl.vertical.paillier_lr", True),
+    ("from veil.fl.vertical.run import _read\n", "veil.experiments.app", True),
+    ("from veil.crypto._primes import x\n", "veil.crypto.dkg", False),
+    ("from veil._codec import Format\n", "veil.he.ckks", False),
+    ("from .._io import write\n", "veil.fl.checkpoint", False),
+])
+def test_a_private_crossing_is_found(tmp_path, source, module, found):
+    path = tmp_path / "m.py"
+    path.write_text(source)
+    assert bool(private_crossings(path, module)) is found
+
+
+def _readme_diagram() -> tuple[list[str], str]:
+    """The README's architecture diagram: its layer labels top to bottom (the left column)
+    and the foundation's text."""
+    text = (SRC.parent / "README.md").read_text()
+    block = text.split("## Architecture", 1)[1].split("```", 2)[1]
+    labels, foundation = [], ""
+    for line in block.splitlines()[1:]:
+        if line and not line[0].isspace() and line[0] != "|":
+            labels.append(line.split("  ", 1)[0].strip())
+        if labels and labels[-1] == "foundation":
+            foundation += line + "\n"
+    return labels, foundation
+
+
+def test_the_readme_diagram_is_layers():
+    """The README's diagram drew a hand copy of LAYERS that drifted (no ``he``; a foundation
+    without ``_plotting``, ``model_format``, ``_native``)."""
+    labels, foundation = _readme_diagram()
+    expected = [", ".join(p.removeprefix("veil.") for p in layer)
+                for layer in reversed(LAYERS[SHARED + 1:])] + ["foundation"]
+    assert labels == expected
+    missing = [m for m in LAYERS[SHARED] if not re.search(
+        rf"(?<![\w.]){re.escape(m.removeprefix('veil.'))}\b", foundation)]
+    assert not missing, f"the README's foundation does not list {missing}"

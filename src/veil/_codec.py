@@ -17,6 +17,11 @@ big         an integer of any sign and size: u32 length, then two's-complement b
 array       dtype code u8 (:data:`DTYPES`), ndim u8, each dimension u64, then the data
 ==========  ===============================================================================
 
+A tagged frame (:meth:`Format.frame`) is a type tag (u8) then blobs, the fields of one
+object; each format keeps its own registry of tags (:meth:`Format.tag`), and a tag or a magic
+given twice is refused when the module that gives it is imported, so two kinds of object can
+never share bytes.
+
 Reading is bounded in time and memory whatever the bytes: every length is checked against
 the bytes left *before* anything is allocated (so a reader never allocates more than its
 input), arrays have at most ``max_ndim`` dimensions each at most ``max_elements`` and a
@@ -31,7 +36,7 @@ from __future__ import annotations
 import hashlib
 import math
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -48,6 +53,8 @@ _CODE = {dt: code for code, dt in enumerate(DTYPES)}
 #: bytes of the checksum that ends a checked frame
 CHECK_BYTES = 16
 _U16, _U32, _U64, _F64 = (struct.Struct(f) for f in ("<H", "<I", "<Q", "<d"))
+#: every format's magic -> its name (a magic is one format's)
+_MAGICS: dict[bytes, str] = {}
 
 
 @dataclass(frozen=True)
@@ -60,10 +67,44 @@ class Format:
     error: type[VeilError] = ProtocolError
     checksum: bool = False
     name: str = "message"
+    #: type tag -> what it frames (:meth:`tag`)
+    tags: dict[int, str] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if len(self.magic) != 4 or not 0 <= self.version < 256:
             raise ValueError(f"a format needs a 4-byte magic and a version byte: {self!r}")
+        if _MAGICS.setdefault(self.magic, self.name) != self.name:
+            raise ValueError(f"magic {self.magic!r} is the {_MAGICS[self.magic]}'s already; "
+                             f"the {self.name} needs its own")
+
+    def tag(self, number: int, what: str) -> int:
+        """Register type tag ``number`` for ``what``; returns it. A tag registered twice for
+        different things is refused (at import: it is the code's mistake, not the input's)."""
+        if not 0 <= number < 256:
+            raise ValueError(f"{self.name}: a type tag is one byte, not {number}")
+        if self.tags.setdefault(number, what) != what:
+            raise ValueError(f"{self.name}: type tag {number} frames {self.tags[number]} "
+                             f"already; {what} needs another")
+        return number
+
+    def frame(self, tag: int, fields: list[bytes]) -> bytes:
+        """A tagged frame: ``tag`` (registered) then each field as a blob."""
+        if tag not in self.tags:
+            raise ValueError(f"{self.name}: type tag {tag} is not registered")
+        out = self.writer().u8(tag)
+        for f in fields:
+            out.blob(f)
+        return out.finish()
+
+    def unframe(self, data: Any) -> tuple[int, list[bytes]]:
+        """(tag, fields) of a tagged frame; an unregistered tag is the format's error."""
+        reader = self.reader(data)
+        tag, fields = reader.u8(), []
+        if tag not in self.tags:
+            raise reader.fail(f"unknown type tag {tag}")
+        while reader.left:
+            fields.append(reader.blob())
+        return tag, fields
 
     def writer(self) -> Writer:
         """A writer whose frame starts with this format's header."""

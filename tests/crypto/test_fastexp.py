@@ -1,4 +1,4 @@
-"""The fast exponentiations of veil.crypto._fastexp equal gmpy2.powmod, whatever window."""
+"""The fast exponentiations of veil.crypto.fastexp equal gmpy2.powmod, whatever window."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from gmpy2 import mpz
 
-from veil.crypto._fastexp import FixedBase, _window, multi_pow
+from veil.crypto.fastexp import FixedBase, _window, multi_pow
 
 MODULUS = mpz(2 ** 127 - 1) * mpz(2 ** 89 - 1)
 

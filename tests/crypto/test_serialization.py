@@ -3,7 +3,7 @@ import pytest
 
 from veil.crypto import multiplicative as mult
 from veil.crypto import paillier, serialization, threshold
-from veil.crypto.serialization import _frame, dumps, loads
+from veil.crypto.serialization import FORMAT, dumps, loads
 from veil.errors import CryptoError
 
 
@@ -95,26 +95,26 @@ def test_truncated_extended_and_foreign_bytes(pkeys):
 def test_valid_checksum_but_invalid_content_is_rejected(pkeys):
     pk, sk = pkeys
     fp = pk.fingerprint
-    zero = _frame(3, [fp, b""])                       # ciphertext 0
+    zero = FORMAT.frame(3, [fp, b""])                       # ciphertext 0
     with pytest.raises(CryptoError, match="0 < c < n"):
         loads(zero, public_key=pk)
-    not_unit = _frame(3, [fp, int(sk.p).to_bytes(16, "big")])
+    not_unit = FORMAT.frame(3, [fp, int(sk.p).to_bytes(16, "big")])
     with pytest.raises(CryptoError, match="gcd"):
         loads(not_unit, public_key=pk)
     with pytest.raises(CryptoError, match="number of fields"):
-        loads(_frame(3, [fp]), public_key=pk)
-    with pytest.raises(CryptoError, match="unknown blob type"):
-        loads(_frame(99, [b""]))
-    short_array = _frame(4, [fp, b"\x01" + (2).to_bytes(8, "little"), b"\x01" * 10])
+        loads(FORMAT.frame(3, [fp]), public_key=pk)
+    with pytest.raises(CryptoError, match="unknown type tag 99"):
+        loads(FORMAT.writer().u8(99).blob(b"").finish())
+    short_array = FORMAT.frame(4, [fp, b"\x01" + (2).to_bytes(8, "little"), b"\x01" * 10])
     with pytest.raises(CryptoError, match="bytes of ciphertexts for 2 entries"):
         loads(short_array, public_key=pk)
-    huge_shape = _frame(4, [fp, b"\x02" + (2 ** 40).to_bytes(8, "little") * 2, b""])
+    huge_shape = FORMAT.frame(4, [fp, b"\x02" + (2 ** 40).to_bytes(8, "little") * 2, b""])
     with pytest.raises(CryptoError, match="more than"):
         loads(huge_shape, public_key=pk)
-    huge_int = _frame(3, [fp, b"\x01" * 5000])
+    huge_int = FORMAT.frame(3, [fp, b"\x01" * 5000])
     with pytest.raises(CryptoError, match="an integer of 5000 bytes"):
         loads(huge_int, public_key=pk)
-    wrong_primes = _frame(2, [fp, (7).to_bytes(1, "big"), (11).to_bytes(1, "big")])
+    wrong_primes = FORMAT.frame(2, [fp, (7).to_bytes(1, "big"), (11).to_bytes(1, "big")])
     with pytest.raises(CryptoError, match="does not match"):
         loads(wrong_primes, public_key=pk)
 
@@ -130,7 +130,7 @@ def test_private_parts_need_the_matching_public_key(pkeys, tkeys):
     with pytest.raises(CryptoError, match="ThresholdPublicKey"):
         loads(dumps(shares[0]), public_key=pk)
     # a share whose number was changed no longer matches its verification key
-    forged = _frame(6, [tpk.fingerprint, (2).to_bytes(1, "big"),
+    forged = FORMAT.frame(6, [tpk.fingerprint, (2).to_bytes(1, "big"),
                         int(shares[0]._share).to_bytes(64, "big")])
     with pytest.raises(CryptoError, match="does not match its verification key"):
         loads(forged, public_key=tpk)

@@ -97,7 +97,7 @@ import numpy as np
 from gmpy2 import mpz
 
 from veil._validation import check_choice, check_int
-from veil.crypto._fastexp import FixedBase, multi_pow
+from veil.crypto.fastexp import FixedBase, multi_pow
 from veil.crypto.paillier import (
     EncryptedArray,
     EncryptedNumber,

@@ -104,11 +104,12 @@ def _own_plan(context: Context) -> tuple[dict, dict, Path]:
 def _node_party(context: Context) -> VerticalParty:
     """The node's party from its own node configuration and files (module docstring)."""
     from veil.crypto.identity import read_key, read_table
-    from veil.fl.vertical.run import _read
+    from veil.fl.vertical.run import read_party_table
 
     config, section, plan_file = _own_plan(context)
     party, data = config["party"], config.get("data")
-    table = None if data is None else _read(data, plan_file.parent, f"party {party!r} data")
+    table = (None if data is None
+             else read_party_table(data, plan_file.parent, f"party {party!r} data"))
     key, identities = config.get("identity-key"), section.get("identities")
     return VerticalParty(party, section, table, ledger=config.get("ledger"),
                          out=config.get("out"), identity=key and read_key(key),

@@ -56,8 +56,8 @@ from typing import Any
 
 import numpy as np
 
+from veil._codec import Format
 from veil._validation import check_array, check_int
-from veil.crypto.serialization import _frame, _unframe
 from veil.errors import ConfigError, CryptoError, MissingDependencyError
 from veil.random import check_rng
 
@@ -73,7 +73,11 @@ SECURE_PRESETS = {
     "depth18": (32768, (60,) + (40,) * 18 + (60,), 40),  # 840 <= 881 bits
 }
 
-_TAG_CONTEXT, _TAG_CIPHERTEXT = 40, 41
+#: the framing of every veil.he blob and file (contexts, ciphertexts, encrypted data sets and
+#: models); its type tags are registered where each kind is written
+FORMAT = Format(b"VHEN", 1, error=CryptoError, checksum=True, name="HE blob")
+_TAG_CONTEXT = FORMAT.tag(1, "CKKS context")
+_TAG_CIPHERTEXT = FORMAT.tag(2, "CKKS ciphertext")
 
 
 def _seal() -> Any:
@@ -400,14 +404,14 @@ class CKKSContext:
         rot = b"".join(int(r).to_bytes(4, "big") for r in self.rotations)
         fields = [meta, rot, _save(self._parms), _save(self._pk), _save(self._rk),
                   _save(self._gk), _save(self._sk) if secret else b""]
-        return _frame(_TAG_CONTEXT, fields)
+        return FORMAT.frame(_TAG_CONTEXT, fields)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> CKKSContext:
         """A context from :meth:`to_bytes`; parameters are checked against the HE standard
         again (a stored insecure context loads only as insecure)."""
         s = _seal()
-        tag, f = _unframe(data)
+        tag, f = FORMAT.unframe(data)
         if tag != _TAG_CONTEXT or len(f) != 7 or len(f[0]) < 5 or len(f[1]) % 4:
             raise CryptoError("not a veil CKKS context blob")
         scale_bits, insecure, bits = f[0][0], bool(f[0][1]), tuple(f[0][2:])
@@ -436,7 +440,7 @@ class CKKSContext:
 
     def ciphertext_from_bytes(self, data: bytes) -> Ciphertext:
         """A ciphertext from :meth:`Ciphertext.to_bytes`, only if made under this key."""
-        tag, f = _unframe(data)
+        tag, f = FORMAT.unframe(data)
         if tag != _TAG_CIPHERTEXT or len(f) != 2:
             raise CryptoError("not a veil CKKS ciphertext blob")
         if f[0] != self.fingerprint:
@@ -483,7 +487,7 @@ class Ciphertext:
     __rmul__ = __mul__
 
     def to_bytes(self) -> bytes:
-        return _frame(_TAG_CIPHERTEXT, [self.context.fingerprint, _save(self._ct)])
+        return FORMAT.frame(_TAG_CIPHERTEXT, [self.context.fingerprint, _save(self._ct)])
 
     @property
     def nbytes(self) -> int:

@@ -88,9 +88,8 @@ from typing import Any
 import numpy as np
 
 from veil._validation import check_array, check_fitted, check_int, check_positive
-from veil.crypto.serialization import _frame, _unframe
 from veil.errors import ConfigError, CryptoError, DataError
-from veil.he.ckks import Ciphertext, CKKSContext
+from veil.he.ckks import FORMAT, Ciphertext, CKKSContext
 from veil.random import check_rng
 
 __all__ = ["DataOwner", "EncryptedTrainingSet", "EncryptedRows", "EncryptedModel",
@@ -116,19 +115,22 @@ def _pow2_scale(values: np.ndarray) -> float:
     return 2.0 ** math.ceil(math.log2(top)) if top > 0 else 1.0
 
 
-_TAG_TRAINING, _TAG_ROWS, _TAG_MODEL, _TAG_PREDICTIONS = 50, 51, 52, 53
+_TAG_TRAINING, _TAG_ROWS, _TAG_MODEL, _TAG_PREDICTIONS = (
+    FORMAT.tag(number, what) for number, what in enumerate(
+        ("encrypted training set", "encrypted rows", "encrypted model", "encrypted predictions"),
+        start=3))
 
 
 def _pack(tag: int, numbers: list[float], cts: tuple[Ciphertext, ...]) -> bytes:
     """Public metadata (float64 numbers) and ciphertexts in veil's framing."""
     meta = np.asarray(numbers, dtype=">f8").tobytes()
-    return _frame(tag, [meta, *(c.to_bytes() for c in cts)])
+    return FORMAT.frame(tag, [meta, *(c.to_bytes() for c in cts)])
 
 
 def _unpack(tag: int, data: bytes, context: CKKSContext,
             what: str) -> tuple[np.ndarray, tuple[Ciphertext, ...]]:
     """Check the tag and the metadata, load each ciphertext into ``context`` (its key only)."""
-    got, fields = _unframe(data)
+    got, fields = FORMAT.unframe(data)
     if got != tag or not fields or len(fields[0]) % 8 or len(fields) < 2:
         raise CryptoError(f"not a veil {what} file")
     numbers = np.frombuffer(fields[0], dtype=">f8").astype(np.float64)

@@ -12,7 +12,7 @@ import gmpy2
 import numpy as np
 from gmpy2 import mpz
 
-from veil.crypto._fastexp import FixedBase
+from veil.crypto.fastexp import FixedBase
 from veil.crypto.paillier.ciphertexts import (
     EncryptedArray,
     EncryptedNumber,

@@ -365,12 +365,12 @@ def simulate(section: Mapping[str, Any], *, base: str | os.PathLike = ".",
     from flwr.simulation import run_simulation
 
     from veil.crypto.identity import make_identities
-    from veil.fl.vertical.run import _read, check_section, check_tables
+    from veil.fl.vertical.run import check_section, check_tables, read_party_table
 
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")  # no GPUs asked for
     section = dict(check_section(dict(section), "vertical"))
     plan = vertical_plan(section)
-    tables = {str(k): _read(v, Path(base), f"parties.{k}")
+    tables = {str(k): read_party_table(v, Path(base), f"parties.{k}")
               for k, v in section["parties"].items()}
     check_tables(tables, section.get("id", "id"), section.get("label", "y"))
     if section.get("label_epsilon") is not None and out is None:

@@ -94,7 +94,7 @@ from gmpy2 import mpz
 
 from veil._validation import check_array, check_choice, check_epsilon, check_int, check_positive
 from veil.crypto import paillier, serialization, threshold
-from veil.crypto._fastexp import multi_pow
+from veil.crypto.fastexp import multi_pow
 from veil.dp.gaussian import DiscreteGaussian
 from veil.errors import BudgetExceededError, ConfigError, CryptoError, DataError, ProtocolError
 from veil.fl.messages import encode

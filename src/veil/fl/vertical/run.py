@@ -144,7 +144,9 @@ def check_section(config: Any, section: str) -> dict:
     return config
 
 
-def _read(path: Any, base: Path, what: str) -> pd.DataFrame:
+def read_party_table(path: Any, base: Path, what: str) -> pd.DataFrame:
+    """The CSV table at ``path`` (relative to ``base``, the config's folder); ``what`` names
+    it in the error when there is no such file."""
     file = Path(str(path))
     file = file if file.is_absolute() else base / file
     if not file.is_file():
@@ -220,7 +222,7 @@ def _tables(cfg: dict, base: Path, id_column: str, label: str, rng: Any
     if not isinstance(parties, dict) or len(parties) < 2:
         raise ConfigError("[vertical] parties must map at least two party names to CSV "
                           "paths (or be a number of parties with dataset = \"adult\")")
-    return {str(k): _read(v, base, f"parties.{k}") for k, v in parties.items()}
+    return {str(k): read_party_table(v, base, f"parties.{k}") for k, v in parties.items()}
 
 
 def _ledger(out: str | Path | None, name: str, guest: str, epsilon: float, delta: float,
@@ -373,7 +375,7 @@ def run_transfer(config: dict, *, base: str | Path = ".", out: str | Path | None
     label = cfg.get("label", "y")
 
     def xy(path: Any, what: str) -> tuple[np.ndarray, np.ndarray]:
-        table = _read(path, base, what)
+        table = read_party_table(path, base, what)
         if label not in table.columns:
             raise DataError(f"{what}: no label column {label!r}")
         return (_floats(table.drop(columns=[label]), what),
@@ -385,7 +387,7 @@ def run_transfer(config: dict, *, base: str | Path = ".", out: str | Path | None
     Xs, ys = xy(cfg.get("source"), "source")
     clients = [xy(p, f"targets[{i}]") for i, p in enumerate(targets)]
     test = xy(cfg.get("test"), "test")
-    transfer_table = _read(cfg.get("transfer"), base, "transfer")
+    transfer_table = read_party_table(cfg.get("transfer"), base, "transfer")
     transfer = _floats(transfer_table.drop(columns=[label], errors="ignore"), "transfer")
     widths = {Xs.shape[1], test[0].shape[1], transfer.shape[1], *(c[0].shape[1]
                                                                   for c in clients)}
@@ -440,8 +442,9 @@ def _ftl_tables(cfg: dict, base: Path, id_column: str, label: str, rng: Any
         if "source" not in cfg or "target" not in cfg:
             raise ConfigError("[transfer] source and target (CSV paths) are needed, or "
                               "dataset = \"adult\"")
-        test = _read(cfg["test"], base, "test") if "test" in cfg else None
-        return _read(cfg["source"], base, "source"), _read(cfg["target"], base, "target"), test
+        test = read_party_table(cfg["test"], base, "test") if "test" in cfg else None
+        return (read_party_table(cfg["source"], base, "source"),
+                read_party_table(cfg["target"], base, "target"), test)
     from veil.fl.vertical.data import vertical_adult
 
     check_choice(dataset, "[transfer] dataset", ("adult",))
