@@ -52,10 +52,11 @@ def _me(hosts: Hosts, identity: Identity) -> Host:
 
 def psi_on_hosts(hosts: Hosts, identity: Identity, peer: int | str, role: str,
                  items: Iterable[bytes | str], *, output: str = "intersection",
-                 timeout: float = 60.0, connect_timeout: float = 120.0
-                 ) -> list[bytes | str] | int | None:
+                 max_request: int | None = None, timeout: float = 60.0,
+                 connect_timeout: float = 120.0) -> list[bytes | str] | int | None:
     """Run this host's side of a PSI with party ``peer``: ``role`` ``"receiver"`` (returns
-    the intersection, or its size) or ``"sender"`` (returns None; it learns |X| only)."""
+    the intersection, or its size) or ``"sender"`` (returns None; it learns |X| only, and
+    answers at most ``max_request`` identifiers: :class:`~veil.crypto.psi.PSISender`)."""
     if role not in ("receiver", "sender"):
         raise ConfigError(f"role={role!r} is not allowed: 'receiver' or 'sender'")
     me = _me(hosts, identity)
@@ -65,7 +66,7 @@ def psi_on_hosts(hosts: Hosts, identity: Identity, peer: int | str, role: str,
     if role == "receiver":
         party: Any = PSIReceiver(items, output=output)
     else:
-        party = PSISender(items, output=output)
+        party = PSISender(items, output=output, max_request=max_request)
     result: dict[str, Any] = {}
     net = connect(hosts, identity, peers=[other.index], timeout=connect_timeout)
     try:
@@ -81,7 +82,7 @@ def psi_on_hosts(hosts: Hosts, identity: Identity, peer: int | str, role: str,
         else:
             def receive(key: int, message: bytes) -> list:
                 result["out"] = None
-                return [(key, party.respond(message))]
+                return [(key, party.respond(message, receiver=str(other)))]
             first = [(other.index, party.setup())]
         def checked(key: int, message: bytes) -> list:
             try:
