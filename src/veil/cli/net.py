@@ -175,7 +175,7 @@ def keygen(
     share, stats = keygen_on_hosts(hosts, identity, bits=bits, threshold=threshold,
                                    stat_bits=stat_bits, insecure_ok=insecure_ok,
                                    timeout=timeout, connect_timeout=timeout)
-    save_key_share(target, share)
+    save_key_share(target, share, force=force)
     pk = share.public_key
     print_mapping({"party": identity.name, "share": share.index, "bits": pk.bits,
                    "threshold": f"{pk.threshold} of {pk.parties}",
