@@ -94,3 +94,17 @@ def test_the_dealer_refuses_to_deal_a_distributed_key(tmp_path):
     with pytest.raises(ConfigError, match="veil keygen"):
         deal(3, 2, tmp_path / "out", bits=512, insecure_ok=True, keygen="distributed")
     assert not (tmp_path / "out").exists()
+
+
+def test_the_identity_command_replaces_keys_only_with_force(tmp_path, capsys):
+    from veil.cli.main import main
+
+    folder = tmp_path / "keys"
+    assert main(["fl", "identities", str(folder), "--parties", "3"]) == 0
+    before = (folder / "identity-1.key").read_bytes()
+    assert main(["fl", "identities", str(folder), "--parties", "3"]) == 2
+    assert "already exists" in capsys.readouterr().err
+    assert (folder / "identity-1.key").read_bytes() == before        # nothing replaced
+    assert main(["fl", "identities", str(folder), "--parties", "3", "--force"]) == 0
+    assert (folder / "identity-1.key").read_bytes() != before
+    assert oct((folder / "identity-1.key").stat().st_mode & 0o777) == "0o600"

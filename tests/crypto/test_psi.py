@@ -125,17 +125,17 @@ def test_protocol_errors():
 def test_a_receiver_cannot_ask_for_the_whole_id_space():
     """Attack (issue 29, item 6): the sender holds 500 patient numbers of an id space of
     2,000; a receiver that asks about every possible id learned all 500. The sender now
-    serves at most ``max_request`` identifiers (default: its own set size) and refuses a
-    larger request by the receiver's name before multiplying any point; a receiver within
-    the cap learns membership only of what it asked."""
+    serves at most ``max_request`` identifiers (default: twice its own set size) and
+    refuses a larger request by the receiver's name before multiplying any point; a
+    receiver within the cap learns membership only of what it asked."""
     space = [f"p{i:04d}" for i in range(2000)]
     held = space[::4]
     greedy = psi.PSIReceiver(space, rng=8)
     sender = psi.PSISender(held, rng=9)
-    assert sender.max_request == len(held)
+    assert sender.max_request == 2 * len(held)
     greedy.receive_setup(sender.setup())
     with pytest.raises(ProtocolError, match="hospital-b asks about 2000 identifiers.*"
-                                            "max_request=500"):
+                                            "max_request=1000"):
         sender.respond(greedy.request(), receiver="hospital-b")
     probe = psi.PSIReceiver(space[:500], rng=10)
     probe.receive_setup(sender.setup())

@@ -429,14 +429,15 @@ def certs(directory: Annotated[Path, typer.Argument(help="Directory for ca.crt, 
 
 @app.command("identities")
 def identities(directory: Annotated[Path, typer.Argument(help="Directory for the key files.")],
-               parties: Annotated[int, typer.Option("--parties", help="Number of parties.")]
-               ) -> None:
+               parties: Annotated[int, typer.Option("--parties", help="Number of parties.")],
+               force: Annotated[bool, typer.Option("--force", help="Replace existing key "
+                                                   "files.")] = False) -> None:
     """Make the parties' Ed25519 identity keys for SecAgg on a deployment: identity-<i>.key
     (move it to party i's machine only: --node-config "party-id=i identity-key='PATH'") and
     identities.json, the table every party and the server read ([secagg] identities)."""
     from veil.crypto.identity import write_identities
 
-    table = write_identities(directory, parties)
+    table = write_identities(directory, parties, force=force)
     keys = [[str(i), str(Path(directory) / f"identity-{i}.key")] for i in range(parties)]
     print_table([*keys, ["table", str(table)]], ["party", "file"], title="identity keys")
 

@@ -92,7 +92,7 @@ def psi(
                                    "here (CSV, one column) instead of printing it."),
     max_request: int | None = typer.Option(None, "--max-request", help="Sender: the most "
                                            "identifiers a receiver may ask about (default: "
-                                           "as many as --ids holds)."),
+                                           "twice as many as --ids holds)."),
     cert: str | None = CERT,
     key: str | None = KEY,
     timeout: float = TIMEOUT,

@@ -63,8 +63,8 @@ def psi_on_hosts(hosts: Hosts, identity: Identity, peer: int | str, role: str,
     """Run this host's side of a PSI with party ``peer``: ``role`` ``"receiver"`` (returns
     the intersection, or its size) or ``"sender"`` (returns None; it learns |X| only, and
     answers at most ``max_request`` identifiers: :class:`~veil.crypto.psi.PSISender`). A
-    frame may hold the points of at most max(own set, ``max_request``, 2^20) identifiers,
-    so a peer cannot make this party buffer more."""
+    frame may hold the points of at most max(own set, the sender's ``max_request``, 2^20)
+    identifiers, so a peer cannot make this party buffer more."""
     if role not in ("receiver", "sender"):
         raise ConfigError(f"role={role!r} is not allowed: 'receiver' or 'sender'")
     me = _me(hosts, identity)
@@ -77,7 +77,7 @@ def psi_on_hosts(hosts: Hosts, identity: Identity, peer: int | str, role: str,
     else:
         party = PSISender(items, output=output, max_request=max_request)
     result: dict[str, Any] = {}
-    bound = max(len(items), max_request or 0, _PSI_PEER_ITEMS)
+    bound = max(len(items), getattr(party, "max_request", 0), _PSI_PEER_ITEMS)
     net = connect(hosts, identity, peers=[other.index], timeout=connect_timeout,
                   max_frame=64 + 32 * bound)
     try:

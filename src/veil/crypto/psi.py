@@ -24,15 +24,17 @@ What a receiver may ask is bounded by the sender. A request is a set of probes: 
 ``a H(x)`` asks "is x in Y?", and nothing lets the sender tell a real identifier from a
 guess. A receiver that asked about every identifier of a small id space (patient numbers,
 dates of birth) would learn all of Y. The sender therefore fixes the largest request it
-serves, ``max_request`` (default: the size of its own set, |Y|, the size an honest
-receiver's set is expected to match; raise it only for a receiver whose set is known to be
-larger) and refuses a larger one with a :class:`~veil.errors.ProtocolError` naming the
-receiver, before it multiplies a single point. A receiver of any kind therefore learns, per
-request, membership in Y of at most ``max_request`` identifiers of its choice, and the
-sender answers one request per key. Against an **untrusted receiver** this is the whole
-guarantee: size ``max_request`` to the receiver's declared set, and keep the id space large
-(or the identifiers salted with a secret both honest parties share) so that probes are
-worth little.
+serves, ``max_request``, and refuses a larger one with a
+:class:`~veil.errors.ProtocolError` naming the receiver, before it multiplies a single
+point. The default is :data:`REQUEST_FACTOR` |Y| = 2 |Y|, twice its own set's size: an
+honest receiver's set may be somewhat larger (a feature holder of a vertical federation
+may hold fewer rows than the label holder asking it); set it to the receiver's declared set
+size where that is known, and lower it for a small id space. A receiver of any kind
+therefore learns, per request, membership in Y of at most ``max_request`` identifiers of
+its choice, and the sender answers one request per key. Against an **untrusted receiver**
+this is the whole guarantee: size ``max_request`` to the receiver's declared set, and keep
+the id space large (or the identifiers salted with a secret both honest parties share) so
+that probes are worth little.
 
 The cardinality-only mode is **semi-honest only for the receiver**: the sender cannot check
 that the receiver blinded every item with the same scalar a (the points H(x) are private,
@@ -71,7 +73,7 @@ from veil._validation import check_choice, check_int
 from veil.errors import CryptoError, DataError, ProtocolError
 from veil.random import check_rng
 
-__all__ = ["hash_to_curve", "PSIReceiver", "PSISender", "intersect", "DST"]
+__all__ = ["hash_to_curve", "PSIReceiver", "PSISender", "intersect", "DST", "REQUEST_FACTOR"]
 
 DST = b"VEIL-PSI-V01-curve25519_XMD:SHA-512_ELL2_NU_"
 _P = gmpy2.mpz(2**255 - 19)
@@ -80,6 +82,8 @@ _POINT = 32
 #: the wire format of the PSI messages: a kind byte, its header fields, the points (a blob)
 FORMAT = Format(b"VPSI", 2, name="PSI message")
 _OUTPUTS = ("intersection", "cardinality")
+#: a sender serves, by default, requests of up to this many times its own set size
+REQUEST_FACTOR = 2
 #: each message's kind byte and header fields (bytes of each)
 _LAYOUTS = {"setup": (b"S", (16,)),          # sender id
             "request": (b"Q", (1, 16)),      # output mode, receiver session
@@ -230,15 +234,15 @@ class PSISender:
     Sans-I/O: :meth:`setup` returns its blinded set (send it any time), :meth:`respond`
     answers the receiver's request. ``output`` must be the mode agreed with the receiver: a
     request for another mode is refused (for ``"cardinality"`` the reply is shuffled).
-    ``max_request`` is the largest request served (module docstring; default the size of
-    this sender's own set, at least 1).
+    ``max_request`` is the largest request served (module docstring; default
+    ``REQUEST_FACTOR`` times the size of this sender's own set, at least 1).
     """
 
     def __init__(self, items: Iterable[bytes | str], *, output: str = "intersection",
                  max_request: int | None = None, rng=None) -> None:
         self.output = check_choice(output, "output", _OUTPUTS)
         self._items = list(_encode(items, "items"))
-        self.max_request = (max(1, len(self._items)) if max_request is None
+        self.max_request = (max(1, REQUEST_FACTOR * len(self._items)) if max_request is None
                             else check_int(max_request, "max_request", low=1))
         self._rng = check_rng(rng)
         self._key = _new_key(self._rng)
@@ -264,7 +268,7 @@ class PSISender:
         if len(points) > self.max_request:
             raise ProtocolError(f"{receiver} asks about {len(points)} identifiers; this sender "
                                 f"serves at most max_request={self.max_request} (by default "
-                                "the size of its own set)")
+                                f"{REQUEST_FACTOR} times the size of its own set)")
         doubled = _multiply(self._key, points)
         if self.output == "cardinality":
             doubled = _shuffle(doubled, self._rng)[0]

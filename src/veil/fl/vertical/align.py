@@ -111,8 +111,8 @@ def _field(msg: dict, name: str, kind: type, party: str) -> Any:
 
 class AlignHost:
     """A feature holder's side of the alignment (sans-I/O: messages in, messages out); it
-    answers a guest's request of at most ``max_request`` ids (default: as many as it holds;
-    :class:`~veil.crypto.psi.PSISender`)."""
+    answers a guest's request of at most ``max_request`` ids (default: twice as many as it
+    holds; :class:`~veil.crypto.psi.PSISender`)."""
 
     def __init__(self, name: str, ids: Any, *, column: str | None = None,
                  output: str = "intersection", max_request: int | None = None,
