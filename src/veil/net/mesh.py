@@ -243,8 +243,11 @@ def _accept(listener: socket.socket, ident: Identity, hosts: Hosts,
                 continue
             try:
                 raw, addr = listener.accept()
-            except TimeoutError:
+            except OSError as exc:   # nothing yet, or out of descriptors: try again
                 slots.release()
+                if not isinstance(exc, TimeoutError):
+                    log.warning("accept failed (%s); retrying", exc)
+                    time.sleep(_RETRY_S)
                 continue
             threading.Thread(target=handshake, args=(raw, addr), daemon=True).start()
     finally:
