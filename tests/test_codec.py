@@ -81,7 +81,7 @@ _SAMPLES = {
     "crypto key": (serialization.dumps(_KEY), serialization.loads),
     "share": (shamir_share(np.arange(3), 3, 2, rng=3)[0].to_bytes(), ShamirShare.from_bytes),
     "psi": (psi.PSIReceiver(["a", "b"], rng=4).request(),
-            lambda b: psi.PSISender(["a"], rng=5).respond(b)),
+            lambda b: psi.PSISender(["a"], max_request=4, rng=5).respond(b)),
     "mpc message": (wire.pack_message(bytes(16), 1, 2, 3, [np.arange(3, dtype=np.uint64)]),
                     wire.unpack_message),
     "mpc instruction": (wire.pack_instruction(1, {"op": "x"}, [np.zeros(2, np.uint8)]),

@@ -3,19 +3,28 @@
 
 from __future__ import annotations
 
+import io
 import json
 import zipfile
 
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sklearn.datasets import load_breast_cancer
 
 from veil.cli.main import main
 from veil.dp import Ledger
-from veil.errors import ConfigError, DataError
+from veil.errors import ConfigError, DataError, VeilError
 from veil.learn import ID3Classifier, LogisticRegression, SoftmaxRegression, private
-from veil.model_format import VERSION, encode_table, load_model, save_model
+from veil.model_format import (
+    VERSION,
+    encode_table,
+    load_model,
+    register_model_class,
+    save_model,
+)
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +102,7 @@ def test_hostile_files_are_refused(tmp_path, data):
     with np.load(path) as archive:
         arrays = {k: archive[k] for k in archive.files}
     header = json.loads(arrays["veil.json"].tobytes())
-    for change, message in ((lambda h: h.update({"class": "os.system"}), "not a veil class"),
+    for change, message in ((lambda h: h.update({"class": "os.system"}), "not a registered veil"),
                             (lambda h: h.update({"version": VERSION + 1}), "upgrade veil"),
                             (lambda h: h.update({"format": "other"}), "not a veil model")):
         bad = json.loads(json.dumps(header))
@@ -215,3 +224,142 @@ def test_mpc_models_save_once_revealed(tmp_path, data):
     assert isinstance(opened, RevealedModel)
     assert np.mean(opened.predict(X_test) == shared_labels) > 0.95  # fixed-point vs exact
     _round_trip(tmp_path, opened, X_test)
+
+
+# -- hostile files (issue 29, item 5) -------------------------------------------------------
+def _members(path) -> dict[str, bytes]:
+    with zipfile.ZipFile(path) as archive:
+        return {m: archive.read(m) for m in archive.namelist()}
+
+
+def _zip(path, members: dict[str, bytes], compression=zipfile.ZIP_STORED):
+    with zipfile.ZipFile(path, "w", compression) as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return path
+
+
+def _npy(array: np.ndarray) -> bytes:
+    out = io.BytesIO()
+    np.save(out, array, allow_pickle=True)
+    return out.getvalue()
+
+
+def _header_bytes(header: dict) -> bytes:
+    return _npy(np.frombuffer(json.dumps(header).encode(), dtype=np.uint8))
+
+
+def test_a_file_names_only_registered_classes(tmp_path, data):
+    """Attack: the old loader imported any ``veil.*`` class a file named and called it with the
+    file's arguments; naming ``veil.dp.ledger.Ledger`` with a ``path`` created a file at a
+    chosen place (a class with side effects can spawn processes the same way). Only the
+    closed registry's classes are rebuilt now, by estimator or as a dataclass, and nothing is
+    imported by name."""
+    X, y, _, _ = data
+    members = _members(save_model(tmp_path / "m.npz", LogisticRegression().fit(X, y)))
+    header = json.loads(np.load(io.BytesIO(members["veil.json.npy"])).tobytes())
+    planted = tmp_path / "planted.sqlite"
+    ledger = {"epsilon": 1.0, "delta": 0.0, "path": str(planted)}
+    attacks = [{**header, "class": "veil.dp.ledger.Ledger", "params": ledger, "state": {}},
+               {**header, "state": {"coef_": {"__dataclass__": "veil.dp.ledger.Ledger",
+                                              "fields": ledger}}}]
+    for bad in attacks:
+        _zip(tmp_path / "bad.npz", {**members, "veil.json.npy": _header_bytes(bad)})
+        with pytest.raises(DataError, match="not a registered veil model class"):
+            load_model(tmp_path / "bad.npz")
+        assert not planted.exists()
+
+
+def test_the_registry_refuses_duplicates_and_outsiders():
+    with pytest.raises(ConfigError, match="already registered"):
+        register_model_class(LogisticRegression)
+    with pytest.raises(ConfigError, match="not a class defined in veil"):
+        register_model_class(zipfile.ZipFile)
+
+
+def test_sizes_are_checked_before_anything_is_allocated(tmp_path, data):
+    """Attacks: an array header declaring a huge shape (numpy's MemoryError escaped), and a
+    small deflated archive that inflates to a large array (0.8 MiB pushed memory to 1 GiB).
+    Declared shapes must match the bytes present, and members must be stored uncompressed
+    with sizes summing to at most the file's, so memory stays linear in the file's size."""
+    X, y, _, _ = data
+    members = _members(save_model(tmp_path / "m.npz", LogisticRegression().fit(X, y)))
+    huge = _npy(np.zeros(4)).replace(b"(4,)", b"(1099511627776,)")   # 8 TiB declared
+    _zip(tmp_path / "huge.npz", {**members, "a0.npy": huge})
+    with pytest.raises(DataError, match="declares shape"):
+        load_model(tmp_path / "huge.npz")
+    bomb = _zip(tmp_path / "bomb.npz", {**members, "a0.npy": _npy(np.zeros(6_000_000))},
+                zipfile.ZIP_DEFLATED)
+    assert bomb.stat().st_size < 200_000
+    with pytest.raises(DataError, match="more bytes than the file"):
+        load_model(bomb)
+
+
+def test_a_non_veil_file_gets_veils_own_message(tmp_path):
+    """numpy's advice (``allow_pickle``) must not reach a user: a pickled array is refused
+    with veil's words, whatever the file."""
+    np.savez(tmp_path / "objects.npz", a=np.array([{"a": 1}], dtype=object))
+    np.save(tmp_path / "objects.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    for name in ("objects.npz", "objects.npy"):
+        with pytest.raises(DataError, match="not a veil model file") as caught:
+            load_model(tmp_path / name)
+        assert "pickle" not in str(caught.value)
+
+
+@st.composite
+def _mutated(draw, sample: bytes) -> bytes:
+    """``sample`` with bytes flipped, cut, inserted or replaced by large numbers."""
+    data = bytearray(sample)
+    for _ in range(draw(st.integers(1, 4))):
+        kind = draw(st.sampled_from(["flip", "cut", "insert", "huge"]))
+        pos = draw(st.integers(0, max(0, len(data) - 1)))
+        if kind == "flip":
+            data[pos] ^= draw(st.integers(1, 255))
+        elif kind == "cut":
+            del data[pos:pos + draw(st.integers(1, 16))]
+        elif kind == "insert":
+            data[pos:pos] = draw(st.binary(max_size=16))
+        else:
+            data[pos:pos + 8] = str(2 ** draw(st.integers(31, 63)) - 1).encode()[:8]
+    return bytes(data)
+
+
+@pytest.fixture(scope="module")
+def samples(tmp_path_factory):
+    """Valid files of three kinds: a linear model, a tree (registered dataclasses, int-keyed
+    dicts) and a private model (parameters, metadata)."""
+    rng = np.random.default_rng(0)
+    X = rng.integers(0, 3, size=(60, 3))
+    y = (X[:, 0] > 1).astype(int)
+    folder = tmp_path_factory.mktemp("samples")
+    models = [LogisticRegression().fit(X, y), ID3Classifier(max_depth=2).fit(X, y),
+              private.GaussianNB(epsilon=1.0, bounds=(0, 2), classes=[0, 1]).fit(X, y)]
+    return folder, [_members(save_model(folder / f"{i}.npz", m)) for i, m in enumerate(models)]
+
+
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_mutated_model_files_raise_only_veil_errors(samples, data):
+    """Fuzzing as tests/test_codec.py fuzzes the codec: a valid file with its bytes mutated
+    (the zip itself, the JSON header re-packed, or one array's .npy header re-packed)
+    either loads or raises a veil error, never anything else."""
+    folder, files = samples
+    members = dict(data.draw(st.sampled_from(files)))
+    target = folder / "fuzz.npz"
+    where = data.draw(st.sampled_from(["zip", "header", "array"]))
+    if where == "zip":
+        _zip(target, members)
+        target.write_bytes(data.draw(_mutated(target.read_bytes())))
+    elif where == "header":
+        text = np.load(io.BytesIO(members["veil.json.npy"])).tobytes()
+        members["veil.json.npy"] = _npy(np.frombuffer(data.draw(_mutated(text)), np.uint8))
+        _zip(target, members)
+    else:
+        name = data.draw(st.sampled_from(sorted(members)))
+        members[name] = data.draw(_mutated(members[name][:128])) + members[name][128:]
+        _zip(target, members)
+    try:
+        load_model(target)
+    except VeilError:
+        pass

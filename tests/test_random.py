@@ -1,4 +1,5 @@
 import hashlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -252,3 +253,65 @@ def test_native_kernels_fall_back_to_numpy_when_they_cannot_be_built(monkeypatch
     monkeypatch.delenv("CC")
     monkeypatch.setenv("VEIL_NATIVE", "0")
     assert _native.kernel("veil_ziggurat") is None
+
+
+_PLANTED = r"""
+#include <fcntl.h>
+#include <stdlib.h>
+__attribute__((constructor)) static void planted(void)
+{ const char *m = getenv("VEIL_PLANTED_MARK"); if (m) close(open(m, O_CREAT | O_WRONLY, 0600)); }
+"""
+
+
+def test_a_planted_native_library_is_never_loaded(monkeypatch, tmp_path):
+    """Attack (issue 29, item 7): someone who can write the kernel cache (a folder left
+    group-writable, a shared $XDG_CACHE_HOME, a folder swapped for a symlink) plants a
+    ``.so`` under the expected name; the old loader ``dlopen``-ed it, running its
+    constructor in the victim's process. Now the folder must be this user's, mode 0700, not
+    a symlink, and a library is loaded only if its SHA-256 matches the record this user
+    wrote beside it when building it; otherwise the kernels are rebuilt."""
+    import shutil
+    import subprocess
+
+    from veil import _native
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        pytest.skip("no C compiler on PATH: nothing is ever loaded")
+    (tmp_path / "planted.c").write_text(_PLANTED)
+    planted = tmp_path / "planted.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(planted), str(tmp_path / "planted.c")],
+                   check=True)
+    mark = tmp_path / "ran"
+    monkeypatch.setenv("VEIL_PLANTED_MARK", str(mark))
+    monkeypatch.delenv("VEIL_NATIVE", raising=False)
+    name = _native._library_name()
+
+    def attempt(cache: Path) -> None:
+        monkeypatch.setattr(_native, "_loaded", {})
+        monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+        assert _native.kernel("veil_ziggurat") is not None   # the real kernels, rebuilt
+        assert not mark.exists(), "the planted library was loaded"
+
+    # 1. an open folder holding a library (and a matching record) planted by someone else
+    loose = tmp_path / "loose" / "veil" / "native"
+    loose.mkdir(parents=True)
+    shutil.copy(planted, loose / name)
+    (loose / f"{name}.sha256").write_text(hashlib.sha256(planted.read_bytes()).hexdigest())
+    loose.chmod(0o777)
+    attempt(tmp_path / "loose")
+    # 2. the cache folder is a symlink to a folder holding the planted library
+    (tmp_path / "linked" / "veil").mkdir(parents=True)
+    (tmp_path / "linked" / "veil" / "native").symlink_to(loose)
+    attempt(tmp_path / "linked")
+    # 3. a private folder, but the library is not the one this user built and recorded
+    own = tmp_path / "own"
+    attempt(own)                                                # builds and records
+    library = own / "veil" / "native" / name
+    assert oct((own / "veil" / "native").stat().st_mode & 0o777) == "0o700"
+    assert oct(library.with_name(f"{name}.sha256").stat().st_mode & 0o777) == "0o600"
+    library.unlink()
+    shutil.copy(planted, library)
+    attempt(own)
+    assert hashlib.sha256(library.read_bytes()).hexdigest() != \
+        hashlib.sha256(planted.read_bytes()).hexdigest()          # rebuilt in its place

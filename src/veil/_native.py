@@ -16,12 +16,20 @@ sizes of a DP-SGD step, and has a numpy fallback computing the same values:
   ``n_i`` is not finite, and the counts of clipped and non-finite examples.
 
 Build: the C source below is compiled with ``cc`` (``$CC``) into
-``$XDG_CACHE_HOME/veil/native`` (``~/.cache/veil/native``, created private to the user),
-under a name carrying the hash of the source and of the machine, and loaded with
-:mod:`ctypes` (no Python headers needed). If that folder cannot be written, the library is
-built in a fresh private temporary folder for this process. If there is no compiler, the
-build fails, or ``VEIL_NATIVE=0`` is set, :func:`kernel` returns None and the callers use
-their numpy code: slower, same values. Why compiled at all: the draw of a DP-SGD step's
+``$XDG_CACHE_HOME/veil/native`` (``~/.cache/veil/native``), under a name carrying the hash
+of the source and of the machine, and loaded with :mod:`ctypes` (no Python headers needed).
+
+Loading runs the library's code in this process, so nothing is loaded that this user did
+not build. The cache folder is created 0700 and, before anything in it is loaded, must be
+a directory (not a symlink) owned by this user that no one else can open (mode 0700). The
+build writes the library's SHA-256 beside it (``NAME.sha256``, created 0600); a library is
+loaded only if it and its record are regular files of this user that others cannot write
+and the library's bytes hash to the record, else it is rebuilt (a planted or stale library
+is replaced, never loaded). What this rests on: only this user (and root) can write a
+folder of this user with mode 0700. If the folder fails its checks or cannot be written,
+the library is built in a fresh private temporary folder for this process. If there is no
+compiler, the build fails, or ``VEIL_NATIVE=0`` is set, :func:`kernel` returns None and the
+callers use their numpy code: slower, same values. Why compiled at all: the draw of a DP-SGD step's
 noise is dominated by numpy's per-pass overhead on a few thousand values.
 """
 
@@ -34,6 +42,7 @@ import os
 import platform
 import shlex
 import shutil
+import stat
 import subprocess
 import tempfile
 import threading
@@ -129,8 +138,52 @@ def _cache_dir() -> Path:
     return Path(base) / "veil" / "native"
 
 
+def _library_name() -> str:
+    tag = hashlib.sha256((_SOURCE + " ".join(_FLAGS) + platform.machine()
+                          + platform.system()).encode()).hexdigest()[:16]
+    return f"veil_native_{tag}.so"
+
+
+def _private_folder(folder: Path) -> Path:
+    """``folder``, created 0700 if missing; OSError unless it is a directory of this user,
+    not a symlink, that no one else can open."""
+    folder.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        folder.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    info = os.lstat(folder)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise OSError(f"{folder} is not a private folder of this user (a symlink, another "
+                      f"owner, or mode {oct(info.st_mode & 0o777)}, not 0700)")
+    return folder
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _record(path: Path) -> Path:
+    return path.with_name(f"{path.name}.sha256")
+
+
+def _verified(path: Path) -> bool:
+    """Whether ``path`` is the library this user built: it and its record are regular files
+    of this user that others cannot write, and its bytes hash to the record."""
+    try:
+        for p in (path, _record(path)):
+            info = os.lstat(p)
+            if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or \
+                    info.st_mode & 0o022:
+                return False
+        return _record(path).read_text().strip() == _digest(path)
+    except OSError:
+        return False
+
+
 def _build(folder: Path, name: str) -> Path:
-    """Compile the source into ``folder/name`` (atomically: other processes may race)."""
+    """Compile the source into ``folder/name`` and record its hash beside it (atomically:
+    other processes may race; a reader that sees a library with another's record rebuilds)."""
     compiler = shlex.split(os.environ.get("CC", "")) or [shutil.which("cc") or shutil.which("gcc")]
     if not compiler[0]:
         raise OSError("no C compiler (cc or gcc) on PATH")
@@ -143,21 +196,23 @@ def _build(folder: Path, name: str) -> Path:
                               capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
             raise OSError(f"{' '.join(compiler)} failed: {done.stderr.strip()[:500]}")
+        record = Path(work) / "record"
+        fd = os.open(record, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(_digest(out))
         os.replace(out, target)
+        os.replace(record, _record(target))
     return target
 
 
 def _library() -> ctypes.CDLL | None:
     if os.environ.get("VEIL_NATIVE", "1") == "0":
         return None
-    tag = hashlib.sha256((_SOURCE + " ".join(_FLAGS) + platform.machine()
-                          + platform.system()).encode()).hexdigest()[:16]
-    name = f"veil_native_{tag}.so"
+    name = _library_name()
     folder = _cache_dir()
     try:
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        path = folder / name
-        if not path.exists():
+        path = _private_folder(folder) / name
+        if not _verified(path):
             path = _build(folder, name)
         return ctypes.CDLL(str(path))
     except (OSError, subprocess.SubprocessError) as exc:  # unwritable, stale: build privately

@@ -15,9 +15,21 @@ A model file is a NumPy ``.npz`` archive (``numpy.savez``; read back with
 * one array per learned array (``a0``, ``a1``, ...), referenced from ``state`` as
   ``{"__array__": "a0"}``; a torch module's ``state_dict`` tensors likewise.
 
-Only classes defined inside veil are rebuilt (any other class name is refused), so a file
-from elsewhere can name nothing that runs on load. Learned state may hold JSON values, NumPy
-arrays, dicts and lists of them, and veil dataclasses (a decision tree's nodes). A model's
+A file names its class; only the classes in a closed registry are rebuilt: a module that
+defines a model (or a dataclass of a model's learned state, a decision tree's node) registers
+it with :func:`register_model_class` when it is imported, a name registers once (a duplicate
+is refused), and the loader never imports anything by a name read from a file. Any other
+class name is refused, so a file can name nothing that runs on load beyond the registered
+constructors, called with the file's plain values. Learned state may hold JSON values, NumPy
+arrays, dicts and lists of them, and registered dataclasses.
+
+Threat model: a model file is untrusted input. Before any allocation the loader checks the
+archive's layout (only uncompressed ``.npy`` members, their declared sizes summing to at most
+the file's size, at most :data:`MAX_ARRAYS` of them) and each array's declared dtype (numbers
+and booleans only: no object arrays, so no pickle) and shape (its byte count equals the
+member's); a header nested deeper than :data:`MAX_DEPTH` is refused. Memory used is thus
+linear in the file's size. Every failure is a :class:`~veil.errors.DataError` (bad file)
+or :class:`~veil.errors.ConfigError` (bad call) with veil's own message. A model's
 ``ledger_`` (the Ledger its training was charged to) is recorded in the metadata (its file
 and the spend) rather than stored. A torch network is stored as its ``state_dict``; its
 architecture is code, so :func:`load_model` loads the weights into a ``module`` you pass.
@@ -33,7 +45,6 @@ version is refused with a clear error.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import io
 import json
 import math
@@ -41,6 +52,7 @@ import os
 import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from tokenize import TokenError
 from typing import Any
 
 import numpy as np
@@ -48,13 +60,36 @@ import numpy as np
 from veil._json import to_jsonable
 from veil.errors import ConfigError, DataError
 
-__all__ = ["FORMAT", "VERSION", "ModelFile", "encode_table", "encoded_names", "load_model",
-           "save_model"]
+__all__ = ["FORMAT", "MAX_ARRAYS", "MAX_DEPTH", "VERSION", "ModelFile", "encode_table",
+           "encoded_names", "load_model", "register_model_class", "save_model"]
 
 FORMAT = "veil-model"
 VERSION = 1
+#: the most arrays a model file may hold, and the deepest nesting of its JSON header
+MAX_ARRAYS = 4096
+MAX_DEPTH = 64
 _HEADER = "veil.json"
 _TORCH = "torch.nn.Module"
+#: the dtype kinds an array may have: booleans, integers, floats, complex numbers
+_KINDS = "biufc"
+_CLASSES: dict[str, type] = {}
+
+
+def register_model_class(cls: type) -> type:
+    """Let model files name ``cls`` (a veil estimator, or a dataclass of learned state).
+
+    Called by the module that defines ``cls`` (usable as a class decorator), so the registry
+    holds exactly the classes of the modules imported; a name registered twice is a
+    :class:`~veil.errors.ConfigError`.
+    """
+    name = _class_name(cls) if isinstance(cls, type) else repr(cls)
+    if not isinstance(cls, type) or not name.startswith("veil."):
+        raise ConfigError(f"register_model_class: {name} is not a class defined in veil; only "
+                          "veil's own classes may be named by a model file")
+    if name in _CLASSES:
+        raise ConfigError(f"register_model_class: {name!r} is already registered")
+    _CLASSES[name] = cls
+    return cls
 
 
 @dataclasses.dataclass
@@ -66,8 +101,12 @@ class ModelFile:
     version: int = VERSION
 
 
+def _class_name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
 def _qualname(obj: Any) -> str:
-    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+    return _class_name(type(obj))
 
 
 def _is_torch_module(obj: Any) -> bool:
@@ -118,45 +157,118 @@ class _Encoder:
                           "(arrays, numbers, strings, lists, dicts and veil dataclasses can)")
 
 
-def _decode(value: Any, arrays: Mapping[str, np.ndarray]) -> Any:
+def _decode(value: Any, arrays: Mapping[str, np.ndarray], depth: int = 0) -> Any:
+    if depth > MAX_DEPTH:
+        raise DataError(f"model file: values nested deeper than {MAX_DEPTH} levels")
+    if isinstance(value, list):  # plain JSON lists (metadata-like parameters)
+        return [_decode(v, arrays, depth + 1) for v in value]
     if not isinstance(value, dict):
         return value
-    if "__array__" in value:
-        name = value["__array__"]
+    if len(value) != 1 and "__dataclass__" not in value:
+        raise DataError(f"model file: unknown value with keys {sorted(value)[:5]!r}")
+    kind, body = next(iter(value.items())) if len(value) == 1 else ("__dataclass__", None)
+
+    def _expect(types: type | tuple[type, ...], what: str) -> Any:
+        if not isinstance(body, types):
+            raise DataError(f"model file: {kind} holds {type(body).__name__}, not {what}")
+        return body
+
+    if kind == "__array__":
+        name = _expect(str, "an array name")
         if name not in arrays:
             raise DataError(f"model file: array {name!r} is missing")
         return arrays[name]
-    if "__float__" in value:
-        return float(value["__float__"])
-    if "__dict__" in value:
-        return {k: _decode(v, arrays) for k, v in value["__dict__"].items()}
-    if "__items__" in value:
-        return {_decode(k, arrays): _decode(v, arrays) for k, v in value["__items__"]}
-    if "__list__" in value:
-        return [_decode(v, arrays) for v in value["__list__"]]
-    if "__tuple__" in value:
-        return tuple(_decode(v, arrays) for v in value["__tuple__"])
-    if "__dataclass__" in value:
-        cls = _veil_class(value["__dataclass__"])
+    if kind == "__float__":
+        text = _expect(str, "a number")
+        if text not in ("inf", "-inf", "nan"):
+            raise DataError(f"model file: __float__ {text[:20]!r} is not inf, -inf or nan")
+        return float(text)
+    if kind == "__dict__":
+        return {k: _decode(v, arrays, depth + 1) for k, v in _expect(dict, "a dict").items()}
+    if kind == "__items__":
+        pairs = _expect(list, "a list of pairs")
+        if not all(isinstance(p, list) and len(p) == 2 for p in pairs):
+            raise DataError("model file: __items__ holds something other than [key, value] pairs")
+        out = {}
+        for k, v in pairs:
+            key = _decode(k, arrays, depth + 1)
+            try:
+                out[key] = _decode(v, arrays, depth + 1)
+            except TypeError:
+                raise DataError(f"model file: dict key of type {type(key).__name__} is not "
+                                "allowed") from None
+        return out
+    if kind == "__list__":
+        return [_decode(v, arrays, depth + 1) for v in _expect(list, "a list")]
+    if kind == "__tuple__":
+        return tuple(_decode(v, arrays, depth + 1) for v in _expect(list, "a list"))
+    if kind == "__dataclass__":
+        cls = _model_class(value["__dataclass__"])
+        fields = value.get("fields")
+        if set(value) != {"__dataclass__", "fields"} or not isinstance(fields, dict):
+            raise DataError(f"model file: dataclass {value['__dataclass__']!r} needs exactly "
+                            "'fields' (a dict)")
         if not dataclasses.is_dataclass(cls):
             raise DataError(f"model file: {value['__dataclass__']!r} is not a dataclass")
-        return cls(**{k: _decode(v, arrays) for k, v in value["fields"].items()})
-    raise DataError(f"model file: unknown value {sorted(value)!r}")
+        return _build(cls, {k: _decode(v, arrays, depth + 1) for k, v in fields.items()})
+    raise DataError(f"model file: unknown value {kind[:40]!r}")
 
 
-def _veil_class(name: str) -> type:
-    """The veil class called ``name`` (``module.QualName``); anything else is refused."""
-    module, _, qualname = str(name).rpartition(".")
-    if not module.startswith("veil.") or not qualname.isidentifier():
-        raise DataError(f"model file: class {name!r} is not a veil class; only veil's own "
-                        "models are loaded")
+def _model_class(name: Any) -> type:
+    """The registered class called ``name`` (``module.QualName``); anything else is refused."""
+    if not isinstance(name, str) or name not in _CLASSES:
+        shown = repr(name)[:120]
+        raise DataError(f"model file: class {shown} is not a registered veil model class "
+                        f"(registered: {sorted(_CLASSES)}); only veil's own models are "
+                        "loaded, and only those of the veil packages imported")
+    return _CLASSES[name]
+
+
+def _build(cls: type, kwargs: dict[str, Any]) -> Any:
+    """``cls(**kwargs)``; a constructor refusing the file's arguments is the file's fault."""
+    if not all(isinstance(k, str) and k.isidentifier() for k in kwargs):
+        raise DataError(f"model file: {_class_name(cls)} argument names must be identifiers")
     try:
-        cls = getattr(importlib.import_module(module), qualname)
-    except (ImportError, AttributeError):
-        raise DataError(f"model file: class {name!r} does not exist in this veil") from None
-    if not isinstance(cls, type):
-        raise DataError(f"model file: {name!r} is not a class")
-    return cls
+        return cls(**kwargs)
+    except (TypeError, ValueError, ConfigError) as exc:
+        raise DataError(f"model file: cannot rebuild {_class_name(cls)} ({exc})") from None
+
+
+def _read_arrays(path: Path) -> dict[str, np.ndarray]:
+    """The archive's arrays, each checked before its memory is allocated (module docstring)."""
+    size = path.stat().st_size
+    arrays: dict[str, np.ndarray] = {}
+    with zipfile.ZipFile(path) as archive:
+        members = archive.infolist()
+        if len(members) > MAX_ARRAYS:
+            raise DataError(f"{len(members)} members, more than MAX_ARRAYS={MAX_ARRAYS}")
+        if sum(m.file_size for m in members) > size:
+            raise DataError("the members declare more bytes than the file holds")
+        for member in members:
+            if not member.filename.endswith(".npy") or member.compress_type != \
+                    zipfile.ZIP_STORED or member.file_size != member.compress_size:
+                raise DataError(f"member {member.filename[:80]!r} is not an uncompressed .npy "
+                                "array")
+            with archive.open(member) as fh:
+                try:  # numpy parses the header's Python literal; it may raise any of these
+                    version = np.lib.format.read_magic(fh)
+                    read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                                   else np.lib.format.read_array_header_2_0)
+                    shape, fortran, dtype = read_header(fh)
+                except (ValueError, TypeError, SyntaxError, TokenError, RecursionError):
+                    raise DataError(f"member {member.filename[:80]!r} has no readable .npy "
+                                    "header") from None
+                if dtype.hasobject or dtype.kind not in _KINDS or dtype.fields:
+                    raise DataError(f"array {member.filename[:80]!r} has dtype {dtype}; only "
+                                    "numbers and booleans are allowed")
+                nbytes = math.prod(shape) * dtype.itemsize
+                if nbytes != member.file_size - fh.tell():
+                    raise DataError(f"array {member.filename[:80]!r} declares shape {shape} "
+                                    f"({nbytes} bytes) but holds {member.file_size - fh.tell()}")
+                data = np.frombuffer(fh.read(nbytes), dtype=dtype)
+            arrays[member.filename[:-4]] = data.reshape(shape, order="F" if fortran
+                                                        else "C").copy()
+    return arrays
 
 
 def _ledger_metadata(ledger: Any) -> dict[str, Any]:
@@ -234,48 +346,68 @@ def save_model(path: str | os.PathLike, model: Any, *,
 
 
 def load_model(path: str | os.PathLike, *, module: Any = None) -> ModelFile:
-    """Read a model file written by :func:`save_model`. A torch model's weights are loaded
-    into ``module`` (same architecture), which is returned as the model."""
+    """Read a model file written by :func:`save_model` (checked as the module docstring says).
+    A torch model's weights are loaded into ``module`` (same architecture), which is returned
+    as the model. Only classes registered by the veil packages imported can be rebuilt."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"model file {str(path)!r} is not an existing file")
+    not_veil = f"{path} is not a veil model file"
     try:
-        with np.load(path, allow_pickle=False) as archive:
-            arrays = {k: archive[k] for k in archive.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-        raise DataError(f"{path} is not a veil model file ({exc})") from None
+        arrays = _read_arrays(path)
+    except DataError as exc:
+        raise DataError(f"{not_veil}: {exc}") from None
+    except (OSError, ValueError, EOFError, RuntimeError, NotImplementedError,
+            zipfile.BadZipFile, zipfile.LargeZipFile):  # zipfile's words are not veil's
+        raise DataError(f"{not_veil} (a veil model file is a .npz archive written by "
+                        "veil.model_format.save_model)") from None
     try:
         header = json.loads(arrays.pop(_HEADER).tobytes().decode("utf-8"))
-    except (KeyError, UnicodeDecodeError, json.JSONDecodeError):
-        raise DataError(f"{path} is not a veil model file (no readable {_HEADER})") from None
+    except (KeyError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        raise DataError(f"{not_veil} (no readable {_HEADER})") from None
     if not isinstance(header, dict) or header.get("format") != FORMAT:
-        raise DataError(f"{path} is not a veil model file (format "
+        raise DataError(f"{not_veil} (format "
                         f"{header.get('format') if isinstance(header, dict) else None!r})")
     version = header.get("version")
     if not isinstance(version, int) or version > VERSION:
         raise DataError(f"{path}: model format version {version!r}; this veil reads up to "
                         f"{VERSION}: upgrade veil to load it")
-    state = header.get("state", {})
-    if header["class"] == _TORCH:
-        if module is None:
-            raise ConfigError(f"{path} holds torch weights: pass module= (the network, same "
-                              "architecture) to load them into")
-        import torch
-
-        weights = _decode(state["state_dict"], arrays)
-        module.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in weights.items()})
-        return ModelFile(module, header.get("metadata", {}), version)
-    cls = _veil_class(header["class"])
-    params = {k: _decode(v, arrays) for k, v in header.get("params", {}).items()}
+    state, params = header.get("state", {}), header.get("params", {})
+    metadata, cls_name = header.get("metadata", {}), header.get("class")
+    if not (isinstance(state, dict) and isinstance(params, dict) and isinstance(metadata, dict)):
+        raise DataError(f"{path}: 'state', 'params' and 'metadata' must be JSON objects")
     try:
-        model = cls(**params)
-    except TypeError as exc:
-        raise DataError(f"{path}: cannot rebuild {header['class']} ({exc})") from None
-    for key, value in state.items():
-        if not (key.endswith("_") and key.isidentifier()):
-            raise DataError(f"{path}: learned attribute {key!r} is not allowed")
-        setattr(model, key, _decode(value, arrays))
-    return ModelFile(model, header.get("metadata", {}), version)
+        if cls_name == _TORCH:
+            return ModelFile(_load_torch(path, state, arrays, module), metadata, version)
+        model = _build(_model_class(cls_name), {k: _decode(v, arrays) for k, v in params.items()})
+        for key, value in state.items():
+            if not (key.endswith("_") and key.isidentifier() and not key.startswith("_")):
+                raise DataError(f"learned attribute {key[:80]!r} is not allowed")
+            try:
+                setattr(model, key, _decode(value, arrays))
+            except AttributeError:
+                raise DataError(f"learned attribute {key!r} cannot be set") from None
+    except DataError as exc:
+        raise DataError(f"{path}: {exc}") from None
+    return ModelFile(model, metadata, version)
+
+
+def _load_torch(path: Path, state: dict[str, Any], arrays: Mapping[str, np.ndarray],
+                module: Any) -> Any:
+    if module is None:
+        raise ConfigError(f"{path} holds torch weights: pass module= (the network, same "
+                          "architecture) to load them into")
+    import torch
+
+    weights = _decode(state.get("state_dict"), arrays)
+    if not isinstance(weights, dict) or not all(isinstance(v, np.ndarray)
+                                                for v in weights.values()):
+        raise DataError("'state_dict' must map names to arrays")
+    try:
+        module.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in weights.items()})
+    except (RuntimeError, TypeError) as exc:
+        raise DataError(f"the weights do not fit module= ({str(exc)[:300]})") from None
+    return module
 
 
 def encoded_names(encoding: Sequence[Mapping[str, Any]]) -> list[str]:

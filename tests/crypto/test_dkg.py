@@ -270,3 +270,29 @@ def test_distributed_keygen_mirrors_threshold_keygen():
     assert [s.index for s in shares] == [1, 2, 3]
     c = pk.encrypt(-99)
     assert pk.combine([shares[2].partial_decrypt(c), shares[0].partial_decrypt(c)]) == -99
+
+
+@pytest.mark.parametrize("n, round_", [(3, 4), (3, 6), (4, 4), (4, 6)])
+def test_a_flipped_opening_never_names_an_honest_party(n, round_):
+    """Attack (issue 29, item 8): party 2 flips one bit of what it sends party 1 alone in
+    round 4 (the opening of the moduli) or round 6 (biprimality values). Party 1 then
+    works with other values than everyone else, and the first message that disagrees with
+    its view came from an honest party, which it named (``party 1: malformed biprimality
+    message``). Each message now carries a digest of every value its sender saw opened, so
+    the parties see that their views differ, and abort without naming anyone: nothing they
+    hold proves who lied. A run may also succeed (the flip changed nothing that mattered);
+    it never blames an honest party."""
+    from veil.crypto.dkg import _HEADER
+
+    def flip(sender, recipient, message):
+        if sender == 2 and recipient == 1 and int.from_bytes(message[22:26], "big") == round_:
+            pos = _HEADER.size + 3
+            message = message[:pos] + bytes([message[pos] ^ 4]) + message[pos + 1:]
+        return message
+
+    try:
+        run_local(make(256, n, 2, 8), tamper=flip)
+    except KeygenAbort as exc:
+        assert exc.party in (None, 2), str(exc)
+    except ProtocolError as exc:           # the key confirmation: no one is named
+        assert "key confirmation failed" in str(exc), str(exc)

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from veil.crypto import psi
-from veil.errors import DataError, ProtocolError
+from veil.errors import ConfigError, DataError, ProtocolError
 
 # RFC 9380, appendix J.7.2 (curve25519_XMD:SHA-512_ELL2_NU_): msg -> Q.x = map_to_curve(u).
 RFC_DST = b"QUUX-V01-CS02-with-curve25519_XMD:SHA-512_ELL2_NU_"
@@ -61,7 +61,7 @@ def test_no_identifier_or_hash_on_the_wire():
     mine = [f"patient-{i:05d}" for i in range(0, 300, 2)]
     theirs = [f"patient-{i:05d}" for i in range(0, 300, 3)]
     receiver = psi.PSIReceiver(mine, rng=1)
-    sender = psi.PSISender(theirs, rng=2)
+    sender = psi.PSISender(theirs, max_request=len(mine), rng=2)
     messages = [sender.setup(), receiver.request()]
     messages.append(sender.respond(messages[1]))
     receiver.receive_setup(messages[0])
@@ -120,3 +120,30 @@ def test_protocol_errors():
         receiver.finish(reply)
     with pytest.raises(DataError, match="str or bytes"):
         psi.PSIReceiver([1, 2])
+
+
+def test_a_receiver_cannot_ask_for_the_whole_id_space():
+    """Attack (issue 29, item 6): the sender holds 500 patient numbers of an id space of
+    2,000; a receiver that asks about every possible id learned all 500. The sender now
+    serves at most ``max_request`` identifiers (default: twice its own set size) and
+    refuses a larger request by the receiver's name before multiplying any point; a
+    receiver within the cap learns membership only of what it asked."""
+    space = [f"p{i:04d}" for i in range(2000)]
+    held = space[::4]
+    greedy = psi.PSIReceiver(space, rng=8)
+    sender = psi.PSISender(held, rng=9)
+    assert sender.max_request == 2 * len(held)
+    greedy.receive_setup(sender.setup())
+    with pytest.raises(ProtocolError, match="hospital-b asks about 2000 identifiers.*"
+                                            "max_request=1000"):
+        sender.respond(greedy.request(), receiver="hospital-b")
+    probe = psi.PSIReceiver(space[:500], rng=10)
+    probe.receive_setup(sender.setup())
+    learned = probe.finish(sender.respond(probe.request()))
+    assert learned == space[:500:4] and len(learned) == 125   # a quarter of the set, no more
+    wider = psi.PSISender(held, max_request=2000, rng=11)     # a receiver known to hold more
+    greedy = psi.PSIReceiver(space, rng=12)
+    greedy.receive_setup(wider.setup())
+    assert greedy.finish(wider.respond(greedy.request())) == held
+    with pytest.raises(ConfigError, match="max_request=0"):
+        psi.PSISender(held, max_request=0)

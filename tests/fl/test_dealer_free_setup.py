@@ -57,6 +57,7 @@ def orgs(tmp_path_factory):
         assert main(["fl", "enrol", "--party", str(i), "--key-share", str(org / f"party-{i}.key"),
                      "--identity-key", str(org / f"identity-{i}.key"),
                      "--setup", str(org / "public.bin"), "--out", str(org / f"party-{i}.id"),
+                     *[a for p in published for a in ("--identities", p)],
                      "--insecure-ok"]) == 0
     return root, public_key
 
@@ -111,7 +112,8 @@ def test_a_set_up_of_another_key_or_missing_a_party_is_refused(tmp_path, orgs):
                      insecure_ok=True)
     with pytest.raises(ConfigError, match="not of this federation's key"):
         enrol(1, root / "org1" / "party-1.key", root / "org1" / "identity-1.key",
-              tmp_path / "other.bin", tmp_path / "party-1.id", insecure_ok=True)
+              tmp_path / "other.bin", tmp_path / "party-1.id", identities=published,
+              insecure_ok=True)
     assert not (tmp_path / "party-1.id").exists()
     assert other.identities == PublicSetup.load(root / "org0" / "public.bin",
                                                 insecure_ok=True).identities
@@ -128,7 +130,8 @@ def test_a_set_up_of_another_key_or_missing_a_party_is_refused(tmp_path, orgs):
     # another party's identity key: refused
     with pytest.raises(ConfigError, match="not the one its set-up lists"):
         enrol(1, root / "org1" / "party-1.key", root / "org0" / "identity-0.key",
-              root / "org1" / "public.bin", tmp_path / "party-1.id", insecure_ok=True)
+              root / "org1" / "public.bin", tmp_path / "party-1.id", identities=published,
+              insecure_ok=True)
     # two tables giving party 0 different keys
     (tmp_path / "fake.json").write_text('{"0": "' + "ab" * 32 + '"}')
     with pytest.raises(ConfigError, match="another key"):
@@ -150,3 +153,27 @@ def test_a_node_with_a_share_of_another_key_refuses_before_anything_is_charged(t
         federation.runtime.connect(federation.clients)
     assert _spent(tmp_path / "server.sqlite") == 0.0
     assert not any(os.path.exists(tmp_path / f"org{i}" / "ledger.sqlite") for i in range(3))
+
+
+def test_enrol_refuses_a_set_up_with_another_partys_identity_swapped(tmp_path, orgs):
+    """Attack (issue 29, item 11): the aggregator hands party 1 a ``public.bin`` whose entry
+    for party 2 is the aggregator's own identity key (it could then sign as party 2).
+    ``enrol`` checked only party 1's own entry and accepted it; it now checks every entry
+    against the identity tables party 1 holds (the published ``identity-I.json``)."""
+    from veil.crypto.identity import make_identities
+
+    root, _ = orgs
+    published = [root / f"org{i}" / f"identity-{i}.json" for i in range(3)]
+    honest = PublicSetup.load(root / "org1" / "public.bin", insecure_ok=True)
+    (_,), (forged,) = make_identities(1)
+    swapped = PublicSetup(honest.public_key, (*honest.identities[:2], forged))
+    swapped.save(tmp_path / "swapped.bin")
+    with pytest.raises(ConfigError, match="party 2"):
+        enrol(1, root / "org1" / "party-1.key", root / "org1" / "identity-1.key",
+              tmp_path / "swapped.bin", tmp_path / "party-1.id", identities=published,
+              insecure_ok=True)
+    assert not (tmp_path / "party-1.id").exists()
+    enrol(1, root / "org1" / "party-1.key", root / "org1" / "identity-1.key",
+          root / "org1" / "public.bin", tmp_path / "party-1.id", identities=published,
+          insecure_ok=True)
+    assert oct((tmp_path / "party-1.id").stat().st_mode & 0o777) == "0o600"

@@ -36,7 +36,7 @@ def write_hosts(folder: Path, n: int, *, driver: str | None = "analyst",
         names = {f"p{i}": ("127.0.0.1",) for i in range(n)}
         if driver:
             names[driver] = ()
-        issue(folder / "certs", names)
+        issue(folder / "certs", names, force=True)   # a test may rewrite its session
     return path
 
 

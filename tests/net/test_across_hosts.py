@@ -86,7 +86,7 @@ def test_psi_across_hosts(tmp_path, hosts_file, forks):
                             "receiver", "--ids", str(tmp_path / "a.csv"), "--out", str(out)],
                            "receiver")
     sender = forks.start(["psi", "--hosts", str(hosts), "--party", "1", "--role", "sender",
-                          "--ids", str(tmp_path / "b.csv")], "sender")
+                          "--ids", str(tmp_path / "b.csv"), "--max-request", "30"], "sender")
     for proc in (receiver, sender):
         code, log = forks.join(proc)
         assert code == 0, log

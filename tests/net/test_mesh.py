@@ -187,8 +187,9 @@ def test_keygen_peers_with_bad_bytes_or_other_parameters_are_named(tmp_path, hos
         net.send(j, MSG, b"junk")
     _join(*runs)
     net.close()
-    for r in runs:
-        assert isinstance(r["error"], PartyError) and r["error"].party == 2
+    for r in runs:   # named first-hand, or quoted from the party that saw it first
+        assert isinstance(r["error"], PartyError)
+        assert r["error"].party == 2 or "reports a failure" in str(r["error"])
         assert "party 2 (p2 at 127.0.0.1" in str(r["error"]) and "malformed" in str(r["error"])
     # the same three in threads succeed (a party done first leaves without harm) ...
     runs = [_run(keygen_on_hosts, hosts, Identity(hosts, f"p{i}"), **kw) for i in range(3)]
@@ -204,3 +205,78 @@ def test_keygen_peers_with_bad_bytes_or_other_parameters_are_named(tmp_path, hos
         assert "party 2 (p2 at 127.0.0.1" in str(r["error"]) and "other parameters" in str(
             r["error"])
     assert isinstance(runs[2]["error"], ConfigError)
+
+
+# -- blame only with evidence, accepts that cannot be stalled, bounded buffers (issue 29) ----
+def _linked(hosts, names, **kw):
+    runs = [_run(connect, hosts, Identity(hosts, name), timeout=20, **kw) for name in names]
+    _join(*runs)
+    return [r["result"] for r in runs]
+
+
+def test_an_abort_frame_names_its_reporter_not_the_party_it_accuses(hosts_file):
+    """Attack: authenticated party 2 sends party 1 an abort frame blaming honest party 0;
+    party 1 raised ``PartyError(party=0)`` and repeated the accusation. An abort now names
+    only who reported it: what it says of others is its account, not evidence."""
+    from veil.net.mesh import _ABORT
+
+    hosts = load_hosts(hosts_file(3, driver=None))
+    nets = _linked(hosts, ["p0", "p1", "p2"])
+    accusation = b'{"party": 0, "message": "party 0 sent garbage"}'
+    nets[2].send(1, _ABORT, accusation)
+    with pytest.raises(PartyError, match=r"party 2 \(p2 at .*\) reports a failure") as info:
+        pump(nets[1], [], lambda k, m: [], lambda: False, lambda: [0, 2], 10)
+    assert info.value.party == 2
+    for net in nets:
+        net.close()
+
+
+def test_idle_connections_cannot_stall_the_accepting_party(hosts_file, monkeypatch):
+    """Attack: anyone opens plain TCP connections to a party's port and sends nothing. The
+    party handshook one connection at a time, each waiting its full handshake time, so a
+    few idle sockets held it past its deadline and it blamed the honest peer for not
+    connecting. Handshakes now run side by side, each under its own limit."""
+    from veil.net import mesh
+
+    monkeypatch.setattr(mesh, "_HANDSHAKE_S", 2.0)
+    hosts = load_hosts(hosts_file(2, driver=None))
+    p0 = hosts.parties[0]
+    first = _run(connect, hosts, Identity(hosts, "p0"), timeout=8)
+    idle = []
+    for _ in range(50):            # wait until p0 listens, then hold 6 idle connections
+        try:
+            idle.append(socket.create_connection((p0.host, p0.port), timeout=1))
+        except OSError:
+            time.sleep(0.05)
+        if len(idle) == 6:
+            break
+    second = _run(connect, hosts, Identity(hosts, "p1"), timeout=8)
+    _join(first, second)
+    for s in idle:
+        s.close()
+    assert "result" in first and "result" in second, (first.get("error"), second.get("error"))
+    first["result"].close()
+    second["result"].close()
+
+
+def test_a_key_generation_link_buffers_no_more_than_its_largest_message(hosts_file):
+    """Attack: a peer announced a frame of 512 MiB (under the old 1 GiB bound) and streamed
+    it: every party buffered it. Key generation now bounds a frame by its largest message
+    (KeygenParams.max_message) and refuses a longer one by the sender's name at once."""
+    from veil.crypto.hosts import keygen_on_hosts
+    from veil.net.mesh import MSG
+
+    hosts = load_hosts(hosts_file(3, driver=None))
+    kw = {"bits": 384, "threshold": 2, "insecure_ok": True, "timeout": 10,
+          "connect_timeout": 20}
+    runs = [_run(keygen_on_hosts, hosts, Identity(hosts, f"p{i}"), **kw) for i in range(2)]
+    net = connect(hosts, Identity(hosts, "p2"), timeout=20)
+    for j in (0, 1):
+        link = net.links[j]
+        link.sock.setblocking(True)
+        link.sock.sendall(struct.pack("<IB", 1 << 29, MSG) + bytes(1 << 16))
+    _join(*runs)
+    net.close()
+    for r in runs:
+        assert isinstance(r["error"], PartyError) and r["error"].party == 2
+        assert "536870912 bytes: at most" in str(r["error"])

@@ -43,10 +43,10 @@ def _load_model(path: Path):
 
     check_input_file(path, "--model")
     if zipfile.is_zipfile(path):
-        from veil.model_format import load_model
+        from veil.cli.predict import load_model_file
 
         try:
-            loaded = load_model(path)
+            loaded = load_model_file(path)
         except DataError as exc:
             raise DataError(f"--model: {exc}") from None
         return loaded.model, loaded.metadata

@@ -432,14 +432,15 @@ def certs(directory: Annotated[Path, typer.Argument(help="Directory for ca.crt, 
 
 @app.command("identities")
 def identities(directory: Annotated[Path, typer.Argument(help="Directory for the key files.")],
-               parties: Annotated[int, typer.Option("--parties", help="Number of parties.")]
-               ) -> None:
+               parties: Annotated[int, typer.Option("--parties", help="Number of parties.")],
+               force: Annotated[bool, typer.Option("--force", help="Replace existing key "
+                                                   "files.")] = False) -> None:
     """Make the parties' Ed25519 identity keys for SecAgg on a deployment: identity-<i>.key
     (move it to party i's machine only: --node-config "party-id=i identity-key='PATH'") and
     identities.json, the table every party and the server read ([secagg] identities)."""
     from veil.crypto.identity import write_identities
 
-    table = write_identities(directory, parties)
+    table = write_identities(directory, parties, force=force)
     keys = [[str(i), str(Path(directory) / f"identity-{i}.key")] for i in range(parties)]
     print_table([*keys, ["table", str(table)]], ["party", "file"], title="identity keys")
 
@@ -489,11 +490,15 @@ def enrol(party: PartyIndex, key_share: KeyShare,
           setup: Annotated[Path, typer.Option(
               "--setup", help="This party's own copy of public.bin (veil fl setup).")],
           out: Annotated[Path, typer.Option("--out", help="The party-I.id file to write.")],
+          identities: Annotated[list[Path], typer.Option(
+              "--identities", help="The identity tables this party holds (repeat): every "
+              "party's published identity-I.json, or one identities.json.")],
           insecure_ok: InsecureOk = False) -> None:
     """Dealer-free hybrid set-up, on party I's machine: check its key share and identity
-    key against its own public.bin and write party-I.id (0600), which its node config
-    names (identity = ...)."""
+    key, and every party's identity key, against its own public.bin and write party-I.id
+    (0600), which its node config names (identity = ...)."""
     from veil.fl.hybrid.setup import enrol as enrol_party
 
-    ident = enrol_party(party, key_share, identity_key, setup, out, insecure_ok=insecure_ok)
+    ident = enrol_party(party, key_share, identity_key, setup, out, identities=identities,
+                        insecure_ok=insecure_ok)
     say(f"party {party}'s identity written to {out} (set-up {ident.setup.fingerprint[:16]})")

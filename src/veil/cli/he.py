@@ -64,8 +64,10 @@ def keygen(
     preset: str = typer.Option("depth2", "--preset",
                                help="depth2 (N=8192, closed form), depth7 (N=16384), "
                                     "depth18 (N=32768, 16 GD iterations): all 128-bit."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing secret.ctx."),
 ) -> None:
     """A CKKS key pair: secret.ctx (keep it) and public.ctx (for the server)."""
+    from veil._io import write_private
     from veil._validation import check_choice
     from veil.he.ckks import CKKSContext
     check_choice(preset, "preset", _PRESETS)
@@ -73,8 +75,8 @@ def keygen(
     ctx = CKKSContext.preset(preset, rotations=[-(1 << k) for k in range(2, 7)])
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "secret.ctx").write_bytes(ctx.to_bytes(secret=True))
-    (folder / "secret.ctx").chmod(0o600)
+    write_private(folder / "secret.ctx", ctx.to_bytes(secret=True), force=force,
+                  what="--out secret.ctx")
     (folder / "public.ctx").write_bytes(ctx.public().to_bytes())
     print_mapping({"context": repr(ctx), "secret": str(folder / "secret.ctx"),
                    "public": str(folder / "public.ctx"),

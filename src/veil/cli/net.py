@@ -90,6 +90,9 @@ def psi(
                                help="intersection, or cardinality (its size only)."),
     out: str | None = typer.Option(None, "--out", help="Receiver: write the intersection "
                                    "here (CSV, one column) instead of printing it."),
+    max_request: int | None = typer.Option(None, "--max-request", help="Sender: the most "
+                                           "identifiers a receiver may ask about (default: "
+                                           "twice as many as --ids holds)."),
     cert: str | None = CERT,
     key: str | None = KEY,
     timeout: float = TIMEOUT,
@@ -101,6 +104,8 @@ def psi(
     check_choice(role, "--role", ("receiver", "sender"))
     check_choice(output, "--output", ("intersection", "cardinality"))
     check_positive(timeout, "--timeout")
+    if max_request is not None and role != "sender":
+        raise ConfigError("--max-request is not allowed here: only the sender caps requests")
     if out is not None and (role != "receiver" or output != "intersection"):
         raise ConfigError("--out is not allowed here: only the receiver of an intersection "
                           "has rows to write")
@@ -113,8 +118,8 @@ def psi(
         peer = others[0].name
     items = _read_ids(ids, column)
     start = time.perf_counter()
-    result = psi_on_hosts(hosts, identity, peer, role, items, output=output, timeout=timeout,
-                          connect_timeout=timeout)
+    result = psi_on_hosts(hosts, identity, peer, role, items, output=output,
+                          max_request=max_request, timeout=timeout, connect_timeout=timeout)
     seconds = time.perf_counter() - start
     summary = {"party": identity.name, "role": role, "items": len(items),
                "seconds": round(seconds, 3)}
@@ -170,7 +175,7 @@ def keygen(
     share, stats = keygen_on_hosts(hosts, identity, bits=bits, threshold=threshold,
                                    stat_bits=stat_bits, insecure_ok=insecure_ok,
                                    timeout=timeout, connect_timeout=timeout)
-    save_key_share(target, share)
+    save_key_share(target, share, force=force)
     pk = share.public_key
     print_mapping({"party": identity.name, "share": share.index, "bits": pk.bits,
                    "threshold": f"{pk.threshold} of {pk.parties}",

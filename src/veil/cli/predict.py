@@ -36,6 +36,17 @@ def _features(table: pd.DataFrame, metadata: dict) -> np.ndarray:
     return numeric.to_numpy(dtype=np.float64)
 
 
+def load_model_file(path: Path):
+    """:func:`veil.model_format.load_model` with every veil model class registered: the
+    modules that define them register them when imported (the format imports nothing by a
+    name read from a file)."""
+    import veil.learn.private  # noqa: F401 - with veil.learn: the models in the clear, private
+    import veil.mpc.models  # noqa: F401 - RevealedModel
+    from veil.model_format import load_model
+
+    return load_model(path)
+
+
 def predict(
     model: Annotated[Path, typer.Argument(help="A model file written by veil (model.npz).")],
     data: Annotated[Path, typer.Argument(help="A CSV table of raw records (separator "
@@ -48,14 +59,12 @@ def predict(
                      ] = False,
 ) -> None:
     """Predict the class of every row of DATA.csv with a saved model."""
-    from veil.model_format import load_model
-
     check_input_file(model, "MODEL")
     if out is not None and out.exists() and (out.is_dir() or not force or
                                              out.resolve() == data.resolve()):
         raise ConfigError(f"--out={str(out)!r} exists: choose another name"
                           + (", or pass --force" if out.is_file() else ""))
-    loaded = load_model(model)
+    loaded = load_model_file(model)
     table = read_csv(data, "DATA")
     X = _features(table, loaded.metadata)
     expected = getattr(loaded.model, "n_features_in_", X.shape[1])

@@ -21,6 +21,36 @@ Threat model
     that sends well-formed but wrong values in the sieve) are detected by the final key
     confirmation (a test decryption with known plaintext) without a culprit.
 
+Blame
+    A party names another only where what it holds proves the other at fault. Each message
+    carries a digest of everything its sender saw opened or broadcast so far (the sieve
+    opening, the moduli, the biprimality products, gamma, d, the Feldman commitments), and
+    a round's messages are read only once every sender's digest equals the receiver's: a
+    party that sent different (or false) openings to different parties makes the views
+    differ, and the parties abort with ``party`` None ("saw different values"), naming
+    nobody -- the honest party whose view was corrupted would otherwise name the first
+    honest sender whose message no longer fits. With equal views, an honest sender's
+    message always passes every check, so a failing one is its sender's own fault, seen
+    first-hand on an authenticated link (TLS signs nothing a party could show the
+    others: the runtime never forwards such blame, :mod:`veil.net.mesh`).
+
+Biprimality under a deviating party (issue 29, item 11)
+    Can a party that waits for the others' biprimality values make the test pass for a
+    modulus that is not a product of two primes? Each g^(phi_i / 4) travels in the same
+    round to everyone; a party that sends last can choose its own value as
+    ``+-1 / prod_{j != i} g^(phi_j / 4)`` and so make every product +-1, for any N. So
+    the test by itself holds only against honest-but-curious parties (the threat model
+    above), not against a rushing malicious one. What backs the key then is step 6: a
+    public test ciphertext c = (1 + m N) r^N mod N^2, r from a public coin (no party
+    picks it), must decrypt to m under the parties' proven partial decryptions, which
+    needs r^(N D) = 1 (mod N^2): for N with a third prime factor, D = Delta phi' B built
+    from the wrong phi' = N + 1 - p - q kills r's order only by chance. That is one random
+    check, evidence without a stated error bound, not a proof that N is biprime. Against
+    malicious parties the key is therefore not certified biprime; a deployment that needs
+    that must add a zero-knowledge proof of biprimality over committed shares (as in
+    the maliciously secure protocols that followed Boneh-Franklin), which this module
+    does not implement.
+
 The protocol (all arithmetic with gmpy2; every random value from :mod:`veil.random`)
     Secure arithmetic: BGW (Ben-Or, Goldwasser & Wigderson, STOC 1988) with Shamir shares
     of degree tau over a public ring Z_P (P = 2^k + c, the least such c with no prime
@@ -129,15 +159,16 @@ _SIGMA = 128                    # statistical hiding of every masked opening and
 _MIN_BITS = 256                 # smallest modulus, tests and demos only (insecure_ok)
 _TRIAL_BOUND = 1 << 16          # public trial division of every opened N
 _MAGIC = b"VDKG"
-_HEADER = struct.Struct(">4s16sHI")     # magic, session, sender, round
+_HEADER = struct.Struct(">4s16sHI16s")  # magic, session, sender, round, transcript digest
 _MAX_PARTIES = 64
 
 
 class KeygenAbort(ProtocolError):
-    """Key generation stopped because of party ``party`` (a bad message, or it left)."""
+    """Key generation stopped because of party ``party`` (a bad message, or it left), or,
+    with ``party`` None, for a reason no one can be blamed for (module docstring, "Blame")."""
 
-    def __init__(self, party: int, message: str) -> None:
-        super().__init__(f"party {party}: {message}")
+    def __init__(self, party: int | None, message: str) -> None:
+        super().__init__(message if party is None else f"party {party}: {message}")
         self.party = party
         self.reason = message
 
@@ -214,6 +245,20 @@ class KeygenParams:
             batch = _default_batch(bits)
         batch = check_int(batch, "batch", low=1, high=1 << 14)
         return cls(bits, parties, threshold, stat_bits, batch)
+
+    def max_message(self) -> int:
+        """An upper bound on the bytes of one message (a runtime's frame bound): the
+        largest of the rounds' payloads (sieve shares: 3 values of Z_{P_A} per candidate
+        as a first-tau+1 party deals them, or a re-share of ceil((tau+1)/2) products;
+        modulus shares: 3 of Z_{P_N} per pair; biprimality: ``stat_bits`` residues mod N
+        per pair; the key-share and confirmation rounds: a few elements of Z_{N^2} and of
+        the share range), plus the header and slack."""
+        pairs, wide = 2 * self.batch, _width(mpz(1) << (2 * self.bits + _SIGMA + 2 * _MAX_PARTIES))
+        payloads = (max(3, (self.tau + 2) // 2) * pairs * _width(self.field_a),
+                    3 * self.batch * _width(self.field_n),
+                    self.batch * self.stat_bits * _width(mpz(1) << self.bits),
+                    (self.threshold + 16) * 2 * wide, 2 * pairs * _width(self.field_k))
+        return _HEADER.size + max(payloads) + (1 << 16)
 
     def expected_pairs(self) -> float:
         """Expected number of candidate pairs (p, q) formed before both are prime."""
@@ -384,8 +429,10 @@ class KeygenParty:
         self.session = session
         self._rng = check_rng(rng)
         self._round = 0
-        self._inbox: dict[int, bytes] = {}
-        self._early: dict[int, bytes] = {}
+        self._inbox: dict[int, tuple[bytes, bytes]] = {}    # sender -> (transcript, body)
+        self._early: dict[int, tuple[bytes, bytes]] = {}
+        self._seen = bytes(16)       # digest of every value opened so far (as seen here)
+        self._sent = self._seen      # the digest this party's messages of this round carry
         self._gen: Round | None = None
         self._started = False
         self._result: tuple[threshold.ThresholdPublicKey, threshold.KeyShare] | None = None
@@ -458,23 +505,30 @@ class KeygenParty:
 
     def _frame(self, out: dict[int, bytes]) -> Outgoing:
         self._round += 1
-        head = {j: _HEADER.pack(_MAGIC, self.session, self.index, self._round)
-                for j in self._peers()}
-        return [(j, head[j] + out[j]) for j in self._peers()]
+        self._sent = self._seen
+        head = _HEADER.pack(_MAGIC, self.session, self.index, self._round, self._sent)
+        return [(j, head + out[j]) for j in self._peers()]
+
+    def _fold(self, values: Sequence[int]) -> None:
+        """Add opened (or broadcast) values to this party's transcript digest."""
+        h = hashlib.sha256(b"veil.dkg.transcript" + self._seen)
+        for v in values:
+            h.update(int(v).to_bytes((int(v).bit_length() + 8) // 8, "big", signed=True) + b";")
+        self._seen = h.digest()[:16]
 
     def _accept(self, sender: int, message: bytes) -> Outgoing:
         if not isinstance(sender, int) or sender not in self._peers():
             raise ProtocolError(f"party {self.index}: message from unknown sender {sender!r}")
         if not isinstance(message, (bytes, bytearray)) or len(message) < _HEADER.size:
             raise KeygenAbort(sender, "message too short or not bytes")
-        magic, session, claimed, rnd = _HEADER.unpack_from(message)
+        magic, session, claimed, rnd, seen = _HEADER.unpack_from(message)
         if magic != _MAGIC or session != self.session or claimed != sender:
             raise KeygenAbort(sender, "wrong magic, session or sender in the header")
         body = bytes(message[_HEADER.size:])
         if rnd == self._round and sender not in self._inbox:
-            self._inbox[sender] = body
+            self._inbox[sender] = (seen, body)
         elif rnd == self._round + 1 and sender not in self._early:
-            self._early[sender] = body
+            self._early[sender] = (seen, body)
         else:
             raise KeygenAbort(sender, f"replayed or out-of-order message (round {rnd}, "
                                       f"expected {self._round})")
@@ -485,8 +539,14 @@ class KeygenParty:
         out: Outgoing = []
         while len(self._inbox) == len(self._peers()) and self._gen is not None:
             inbox, self._inbox, self._early = self._inbox, self._early, {}
+            differ = sorted(j for j, (seen, _) in inbox.items() if seen != self._sent)
+            if differ:
+                raise KeygenAbort(None, f"parties {differ} and party {self.index} saw different "
+                                        f"values opened before round {self._round}: a party "
+                                        "sent different or false openings; nothing here "
+                                        "proves which, so no party is named")
             try:
-                out.extend(self._frame(self._gen.send(inbox)))
+                out.extend(self._frame(self._gen.send({j: b for j, (_, b) in inbox.items()})))
             except StopIteration as stop:
                 self._result = stop.value
                 self._gen = None
@@ -541,8 +601,10 @@ class KeygenParty:
             got[j] = r.ints(len(mine), prime)
             r.end()
         lam = _lagrange_at_zero(list(range(1, n + 1)), prime)
-        return [sum(lam[j - 1] * got[j][k] for j in range(1, n + 1)) % prime
-                for k in range(len(mine))]
+        opened = [sum(lam[j - 1] * got[j][k] for j in range(1, n + 1)) % prime
+                  for k in range(len(mine))]
+        self._fold(opened)
+        return opened
 
     # -- the protocol -------------------------------------------------------------------
     def _protocol(self) -> Round:
@@ -625,7 +687,7 @@ class KeygenParty:
                                        pn, "modulus")
         trial = _trial_product(P.sieve_bound)
         alive = [k for k, N in enumerate(moduli)
-                 if N.bit_length() == P.bits and gmpy2.gcd(N, trial) == 1]
+                 if N.bit_length() == P.bits and N % 4 == 1 and gmpy2.gcd(N, trial) == 1]
         # biprimality: one g for every survivor, then the rest for those that pass
         tested = alive
         for count in (1, P.stat_bits - 1):
@@ -655,6 +717,7 @@ class KeygenParty:
                 got = r.ints(len(values), mpz(1) << P.bits)
                 r.end()
                 products = [a * b % N for a, b, N in zip(products, got, mods)]
+            self._fold(products)
             passed, pos = [], 0
             for k in tested:
                 N, m = moduli[k], len(gs[k])
@@ -729,6 +792,7 @@ class KeygenParty:
             s += fj
         if not 0 <= s < share_bound:
             raise ProtocolError("the combined key share is out of range")
+        self._fold([c for j in sorted(all_commits) for c in all_commits[j]])
         total = [math.prod(all_commits[j][k] for j in all_commits) % n2 for k in range(t)]
         vks = []
         for i in range(1, n + 1):

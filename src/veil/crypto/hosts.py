@@ -14,9 +14,12 @@ they assume.
   (bits, threshold, stat_bits, batch): a party configured otherwise is refused by name,
   and the key-generation session id is SHA-256 over the hosts file digest, the parameters
   and all nonces, so no two runs share one. A party that leaves, stays silent for
-  ``timeout`` seconds or sends a bad message aborts every party with its name
-  (:class:`~veil.net.links.PartyTimeout` or :class:`~veil.crypto.dkg.KeygenAbort`), and
-  every party drops its secrets: nothing is returned, so nothing can be written.
+  ``timeout`` seconds or sends a bad message aborts every party
+  (:class:`~veil.net.links.PartyTimeout` or :class:`~veil.crypto.dkg.KeygenAbort`): the
+  parties that saw it name it, the others name the party that reported the failure (a
+  report is no evidence: :mod:`veil.net.mesh`), a failure nobody can be blamed for names
+  no one, and every party drops its secrets: nothing is returned, so nothing can be
+  written.
 """
 
 from __future__ import annotations
@@ -41,6 +44,9 @@ __all__ = ["psi_on_hosts", "keygen_on_hosts"]
 log = logging.getLogger(__name__)
 
 _NONCE = 16
+#: PSI: a frame may carry 32 bytes for each of this many identifiers, or of this party's own
+#: count if larger (a peer's set may be larger than ours; 2^20 identifiers are 32 MiB)
+_PSI_PEER_ITEMS = 1 << 20
 
 
 def _me(hosts: Hosts, identity: Identity) -> Host:
@@ -52,22 +58,28 @@ def _me(hosts: Hosts, identity: Identity) -> Host:
 
 def psi_on_hosts(hosts: Hosts, identity: Identity, peer: int | str, role: str,
                  items: Iterable[bytes | str], *, output: str = "intersection",
-                 timeout: float = 60.0, connect_timeout: float = 120.0
-                 ) -> list[bytes | str] | int | None:
+                 max_request: int | None = None, timeout: float = 60.0,
+                 connect_timeout: float = 120.0) -> list[bytes | str] | int | None:
     """Run this host's side of a PSI with party ``peer``: ``role`` ``"receiver"`` (returns
-    the intersection, or its size) or ``"sender"`` (returns None; it learns |X| only)."""
+    the intersection, or its size) or ``"sender"`` (returns None; it learns |X| only, and
+    answers at most ``max_request`` identifiers: :class:`~veil.crypto.psi.PSISender`). A
+    frame may hold the points of at most max(own set, the sender's ``max_request``, 2^20)
+    identifiers, so a peer cannot make this party buffer more."""
     if role not in ("receiver", "sender"):
         raise ConfigError(f"role={role!r} is not allowed: 'receiver' or 'sender'")
     me = _me(hosts, identity)
     other = hosts.party(peer, "--peer")
     if other.index == me.index:
         raise ConfigError(f"--peer={peer!r} is not allowed: it is this party ({me})")
+    items = list(items)
     if role == "receiver":
         party: Any = PSIReceiver(items, output=output)
     else:
-        party = PSISender(items, output=output)
+        party = PSISender(items, output=output, max_request=max_request)
     result: dict[str, Any] = {}
-    net = connect(hosts, identity, peers=[other.index], timeout=connect_timeout)
+    bound = max(len(items), getattr(party, "max_request", 0), _PSI_PEER_ITEMS)
+    net = connect(hosts, identity, peers=[other.index], timeout=connect_timeout,
+                  max_frame=64 + 32 * bound)
     try:
         if role == "receiver":
             def receive(key: int, message: bytes) -> list:
@@ -81,7 +93,7 @@ def psi_on_hosts(hosts: Hosts, identity: Identity, peer: int | str, role: str,
         else:
             def receive(key: int, message: bytes) -> list:
                 result["out"] = None
-                return [(key, party.respond(message))]
+                return [(key, party.respond(message, receiver=str(other)))]
             first = [(other.index, party.setup())]
         def checked(key: int, message: bytes) -> list:
             try:
@@ -134,7 +146,7 @@ def keygen_on_hosts(hosts: Hosts, identity: Identity, *, bits: int = 2048, thres
         return []
 
     party: KeygenParty | None = None
-    net = connect(hosts, identity, timeout=connect_timeout)
+    net = connect(hosts, identity, timeout=connect_timeout, max_frame=params.max_message())
     start, cpu = time.perf_counter(), time.process_time()
     try:
         pump(net, [(j, mine + digest) for j in peers], take_nonce,
@@ -151,6 +163,8 @@ def keygen_on_hosts(hosts: Hosts, identity: Identity, *, bits: int = 2048, thres
             try:
                 return to_net(party.receive(key + 1, message))
             except KeygenAbort as exc:  # key-share index j is hosts index j - 1
+                if exc.party is None:     # nobody can be blamed: say so, name no one
+                    raise ProtocolError(f"key generation failed: {exc.reason}") from exc
                 culprit = hosts.party(exc.party - 1) if 0 < exc.party <= len(hosts) else None
                 raise PartyError(f"{culprit or f'party {exc.party - 1}'}: {exc.reason}",
                                  exc.party - 1) from exc

@@ -32,6 +32,7 @@ from pathlib import Path
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from veil._io import check_absent, write_private
 from veil._validation import check_int
 from veil.errors import ConfigError
 
@@ -97,12 +98,11 @@ def check_table(table: Mapping[int, bytes], name: str = "identities") -> dict[in
     return out
 
 
-def write_key(path: str | os.PathLike, private: bytes) -> None:
-    """Write a 32-byte private identity key to ``path``, readable by its owner only."""
+def write_key(path: str | os.PathLike, private: bytes, *, force: bool = False) -> None:
+    """Write a 32-byte private identity key to ``path``, readable by its owner only
+    (:func:`veil._io.write_private`: an existing ``path`` is replaced only with ``force``)."""
     public_identity(private)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(private)
+    write_private(path, private, force=force, what="identity key")
 
 
 def write_table(path: str | os.PathLike, table: Mapping[int, bytes]) -> Path:
@@ -113,15 +113,19 @@ def write_table(path: str | os.PathLike, table: Mapping[int, bytes]) -> Path:
     return path
 
 
-def write_identities(directory: str | os.PathLike, parties: int) -> Path:
+def write_identities(directory: str | os.PathLike, parties: int, *,
+                     force: bool = False) -> Path:
     """Make ``parties`` key pairs and write them under ``directory``: ``identity-<i>.key``
     (party i's 32-byte private key, mode 0600) and ``identities.json`` (the table,
-    ``{"i": "<public key, hex>"}``). Returns the table's path."""
+    ``{"i": "<public key, hex>"}``). Returns the table's path. Existing key files are
+    replaced only with ``force`` (ConfigError before anything is written otherwise)."""
     private, public = make_identities(parties)
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
-    for i, key in enumerate(private):
-        write_key(out / f"identity-{i}.key", key)
+    keys = [out / f"identity-{i}.key" for i in range(parties)]
+    check_absent(keys, force=force, what="identity key")
+    for key, secret in zip(keys, private):
+        write_key(key, secret, force=force)
     return write_table(out / "identities.json", dict(enumerate(public)))
 
 
@@ -134,9 +138,6 @@ def write_identity(directory: str | os.PathLike, party: int) -> tuple[Path, Path
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     key = out / f"identity-{party}.key"
-    if key.exists():
-        raise ConfigError(f"identity key {os.fspath(key)!r} already exists: a party's "
-                          "identity is never replaced (remove it first to make a new one)")
     (private,), (public,) = make_identities(1)
     write_key(key, private)
     return key, write_table(out / f"identity-{party}.json", {party: public})

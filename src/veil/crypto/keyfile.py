@@ -5,31 +5,34 @@ Format: :func:`veil.crypto.serialization.dump_key_share` (a checksummed frame ho
 :class:`~veil.crypto.threshold.ThresholdPublicKey`, then the party's
 :class:`~veil.crypto.threshold.KeyShare`, which loads only under that public key), the same
 bytes whether a dealer (``veil fl deal``) or the parties themselves (``veil keygen``) made
-the key. The file is written atomically and
-readable by its owner only (mode 0600). Loading checks the share against its published
-verification key (:meth:`~veil.crypto.threshold.KeyShare.check`), and, when asked, that the
-share is the expected party's and under the expected public key -- so a party started with
-another party's file, or with a file of another key, is refused before it does anything.
+the key. The file is written by :func:`veil._io.write_private`: atomically, mode 0600,
+never through a symlink nor over an existing file unless ``force``. Loading checks the
+share against its published verification key (:meth:`~veil.crypto.threshold.KeyShare.check`),
+and, when asked, that the share is the expected party's and under the expected public key
+-- so a party started with another party's file, or with a file of another key, is refused
+before it does anything.
 """
 
 from __future__ import annotations
 
 import os
 
-from veil._io import atomic_write
+from veil._io import write_private
 from veil.crypto import serialization, threshold
 from veil.errors import ConfigError, CryptoError
 
 __all__ = ["load_key_share", "save_key_share"]
 
 
-def save_key_share(path: str | os.PathLike, share: threshold.KeyShare) -> None:
-    """Write ``share`` (and its public key) to ``path``, readable by its owner only."""
+def save_key_share(path: str | os.PathLike, share: threshold.KeyShare, *,
+                   force: bool = False) -> None:
+    """Write ``share`` (and its public key) to ``path``, readable by its owner only; an
+    existing ``path`` is replaced only with ``force``."""
     if not isinstance(share, threshold.KeyShare):
         raise ConfigError(f"share={type(share).__name__} is not allowed: expected a "
                           "threshold.KeyShare")
-    atomic_write(path, serialization.dump_key_share(share))
-    os.chmod(path, 0o600)
+    write_private(path, serialization.dump_key_share(share), force=force,
+                  what="key share file")
 
 
 def load_key_share(path: str | os.PathLike, *, party: int | None = None,

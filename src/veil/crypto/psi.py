@@ -20,14 +20,31 @@ prime-order subgroup, with H a random oracle. Every point on the wire is blinded
 secret scalar; no identifier and no unblinded hash ever leaves a party. The receiver also
 learns |Y| and the sender |X| (pad the sets with random dummies to hide them).
 
+What a receiver may ask is bounded by the sender. A request is a set of probes: each point
+``a H(x)`` asks "is x in Y?", and nothing lets the sender tell a real identifier from a
+guess. A receiver that asked about every identifier of a small id space (patient numbers,
+dates of birth) would learn all of Y. The sender therefore fixes the largest request it
+serves, ``max_request``, and refuses a larger one with a
+:class:`~veil.errors.ProtocolError` naming the receiver, before it multiplies a single
+point. The default is :data:`REQUEST_FACTOR` |Y| = 2 |Y|, twice its own set's size: an
+honest receiver's set may be somewhat larger (a feature holder of a vertical federation
+may hold fewer rows than the label holder asking it); set it to the receiver's declared set
+size where that is known, and lower it for a small id space. A receiver of any kind
+therefore learns, per request, membership in Y of at most ``max_request`` identifiers of
+its choice, and the sender answers one request per key. Against an **untrusted receiver**
+this is the whole guarantee: size ``max_request`` to the receiver's declared set, and keep
+the id space large (or the identifiers salted with a secret both honest parties share) so
+that probes are worth little.
+
 The cardinality-only mode is **semi-honest only for the receiver**: the sender cannot check
 that the receiver blinded every item with the same scalar a (the points H(x) are private,
 so no proof of equal discrete logarithms can be given without revealing them). A receiver
 that blinds item i with its own a_i can strip each shuffled response point with every
 a_i^-1 until one lands on a setup point b H(y), and so learns *which* items intersect,
 not only how many (O(|X|^2) scalar multiplications). Use it only where the receiver is
-trusted to follow the protocol; against a malicious receiver, release nothing (or compute
-the size inside :mod:`veil.mpc`).
+trusted to follow the protocol: against an untrusted receiver it gives no more than the
+intersection mode does (membership of at most ``max_request`` probes), so it is no
+defence there; release nothing, or compute the size inside :mod:`veil.mpc`.
 
 Group and hash. Scalar multiplication is X25519 (RFC 7748) from ``cryptography``:
 ``X25519(k, u)`` is the u-coordinate of ``clamp(k) P`` where P is either point with
@@ -52,11 +69,11 @@ import gmpy2
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 
 from veil._codec import Format
-from veil._validation import check_choice
+from veil._validation import check_choice, check_int
 from veil.errors import CryptoError, DataError, ProtocolError
 from veil.random import check_rng
 
-__all__ = ["hash_to_curve", "PSIReceiver", "PSISender", "intersect", "DST"]
+__all__ = ["hash_to_curve", "PSIReceiver", "PSISender", "intersect", "DST", "REQUEST_FACTOR"]
 
 DST = b"VEIL-PSI-V01-curve25519_XMD:SHA-512_ELL2_NU_"
 _P = gmpy2.mpz(2**255 - 19)
@@ -65,6 +82,8 @@ _POINT = 32
 #: the wire format of the PSI messages: a kind byte, its header fields, the points (a blob)
 FORMAT = Format(b"VPSI", 2, name="PSI message")
 _OUTPUTS = ("intersection", "cardinality")
+#: a sender serves, by default, requests of up to this many times its own set size
+REQUEST_FACTOR = 2
 #: each message's kind byte and header fields (bytes of each)
 _LAYOUTS = {"setup": (b"S", (16,)),          # sender id
             "request": (b"Q", (1, 16)),      # output mode, receiver session
@@ -215,12 +234,16 @@ class PSISender:
     Sans-I/O: :meth:`setup` returns its blinded set (send it any time), :meth:`respond`
     answers the receiver's request. ``output`` must be the mode agreed with the receiver: a
     request for another mode is refused (for ``"cardinality"`` the reply is shuffled).
+    ``max_request`` is the largest request served (module docstring; default
+    ``REQUEST_FACTOR`` times the size of this sender's own set, at least 1).
     """
 
     def __init__(self, items: Iterable[bytes | str], *, output: str = "intersection",
-                 rng=None) -> None:
+                 max_request: int | None = None, rng=None) -> None:
         self.output = check_choice(output, "output", _OUTPUTS)
         self._items = list(_encode(items, "items"))
+        self.max_request = (max(1, REQUEST_FACTOR * len(self._items)) if max_request is None
+                            else check_int(max_request, "max_request", low=1))
         self._rng = check_rng(rng)
         self._key = _new_key(self._rng)
         self._id = self._rng.bytes(16)
@@ -231,16 +254,21 @@ class PSISender:
         points = _shuffle(_multiply(self._key, hash_to_curve(self._items)), self._rng)[0]
         return _pack("setup", (self._id,), points)
 
-    def respond(self, request: bytes) -> bytes:
-        """``b a H(x)`` for the receiver's points, in their order (shuffled for cardinality)."""
+    def respond(self, request: bytes, *, receiver: str = "the receiver") -> bytes:
+        """``b a H(x)`` for the receiver's points, in their order (shuffled for cardinality);
+        a request of more than ``max_request`` points is refused, naming ``receiver``."""
         if self._answered:
             raise ProtocolError("this sender already answered a request (keys are single-use)")
         (mode_b, session), points = _unpack(request, "request")
         mode = mode_b[0]
         if mode >= len(_OUTPUTS) or _OUTPUTS[mode] != self.output:
             allowed = _OUTPUTS[mode] if mode < len(_OUTPUTS) else mode
-            raise ProtocolError(f"the receiver asks for output={allowed!r}; this sender "
+            raise ProtocolError(f"{receiver} asks for output={allowed!r}; this sender "
                                 f"agreed to output={self.output!r}")
+        if len(points) > self.max_request:
+            raise ProtocolError(f"{receiver} asks about {len(points)} identifiers; this sender "
+                                f"serves at most max_request={self.max_request} (by default "
+                                f"{REQUEST_FACTOR} times the size of its own set)")
         doubled = _multiply(self._key, points)
         if self.output == "cardinality":
             doubled = _shuffle(doubled, self._rng)[0]
@@ -250,10 +278,12 @@ class PSISender:
 
 def intersect(receiver_items: Iterable[bytes | str], sender_items: Iterable[bytes | str], *,
               output: str = "intersection", rng=None) -> list[bytes | str] | int:
-    """Run both parties in this process (tests, benchmarks, single-machine use)."""
+    """Run both parties in this process (tests, benchmarks, single-machine use): the caller
+    holds both sets, so the sender serves a request of the receiver's full size."""
     rng = check_rng(rng)
     r_rng, s_rng = rng.spawn(2)
     receiver = PSIReceiver(receiver_items, output=output, rng=r_rng)
-    sender = PSISender(sender_items, output=output, rng=s_rng)
+    sender = PSISender(sender_items, output=output, max_request=max(1, len(receiver._items)),
+                       rng=s_rng)
     receiver.receive_setup(sender.setup())
     return receiver.finish(sender.respond(receiver.request()))

@@ -31,6 +31,7 @@ from scipy.special import expit, logsumexp, softmax
 from veil._validation import check_array, check_choice, check_int, check_positive
 from veil.errors import ConfigError, DataError
 from veil.learn.base import GradientClassifier, sgd
+from veil.model_format import register_model_class
 from veil.random import RngLike
 
 __all__ = ["LogisticRegression", "SoftmaxRegression", "LinearSVC"]
@@ -142,6 +143,7 @@ class _LinearClassifier(GradientClassifier):
         return self
 
 
+@register_model_class
 class LogisticRegression(_LinearClassifier):
     """Binary logistic regression (labels: any two classes; ``classes_[1]`` is positive)."""
 
@@ -162,6 +164,7 @@ class LogisticRegression(_LinearClassifier):
         return np.column_stack([1.0 - p, p])
 
 
+@register_model_class
 class SoftmaxRegression(_LinearClassifier):
     """Multinomial logistic regression over k >= 2 classes."""
 
@@ -177,6 +180,7 @@ class SoftmaxRegression(_LinearClassifier):
         return softmax(self._scores(self._check_X(X)), axis=1)
 
 
+@register_model_class
 class LinearSVC(_LinearClassifier):
     """Linear support vector machine, one-vs-rest, with the hinge or squared hinge loss.
 

@@ -42,12 +42,14 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from veil._validation import check_int
 from veil.errors import ConfigError, DataError
 from veil.learn.queries import Query, QueryAnswer, QueryLearner, QueryShape, checked_values
+from veil.model_format import register_model_class
 
 __all__ = ["ID3Classifier", "ID3Queries", "Node", "count_table"]
 
 _GAIN_TOL = 1e-12
 
 
+@register_model_class
 @dataclass
 class Node:
     """A tree node: its class counts (as seen, noisy in private training), its label, and,
@@ -246,6 +248,7 @@ class ID3Queries(QueryLearner):
         return tree
 
 
+@register_model_class
 class ID3Classifier(ClassifierMixin, BaseEstimator):
     """ID3 on integer-coded categorical features, trained on data held in one place.
 

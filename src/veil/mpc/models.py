@@ -28,6 +28,7 @@ from sklearn.base import BaseEstimator
 
 from veil._validation import check_int, check_positive
 from veil.errors import DataError
+from veil.model_format import register_model_class
 from veil.mpc.tensor import SharedTensor, concatenate
 
 __all__ = ["LinearRegression", "LogisticRegression", "RevealedModel", "share_rows",
@@ -141,6 +142,7 @@ class _GradientDescent(ABC):
         return z + self.intercept_ if self.fit_intercept else z
 
 
+@register_model_class
 class RevealedModel(BaseEstimator):
     """The opened weights of a secure model (:meth:`_GradientDescent.reveal`): ``kind``
     "linear" predicts ``X coef_ + intercept_``; "logistic" predicts the label of

@@ -6,7 +6,8 @@ the identity is the certificate's common name (and a DNS subject alternative nam
 the host names / IP addresses a server presents are added as further alternative names.
 Every certificate can serve both ends of a mutually authenticated TLS link (server and
 client authentication). The CA's private key is not kept: nothing else can be signed with
-it later. Keys are written readable by their owner only.
+it later. Keys are written by :func:`veil._io.write_private`: mode 0600, never through a
+symlink nor over an existing key unless ``force``.
 
 For tests and private deployments. An organisation with its own PKI issues its own
 certificates (the common name must be the party's name in the hosts file,
@@ -26,7 +27,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from veil._io import atomic_write
+from veil._io import atomic_write, check_absent, write_private
 from veil.errors import ConfigError
 
 __all__ = ["issue"]
@@ -47,11 +48,13 @@ def _alt_names(names: Sequence[str]) -> list[x509.GeneralName]:
 
 
 def issue(directory: str | os.PathLike, identities: Mapping[str, Sequence[str]], *,
-          ca_name: str = "veil CA", days: int = 30) -> dict[str, Path]:
+          ca_name: str = "veil CA", days: int = 30, force: bool = False) -> dict[str, Path]:
     """Write ``ca.crt`` and ``NAME.crt`` / ``NAME.key`` for each identity into ``directory``.
 
     ``identities``: name -> extra host names and IP addresses its certificate is valid for
     (may be empty). Returns the paths: ``"ca"``, and ``NAME + ".crt"`` / ``NAME + ".key"``.
+    An existing key is replaced only with ``force`` (ConfigError before anything is
+    written otherwise).
     """
     if not identities:
         raise ConfigError("identities={} is not allowed: name at least one identity")
@@ -72,6 +75,7 @@ def issue(directory: str | os.PathLike, identities: Mapping[str, Sequence[str]],
                                        encipher_only=False, decipher_only=False), critical=True)
           .sign(ca_key, hashes.SHA256()))
     out = Path(directory)
+    check_absent([out / f"{n}.key" for n in identities], force=force, what="TLS key")
     out.mkdir(parents=True, exist_ok=True)
     paths = {"ca": out / "ca.crt"}
     atomic_write(paths["ca"], ca.public_bytes(serialization.Encoding.PEM))
@@ -90,9 +94,7 @@ def issue(directory: str | os.PathLike, identities: Mapping[str, Sequence[str]],
         paths[name + ".crt"] = out / f"{name}.crt"
         paths[name + ".key"] = out / f"{name}.key"
         atomic_write(paths[name + ".crt"], cert.public_bytes(serialization.Encoding.PEM))
-        fd = os.open(paths[name + ".key"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(key.private_bytes(serialization.Encoding.PEM,
-                                      serialization.PrivateFormat.TraditionalOpenSSL,
-                                      serialization.NoEncryption()))
+        write_private(paths[name + ".key"], key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
+            serialization.NoEncryption()), force=force, what="TLS key")
     return paths

@@ -3,7 +3,10 @@
 Every veil runtime that moves a protocol's bytes between processes frames them the same way:
 ``length:u32 kind:u8 payload`` (little-endian length of the payload). A frame longer than
 the link's bound (``max_frame``) is refused as a :class:`~veil.errors.ProtocolError` naming
-the peer before anything is allocated for it. :class:`Net` multiplexes several
+the peer before anything is allocated for it, and a link stops reading from its socket
+while it holds a whole frame's worth of unread bytes (the kernel's buffers then push back
+on the sender): a peer can make a link buffer at most ``max_frame`` + 5 bytes + one read
+(1 MiB). Each protocol sizes ``max_frame`` from its own messages. :class:`Net` multiplexes several
 :class:`Link` objects behind one selector; it is written once for both socket types
 (``ssl.SSLSocket`` raises ``SSLWantReadError`` where a plain socket raises
 ``BlockingIOError``; both mean "nothing more now"). :func:`recv_frame` / :func:`send_frame`
@@ -31,6 +34,7 @@ FRAME = struct.Struct("<IB")
 EOF = -1
 #: the default bound of one frame (bytes of payload)
 MAX_FRAME = 1 << 30
+_CHUNK = 1 << 20
 _AGAIN = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 
 
@@ -82,33 +86,42 @@ class Link:
         return True
 
     def read(self) -> list[tuple[int, bytes]]:
-        """Complete frames received so far; ``(EOF, b"")`` last when the peer closed."""
-        eof = False
+        """Complete frames received so far; ``(EOF, b"")`` last when the peer closed.
+
+        Reads while less than a frame's worth (``max_frame`` + header) is buffered, takes
+        the complete frames out, and reads on until the socket has nothing more."""
+        frames: list[tuple[int, bytes]] = []
         while True:
+            capped, eof = self._fill()
+            while len(self.rbuf) >= FRAME.size:
+                length, kind = FRAME.unpack_from(self.rbuf)
+                if length > self.max_frame:
+                    raise ProtocolError(f"{self.peer} sent a frame of {length} bytes: at most "
+                                        f"{self.max_frame}")
+                if len(self.rbuf) < FRAME.size + length:
+                    break
+                frames.append((kind, bytes(self.rbuf[FRAME.size:FRAME.size + length])))
+                del self.rbuf[:FRAME.size + length]
+            if eof:
+                frames.append((EOF, b""))
+            if not capped or eof:
+                return frames
+
+    def _fill(self) -> tuple[bool, bool]:
+        """Receive into the buffer until the socket is empty or a frame's worth is held:
+        (capped, closed)."""
+        while len(self.rbuf) <= self.max_frame + FRAME.size:
             try:
-                data = self.sock.recv(1 << 20)
+                data = self.sock.recv(_CHUNK)
             except _AGAIN:
-                break
+                return False, False
             except OSError:  # reset, or a TLS error: the link is over
                 data = b""
             if not data:
-                eof = True
-                break
+                return False, True
             self.rbuf += data
             self.received += len(data)
-        frames = []
-        while len(self.rbuf) >= FRAME.size:
-            length, kind = FRAME.unpack_from(self.rbuf)
-            if length > self.max_frame:
-                raise ProtocolError(f"{self.peer} sent a frame of {length} bytes: at most "
-                                    f"{self.max_frame}")
-            if len(self.rbuf) < FRAME.size + length:
-                break
-            frames.append((kind, bytes(self.rbuf[FRAME.size:FRAME.size + length])))
-            del self.rbuf[:FRAME.size + length]
-        if eof:
-            frames.append((EOF, b""))
-        return frames
+        return True, False
 
 
 class Net:

@@ -19,7 +19,22 @@ to one organisation only, and keeps its own key on its own host.
 
 Failures name the party: one that does not connect within ``timeout`` seconds, whose
 certificate is refused or that leaves mid-protocol raises :class:`PartyTimeout` (a
-:class:`~veil.errors.ProtocolError`) with its index. Frames are bounded (``max_frame``).
+:class:`~veil.errors.ProtocolError`) with its index. Frames are bounded (``max_frame``,
+sized by each protocol from its messages), and so is what a link buffers
+(:mod:`veil.net.links`).
+
+Blame. A party names a culprit only from what it saw itself on an authenticated link (a
+peer that sent malformed bytes, stayed silent or left). A peer's claim about a third party
+is evidence no one else can check (TLS authenticates a link, it signs nothing a party could
+show the others), so an abort frame names nobody: the others raise "party i reports a
+failure" with party i's reason, attributed to it, and never repeat a culprit it names.
+
+Accepting. Anyone may open a TCP connection to a party's port. Each accepted connection
+gets its own handshake, run beside the others with its own time limit
+(``_HANDSHAKE_S``), at most ``_PENDING`` at once (more wait in the kernel's backlog), so
+idle or slow connections from anyone cannot hold the port until the deadline; a peer
+that does not authenticate by the deadline is named as not having connected, with the
+count of unauthenticated connections dropped meanwhile.
 """
 
 from __future__ import annotations
@@ -27,8 +42,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import queue
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Callable, Collection
 from pathlib import Path
@@ -54,6 +71,8 @@ MSG = 1
 _ABORT = 2
 _HANDSHAKE_S = 10.0
 _RETRY_S = 0.2
+#: connections being authenticated at once by one listening party
+_PENDING = 32
 
 
 def _common_name(cert: x509.Certificate) -> str | None:
@@ -177,38 +196,74 @@ def _listen(me: Host) -> socket.socket:
 
 
 def _accept(listener: socket.socket, ident: Identity, hosts: Hosts,
-            expected: dict[str, Any], deadline: float) -> tuple[Any, ssl.SSLSocket]:
-    """The next authenticated connection from one of ``expected`` (name -> key)."""
-    while (left := deadline - time.monotonic()) > 0:
-        listener.settimeout(left)
-        try:
-            raw, addr = listener.accept()
-        except TimeoutError:
-            break
+            expected: dict[str, Any], deadline: float) -> list[tuple[Any, ssl.SSLSocket]]:
+    """An authenticated connection from each of ``expected`` (name -> key), in arrival
+    order; each handshake runs in its own thread under its own time limit (module
+    docstring)."""
+    done: queue.Queue = queue.Queue()
+    slots = threading.Semaphore(_PENDING)
+    lock = threading.Lock()
+    over = [False]            # set under lock: late handshakes close their socket
+    dropped = [0]
+
+    def handshake(raw: socket.socket, addr: Any) -> None:
         try:
             raw.settimeout(_HANDSHAKE_S)
             sock = ident.server.wrap_socket(raw, server_side=True)
-        except (OSError, ssl.SSLError) as exc:
-            raw.close()
-            log.warning("dropped a connection from %s: TLS handshake failed (%s)", addr, exc)
-            continue
-        name = _peer_name(sock)
-        if name not in expected:
-            sock.close()
-            log.warning("dropped a connection from %s: certificate name %r is not expected "
-                        "here", addr, name)
-            continue
-        try:
+            name = _peer_name(sock)
+            if name not in expected:
+                sock.close()
+                raise ProtocolError(f"certificate name {name!r} is not expected here")
             _hello(sock, hosts, f"{name} at {addr[0]}", _HANDSHAKE_S)
-        except (OSError, ProtocolError) as exc:
+            with lock:
+                if over[0]:
+                    sock.close()
+                else:
+                    done.put((name, sock))
+        except (OSError, ssl.SSLError, ProtocolError) as exc:
+            raw.close()
+            with lock:
+                dropped[0] += 1
+                if not over[0]:
+                    log.warning("dropped a connection from %s: %s", addr, exc)
+        finally:
+            slots.release()
+
+    found: list[tuple[Any, ssl.SSLSocket]] = []
+    listener.settimeout(_RETRY_S)
+    try:
+        while expected and time.monotonic() < deadline:
+            while not done.empty():
+                name, sock = done.get()
+                if name in expected:
+                    found.append((expected.pop(name), sock))
+                else:  # a second connection under a name already linked
+                    sock.close()
+            if not expected or not slots.acquire(timeout=_RETRY_S):
+                continue
+            try:
+                raw, addr = listener.accept()
+            except OSError as exc:   # nothing yet, or out of descriptors: try again
+                slots.release()
+                if not isinstance(exc, TimeoutError):
+                    log.warning("accept failed (%s); retrying", exc)
+                    time.sleep(_RETRY_S)
+                continue
+            threading.Thread(target=handshake, args=(raw, addr), daemon=True).start()
+    finally:
+        with lock:
+            over[0] = True
+        while not done.empty():      # authenticated, but no longer wanted
+            done.get()[1].close()
+    if expected:
+        for _, sock in found:
             sock.close()
-            log.warning("dropped a connection from %s: %s", addr, exc)
-            continue
-        return expected.pop(name), sock
-    missing = sorted(expected.values(), key=str)
-    who = ", ".join("the driver" if m == DRIVER else str(hosts.party(m)) for m in missing)
-    raise PartyTimeout(f"{who} did not connect in time",
-                       missing[0] if isinstance(missing[0], int) else -1)
+        missing = sorted(expected.values(), key=str)
+        who = ", ".join("the driver" if m == DRIVER else str(hosts.party(m)) for m in missing)
+        raise PartyTimeout(f"{who} did not connect in time ({dropped[0]} unauthenticated "
+                           "connection(s) dropped meanwhile)",
+                           missing[0] if isinstance(missing[0], int) else -1)
+    return found
 
 
 def connect(hosts: Hosts, ident: Identity, *, peers: Collection[int] | None = None,
@@ -238,8 +293,7 @@ def connect(hosts: Hosts, ident: Identity, *, peers: Collection[int] | None = No
                     raise ConfigError(f"hosts file {hosts.path}: driver = NAME is missing "
                                       "(the identity that drives the session)")
                 expected[hosts.driver] = DRIVER
-            while expected:
-                key, sock = _accept(listener, ident, hosts, expected, deadline)
+            for key, sock in _accept(listener, ident, hosts, expected, deadline):
                 net.add(key, sock, "the driver" if key == DRIVER else str(hosts.party(key)))
         finally:
             listener.close()
@@ -277,9 +331,9 @@ def pump(net: Net, outgoing: list[tuple[Any, bytes]], receive: Callable[[Any, by
                 elif kind == MSG:
                     for dest, msg in receive(key, payload):
                         net.send(dest, MSG, msg)
-                elif kind == _ABORT:   # a peer gave up: it says why, and whom it blames
-                    culprit, why = _read_abort(payload, key)
-                    raise PartyError(f"{_names(net, [key])} aborted: {why}", culprit)
+                elif kind == _ABORT:   # a peer gave up: its account, not evidence
+                    raise PartyError(f"{_names(net, [key])} reports a failure (its account, "
+                                     f"not checked here: {_read_abort(payload)})", key)
                 else:
                     raise PartyError(f"{_names(net, [key])} sent a frame of unknown kind "
                                      f"{kind}", key)
@@ -287,9 +341,8 @@ def pump(net: Net, outgoing: list[tuple[Any, bytes]], receive: Callable[[Any, by
             if gone:  # it closed its link and a message of it is still due
                 raise PartyTimeout(f"{_names(net, gone[:1])} left: its connection closed "
                                    "before the protocol ended", gone[0])
-    except ProtocolError as exc:  # tell the others why, so every party names the culprit
-        report = json.dumps({"party": getattr(exc, "party", -1),
-                             "message": str(exc)[:1000]}).encode()
+    except ProtocolError as exc:  # tell the others that, and why, this party stops
+        report = json.dumps({"message": str(exc)[:1000]}).encode()
         for key in list(net.links):
             net.send(key, _ABORT, report)
         net.drain(time.monotonic() + 1.0)
@@ -297,15 +350,12 @@ def pump(net: Net, outgoing: list[tuple[Any, bytes]], receive: Callable[[Any, by
     net.drain(time.monotonic() + 5.0)
 
 
-def _read_abort(payload: bytes, sender: Any) -> tuple[Any, str]:
-    """(culprit, reason) of a peer's abort frame; the sender itself if it names nobody."""
+def _read_abort(payload: bytes) -> str:
+    """The reason a peer's abort frame gives (text only: it names no culprit for us)."""
     try:
-        report = json.loads(payload[:2048])
-        culprit, why = report["party"], str(report["message"])[:1000]
+        return str(json.loads(payload[:2048])["message"])[:1000]
     except (ValueError, TypeError, KeyError, RecursionError):
-        return sender, "(no readable reason)"
-    valid = isinstance(culprit, int) and not isinstance(culprit, bool) and culprit >= 0
-    return (culprit if valid else sender), why
+        return "no readable reason"
 
 
 def _names(net: Net, keys: list) -> str:

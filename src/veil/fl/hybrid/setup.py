@@ -46,7 +46,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from veil._codec import Format
-from veil._io import atomic_write
+from veil._io import atomic_write, check_absent, write_private
 from veil._validation import check_int
 from veil.crypto import identity, keyfile, serialization, threshold
 from veil.errors import ConfigError, CryptoError
@@ -155,10 +155,10 @@ class PartyIdentity:
         return (_IDENTITY.writer().u32(self.index).raw(self.private_key)
                 .blob(self.setup.to_bytes()).finish())
 
-    def save(self, path: str | os.PathLike) -> None:
-        """Write the identity to ``path``, readable by its owner only."""
-        atomic_write(path, self.to_bytes())
-        os.chmod(path, 0o600)
+    def save(self, path: str | os.PathLike, *, force: bool = False) -> None:
+        """Write the identity to ``path``, readable by its owner only
+        (:func:`veil._io.write_private`: an existing file is replaced only with ``force``)."""
+        write_private(path, self.to_bytes(), force=force, what="identity file")
 
     @classmethod
     def load(cls, path: str | os.PathLike, *, insecure_ok: bool = False) -> PartyIdentity:
@@ -175,11 +175,23 @@ class PartyIdentity:
 def deal(parties: int, trust: int, out_dir: str | os.PathLike, *, bits: int = 2048,
          insecure_ok: bool = False, keygen: str = "dealer") -> PublicSetup:
     """The dealer: make the key and identities, write ``public.bin`` and each party's
-    ``party-I.key`` / ``party-I.id`` into ``out_dir``; returns the public set-up."""
+    ``party-I.key`` / ``party-I.id`` into ``out_dir``; returns the public set-up.
+    ``keygen="distributed"`` is refused: one process writing every share is a dealer
+    whatever made the key; without a dealer each party runs the key generation itself
+    (``veil keygen``, :mod:`veil.crypto.dkg`) and writes only its own files (module
+    docstring)."""
+    if keygen == "distributed":
+        raise ConfigError("keygen='distributed' is not allowed for veil fl deal: one process "
+                          "would write every party's share, which makes it a dealer. Without a "
+                          "dealer, each party runs `veil keygen` (the distributed key "
+                          "generation) on its own machine, then `veil fl identity`, "
+                          "`veil fl setup` and `veil fl enrol`")
+    out = Path(out_dir)
+    check_absent([out / f"party-{i}.{ext}" for i in range(parties) for ext in ("key", "id")],
+                 what="party file")
     keys = deal_keys(parties, trust, bits=bits, insecure_ok=insecure_ok, keygen=keygen)
     private, public = make_identities(parties)
     setup = PublicSetup(keys.public_key, public)
-    out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     setup.save(out / "public.bin")
     for i, share in enumerate(keys.shares):
@@ -203,17 +215,28 @@ def assemble(key_share: str | os.PathLike, tables: Sequence[str | os.PathLike],
 
 def enrol(party: int, key_share: str | os.PathLike, identity_key: str | os.PathLike,
           setup: str | os.PathLike, out: str | os.PathLike, *,
-          insecure_ok: bool = False) -> PartyIdentity:
+          identities: Sequence[str | os.PathLike], insecure_ok: bool = False,
+          force: bool = False) -> PartyIdentity:
     """Dealer-free: party ``party`` writes its ``party-I.id`` to ``out`` from its own
     identity key and its own copy of ``public.bin``, after checking that its key share is
-    its own under the set-up's key and its identity key the one the set-up lists for it
-    (ConfigError naming the file otherwise; nothing written)."""
+    its own under the set-up's key, its identity key the one the set-up lists for it, and
+    every other entry the key of the identity tables it holds itself (``identities``: the
+    published ``identity-I.json``, or one ``identities.json``): a set-up that swaps another
+    party's key for someone else's would let that someone sign as the party. ConfigError
+    naming the file and the party otherwise; nothing written."""
     public = PublicSetup.load(setup, insecure_ok=insecure_ok)
     check_int(party, "party", low=0, high=public.public_key.parties - 1)
+    held = PublicSetup.assemble(public.public_key, identity.read_tables(identities))
+    wrong = [i for i, (a, b) in enumerate(zip(public.identities, held.identities)) if a != b]
+    if wrong:
+        raise ConfigError(f"setup={os.fspath(setup)!r} lists an identity key for party "
+                          f"{', '.join(map(str, wrong))} that is not the one in the identity "
+                          "tables this party holds: refused (get that party's published "
+                          "identity-I.json over a channel it authenticates)")
     keyfile.load_key_share(key_share, party=party, insecure_ok=insecure_ok,
                            fingerprint=public.public_key.fingerprint)
     ident = PartyIdentity(party, identity.read_key(identity_key), public)
-    ident.save(out)
+    ident.save(out, force=force)
     return ident
 
 

@@ -110,14 +110,18 @@ def _field(msg: dict, name: str, kind: type, party: str) -> Any:
 
 
 class AlignHost:
-    """A feature holder's side of the alignment (sans-I/O: messages in, messages out)."""
+    """A feature holder's side of the alignment (sans-I/O: messages in, messages out); it
+    answers a guest's request of at most ``max_request`` ids (default: twice as many as it
+    holds; :class:`~veil.crypto.psi.PSISender`)."""
 
     def __init__(self, name: str, ids: Any, *, column: str | None = None,
-                 output: str = "intersection", rng=None) -> None:
+                 output: str = "intersection", max_request: int | None = None,
+                 rng=None) -> None:
         self.name = str(name)
         self.output = check_choice(output, "output", _OUTPUTS)
         self.ids, self.kind = read_ids(ids, column, name=f"ids of {self.name!r}")
-        self._sender = PSISender(self.ids, output=self.output, rng=check_rng(rng))
+        self._sender = PSISender(self.ids, output=self.output, max_request=max_request,
+                                 rng=check_rng(rng))
         self.rows_: np.ndarray | None = None
 
     def setup(self) -> bytes:
@@ -259,7 +263,8 @@ def align(guest_ids: Any, host_ids: Mapping[str, Any], *, column: str | None = N
     if "guest" in names:
         raise ConfigError("a host may not be named 'guest'")
     guest = AlignGuest(guest_ids, names, column=column, output=output, rng=rng.spawn(1)[0])
-    hosts = {h: AlignHost(h, host_ids[h], column=column, output=output, rng=r)
+    hosts = {h: AlignHost(h, host_ids[h], column=column, output=output, rng=r,
+                          max_request=max(1, len(guest.ids)))  # this process holds all sets
              for h, r in zip(names, rng.spawn(len(names)))}
     for h in names:  # id kinds are checked before any PSI work is done
         if hosts[h].kind != guest.kind:

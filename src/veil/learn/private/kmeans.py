@@ -44,6 +44,7 @@ from veil.learn.private._common import (
     reserve,
     split,
 )
+from veil.model_format import register_model_class
 from veil.random import RngLike, check_rng
 
 __all__ = ["KMeans"]
@@ -56,6 +57,7 @@ def _nearest(X: np.ndarray, centers: np.ndarray) -> np.ndarray:
     return np.argmin(d2, axis=1)
 
 
+@register_model_class
 class KMeans(ClusterMixin, BaseEstimator):
     """k-means with differentially private Lloyd iterations.
 

@@ -50,6 +50,7 @@ from veil.learn.private._common import (
 from veil.learn.private.objective import LOGISTIC, MarginLoss, fit_perturbed, huber_hinge
 from veil.learn.private.sgd import dp_sgd
 from veil.learn.public import declared_classes, declared_size
+from veil.model_format import register_model_class
 from veil.random import RngLike, check_rng
 
 __all__ = ["LogisticRegression", "LinearSVC"]
@@ -156,6 +157,7 @@ class _PrivateLinear(ClassifierMixin, BaseEstimator):
         return self.classes_[np.argmax(scores, axis=1)]
 
 
+@register_model_class
 class LogisticRegression(_PrivateLinear):
     """Differentially private logistic regression (objective perturbation or DP-SGD).
 
@@ -187,6 +189,7 @@ class LogisticRegression(_PrivateLinear):
         return e / e.sum(axis=1, keepdims=True)
 
 
+@register_model_class
 class LinearSVC(_PrivateLinear):
     """Differentially private linear SVM.
 

@@ -41,6 +41,7 @@ from veil.learn.private._common import (
     open_ledger,
     reserve,
 )
+from veil.model_format import register_model_class
 from veil.random import RngLike, check_rng
 
 __all__ = ["LinearRegression", "sufficient_statistics", "statistics_sensitivity"]
@@ -59,6 +60,7 @@ def statistics_sensitivity(r: np.ndarray, r_y: float) -> tuple[float, float]:
     return l1, l2
 
 
+@register_model_class
 class LinearRegression(RegressorMixin, BaseEstimator):
     """Least squares from noisy sufficient statistics (see the module docstring).
 

@@ -43,11 +43,13 @@ from veil.learn.private._common import (
     split,
 )
 from veil.learn.public import declared_classes
+from veil.model_format import register_model_class
 from veil.random import RngLike, check_rng
 
 __all__ = ["GaussianNB"]
 
 
+@register_model_class
 class GaussianNB(ClassifierMixin, BaseEstimator):
     """Gaussian naive Bayes from noisy counts, sums and sums of squares.
 
