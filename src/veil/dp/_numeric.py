@@ -42,9 +42,13 @@ def noise_grid(scale: float) -> float:
     """The release grid of a noise scale: the power of two in (scale/2048, scale/1024].
 
     Rounding to it adds at most ``grid / 2 <= scale / 2048`` to a release, 0.05% of the
-    noise scale, and keeps ``scale / grid`` in [1024, 2048).
+    noise scale, and keeps ``scale / grid`` in [1024, 2048). A release spans up to 2^53 grid
+    steps, which must be a finite double: scales of 2^981 and more are a ConfigError.
     """
     mantissa, exponent = math.frexp(scale)  # scale = mantissa * 2^exponent, mantissa in [.5, 1)
+    if exponent - 11 + 53 > 1023:
+        raise ConfigError(f"a noise scale of {scale:g} is too large: releases on its grid "
+                          "would overflow a float; declare narrower bounds or a larger epsilon")
     return math.ldexp(1.0, exponent - 11)
 
 
