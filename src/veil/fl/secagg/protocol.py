@@ -99,6 +99,7 @@ the masks :mod:`veil.fl.secagg.masks`; :class:`veil.fl.strategies.SecAgg` plans 
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 from collections.abc import Mapping, Sequence
@@ -141,15 +142,28 @@ STAGES = ("setup", "share_keys", "masked_input", "consistency", "unmask")
 SEMI_HONEST_STAGES = ("setup", "share_keys", "masked_input", "unmask")
 
 
-def keys_statement(server_round: int, client: int, c_pk: bytes, s_pk: bytes) -> bytes:
-    """What client ``client`` signs at setup: its two (32-byte) public keys of this round."""
-    return b"veil.secagg.keys|%d|%d|" % (server_round, client) + c_pk + s_pk
+def context(run: bytes, server_round: int, cohort: Sequence[int]) -> bytes:
+    """What every signature of a round binds besides its stage and payload: the run digest
+    (:meth:`veil.fl.strategies.SecAgg.run_digest`: the signer's own plan and identity
+    table), the round and the cohort (the sampled ids, strictly increasing)."""
+    return hashlib.sha256(b"veil.secagg.round|" + run + b"|%d|" % server_round +
+                          np.ascontiguousarray(cohort, dtype="<i8").tobytes()).digest()
 
 
-def survivors_statement(server_round: int, survivors: np.ndarray) -> bytes:
-    """What a client signs in the consistency round: the survivor set U3 it was shown, as
-    the strictly increasing int64 ids the server sends (one canonical byte string)."""
-    return b"veil.secagg.survivors|%d|" % server_round + \
+def keys_statement(ctx: bytes, client: int, c_pk: bytes, s_pk: bytes) -> bytes:
+    """What client ``client`` signs at setup: its two fresh (32-byte) public keys of this
+    round, under the round's :func:`context`."""
+    return b"veil.secagg.keys|" + ctx + b"|%d|" % client + c_pk + s_pk
+
+
+def survivors_statement(ctx: bytes, client: int, keys: Sequence[bytes],
+                        survivors: np.ndarray) -> bytes:
+    """What client ``client`` signs in the consistency round: the survivor set U3 it was
+    shown (the strictly increasing int64 ids the server sends), under the round's
+    :func:`context` and its own fresh keys of this round (``keys``: c_pk, s_pk, which its
+    neighbours hold under its setup signature). Fresh keys make the statement unique to
+    this round of this run: a signature from another run never verifies."""
+    return b"veil.secagg.survivors|" + ctx + b"|%d|" % client + b"".join(keys) + \
         np.ascontiguousarray(survivors, dtype="<i8").tobytes()
 
 
@@ -183,7 +197,11 @@ class SecAggServer(ServerRound):
             self.stages = SEMI_HONEST_STAGES  # type: ignore[misc]
         self.params = params
         self.rng = rng
-        self.plan = strategy.plan(server_round, params, self.clients)
+        population = strategy.population()
+        self.min_cohort = strategy.min_cohort_of(population)
+        self.plan = strategy.plan(server_round, params, self.clients, population=population)
+        self.context = context(strategy.run_digest(self.plan, strategy.identities),
+                               server_round, self.clients)
         self.graph = harary(self.clients, self.plan.degree, rng)
         self.config = strategy.client_config(server_round)
         self.keys: dict[int, tuple[bytes, bytes]] = {}
@@ -205,8 +223,12 @@ class SecAggServer(ServerRound):
 
     def _begin(self) -> list[Message]:
         self._enough(self.clients, "sampling")
+        if len(self.clients) < self.min_cohort:
+            raise ProtocolError(f"round {self.round} aborted: {len(self.clients)} clients "
+                                f"sampled, min_cohort={self.min_cohort} (every client would "
+                                "refuse it)")
         return [self.request(c, config=self.config, neighbours=list(self.graph[c]),
-                             sampled=len(self.clients), secagg=self.plan.public())
+                             cohort=list(self.clients), secagg=self.plan.public())
                 for c in self.clients]
 
     def _check(self, msg: Message) -> Any:
@@ -216,7 +238,7 @@ class SecAggServer(ServerRound):
             if not self.consistency:
                 return c_pk, s_pk, b""
             signature = msg.blob("signature", size=SIGNATURE)
-            self._check_signature(msg, signature, keys_statement(self.round, i, c_pk, s_pk))
+            self._check_signature(msg, signature, keys_statement(self.context, i, c_pk, s_pk))
             return c_pk, s_pk, signature
         if self.stage == "share_keys":
             cts = msg.table("ciphertexts", allowed=set(self.holders[i]))
@@ -236,14 +258,32 @@ class SecAggServer(ServerRound):
             return masked, frozenset(used)
         if self.stage == "consistency":
             signature = msg.blob("signature", size=SIGNATURE)
-            self._check_signature(msg, signature, self._survivors_statement)
+            self._check_signature(msg, signature, survivors_statement(
+                self.context, i, self.keys[i], self._u3))
             return signature
         asked_b, asked_s = self._asked_for[i]
         seeds = msg.table("seed_shares", allowed=set(asked_b))
         keys = msg.table("key_shares", allowed=set(asked_s))
         if set(seeds) != set(asked_b) or set(keys) != set(asked_s):
             raise msg.error("seed_shares", "or 'key_shares' do not answer every request")
-        return seeds, keys
+        # parsed and checked here, so that one client's malformed share drops that client
+        # (ProtocolError from _check), never the round
+        return ({j: self._share(msg, "seed_shares", j, raw) for j, raw in seeds.items()},
+                {j: self._share(msg, "key_shares", j, raw) for j, raw in keys.items()})
+
+    def _share(self, msg: Message, field: str, owner: int, raw: bytes) -> ShamirShare:
+        """The sender's share of ``owner``'s secret: well-formed, of a 32-byte secret, at the
+        sender's own index among ``owner``'s holders (ProtocolError naming it otherwise)."""
+        try:
+            share = ShamirShare.from_bytes(raw)
+        except CryptoError as exc:
+            raise msg.error(field, f"holds a malformed share of client {owner}'s secret: "
+                                   f"{exc}") from None
+        index = self.holders[owner].index(msg.sender) + 1
+        if share.x != index or share.length != KEY:
+            raise msg.error(field, f"holds a share of client {owner}'s secret at x={share.x} "
+                                   f"of {share.length} bytes; expected x={index}, {KEY} bytes")
+        return share
 
     def _check_signature(self, msg: Message, signature: bytes, statement: bytes) -> None:
         """ProtocolError (the sender is dropped) unless ``signature`` is the sender's."""
@@ -308,9 +348,8 @@ class SecAggServer(ServerRound):
         self.dropped = tuple(sorted(self._shared - set(self.survivors)))
         if not self.consistency:
             return self._unmask_requests(self.survivors, {})
-        u3 = np.asarray(self.survivors, dtype=np.int64)
-        self._survivors_statement = survivors_statement(self.round, u3)
-        return [self.request(i, survivors=u3) for i in self.survivors]
+        self._u3 = np.asarray(self.survivors, dtype=np.int64)
+        return [self.request(i, survivors=self._u3) for i in self.survivors]
 
     def _after_consistency(self, answers: dict[int, bytes]) -> list[Message]:
         signers = sorted(answers)
@@ -372,20 +411,9 @@ class SecAggServer(ServerRound):
         self.result = RoundResult(params, self.survivors, metrics)
         return []
 
-    def _reconstruct(self, owner: int, raw: dict[int, bytes], what: str) -> bytes:
-        """``owner``'s secret from its holders' shares (each checked against its x)."""
-        holders = self.holders[owner]
-        shares = []
-        for j, data in sorted(raw.items()):
-            try:
-                share = ShamirShare.from_bytes(data)
-            except CryptoError as exc:
-                raise ProtocolError(f"round {self.round}: client {j} sent a malformed share "
-                                    f"of client {owner}'s {what}: {exc}") from None
-            if share.x != holders.index(j) + 1:
-                raise ProtocolError(f"round {self.round}: client {j} sent a share of client "
-                                    f"{owner}'s {what} with the wrong index {share.x}")
-            shares.append(share)
+    def _reconstruct(self, owner: int, parsed: dict[int, ShamirShare], what: str) -> bytes:
+        """``owner``'s secret from its holders' shares (each checked in :meth:`_check`)."""
+        shares = [parsed[j] for j in sorted(parsed)]
         if len(shares) < self.plan.threshold:
             raise ProtocolError(f"round {self.round} aborted: client {owner}'s {what} cannot "
                                 f"be recovered: {len(shares)} share(s), threshold "
@@ -450,22 +478,38 @@ class SecAggClient(ClientProtocol):
         self._c_sk = self._s_sk = self._b = b""
         self._keys: dict[int, list[bytes]] = {}
         self._held: dict[int, tuple[bytes, bytes]] = {}
-        self._sampled = 0
+        self._cohort: list[int] = []
+        self._context = b""
         self._survivors: frozenset[int] | None = None   # the U3 this client signed
-        self._statement = b""
+        self._u3 = np.zeros(0, dtype=np.int64)
 
     def _on_setup(self, msg: Message, rng: Generator) -> list[Message]:
+        who = f"client {self.client_id}, round {msg.round}"
         self._neighbours = msg.ids("neighbours")
         if self.client_id in self._neighbours:
-            raise ProtocolError(f"client {self.client_id}: listed as its own neighbour")
-        sampled = msg.integer("sampled", low=len(self._neighbours) + 1, high=1 << 20)
+            raise ProtocolError(f"{who}: listed as its own neighbour")
+        cohort = msg.ids("cohort")
+        population = self.strategy.population() if self._directory is None else \
+            len(self._directory)
+        if cohort != sorted(cohort) or self.client_id not in cohort or \
+                not set(self._neighbours) <= set(cohort) or (
+                    self._directory is not None and not set(cohort) <= set(self._directory)):
+            raise msg.error("cohort", "is not a strictly increasing list of clients of the "
+                                      "identity table holding this client and its neighbours")
+        least = self.strategy.min_cohort_of(population)
+        if len(cohort) < least:
+            raise ProtocolError(f"{who}: a cohort of {len(cohort)} clients; this client's own "
+                                f"configuration allows no fewer than {least} (of "
+                                f"{population} in its identity table): refused")
         announced = msg.get("secagg", dict).get("clip_range")
         if not isinstance(announced, float) or not 0 < announced < math.inf:
             raise msg.error("secagg", f"has clip_range={announced!r}")
         own = self.strategy.plan(msg.round, np.zeros(self.trainer.model.n_params_),
-                                 range(sampled), clip_range=announced)
+                                 cohort, clip_range=announced, population=population)
         self._plan = check_plan(msg, own, self._neighbours)
-        self._sampled = sampled
+        self._cohort = cohort
+        self._context = context(self.strategy.run_digest(own, self._directory or {}),
+                                msg.round, cohort)
         self._config = msg.get("config", dict)
         keys = secure_rng()  # never the run's seed: see veil.random
         self._c_sk, self._s_sk = keys.bytes(KEY), keys.bytes(KEY)
@@ -476,7 +520,8 @@ class SecAggClient(ClientProtocol):
             raise ProtocolError(f"client {self.client_id} has no identity key to sign with "
                                 "(a deployed client gets it with use_identity): not taking "
                                 "part")
-        signature = sign(self._identity, keys_statement(msg.round, self.client_id, c_pk, s_pk))
+        signature = sign(self._identity, keys_statement(self._context, self.client_id, c_pk,
+                                                        s_pk))
         return [self.reply(msg, c_pk=c_pk, s_pk=s_pk, signature=signature)]
 
     def _on_share_keys(self, msg: Message, rng: Generator) -> list[Message]:
@@ -489,7 +534,7 @@ class SecAggClient(ClientProtocol):
                 raise msg.error("keys", f"entry for client {j} is not two {KEY}-byte keys"
                                         + (" and a signature" if signed else ""))
             if signed and not verify(self._directory.get(j), entry[2],
-                                     keys_statement(msg.round, j, *pair)):
+                                     keys_statement(self._context, j, *pair)):
                 raise ProtocolError(f"client {self.client_id}, round {msg.round}: the keys "
                                     f"forwarded for client {j} do not carry its signature "
                                     "(identity table): refusing to share with them")
@@ -568,15 +613,17 @@ class SecAggClient(ClientProtocol):
         if self.client_id not in survivors:
             raise ProtocolError(f"{who}: shown a survivor set without itself: refusing to "
                                 "sign it")
-        if len(u3) > self._sampled:
-            raise ProtocolError(f"{who}: shown {len(u3)} survivors of {self._sampled} "
-                                "sampled clients: refusing to sign")
+        if not survivors <= set(self._cohort):
+            raise ProtocolError(f"{who}: shown survivors {sorted(survivors - set(self._cohort))}"
+                                " outside the round's cohort: refusing to sign")
         unknown = (survivors & set(self._neighbours)) - set(self._held)
         if unknown:
             raise ProtocolError(f"{who}: the survivor set names neighbours {sorted(unknown)}, "
                                 "whose shares it never received: refusing to sign")
-        self._survivors, self._statement = survivors, survivors_statement(msg.round, u3)
-        return [self.reply(msg, signature=sign(self._identity, self._statement))]
+        self._survivors, self._u3 = survivors, u3
+        mine = (public_key(self._c_sk), public_key(self._s_sk))
+        statement = survivors_statement(self._context, self.client_id, mine, u3)
+        return [self.reply(msg, signature=sign(self._identity, statement))]
 
     def _check_consistency(self, msg: Message, survivors: list[int],
                            dropped: list[int]) -> None:
@@ -591,8 +638,9 @@ class SecAggClient(ClientProtocol):
         for j, signature in signatures.items():   # t valid ones suffice
             if valid == t:
                 break
-            valid += j in neighbours and verify(self._directory.get(j), signature,
-                                                self._statement)
+            valid += j in neighbours and j in self._keys and verify(
+                self._directory.get(j), signature,
+                survivors_statement(self._context, j, self._keys[j], self._u3))
         if valid < t:
             raise ProtocolError(f"{who}: {valid} valid signatures of its neighbours on the "
                                 f"survivor set it signed ({len(signatures)} forwarded), "
@@ -615,7 +663,7 @@ class SecAggClient(ClientProtocol):
         if self.strategy.consistency:
             self._check_consistency(msg, survivors, dropped)
         plan = self._plan
-        if (plan.rho is not None and plan.degree == self._sampled - 1
+        if (plan.rho is not None and plan.degree == len(self._cohort) - 1
                 and len(survivors) + 1 < plan.min_survivors):
             raise ProtocolError(f"client {self.client_id}: only {len(survivors) + 1} "
                                 f"survivors, but the distributed noise needs "
