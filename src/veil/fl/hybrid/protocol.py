@@ -87,12 +87,15 @@ from veil.fl.messages import Message, encode
 from veil.fl.party_ledger import ledger_from_state, ledger_state
 from veil.fl.protocol import ClientProtocol, RoundResult, ServerRound
 from veil.learn.queries import Query, QueryAnswer, QueryLearner, QueryShape
-from veil.random import Generator, RngLike, check_rng, noise_rng
+from veil.random import Generator, RngLike, check_rng, noise_rng, secure_rng
 
 __all__ = ["Agreement", "HybridKeys", "deal_keys", "HybridServer", "HybridClient",
-           "QueryEncoding", "make_identities"]
+           "QueryEncoding", "make_identities", "next_run", "run_id"]
 
 log = logging.getLogger(__name__)
+
+#: bytes of a party's nonce for the run id
+NONCE = 32
 
 
 # -- set-up ----------------------------------------------------------------------------------
@@ -133,19 +136,25 @@ class Agreement:
             check_positive(self.noise_multiplier, "noise_multiplier")
         check_delta(self.delta)
         if self.min_answers is not None:
-            # fewer than t answers could hold the noise of fewer than t honest parties while
-            # the round is charged as central DP: refused rather than mis-charged
-            low = self.t if self.encrypted and self.party_noise else 1
-            check_int(self.min_answers, "min_answers", low=low, high=n)
+            check_int(self.min_answers, "min_answers", low=1, high=n)
+            if self.encrypted and self.min_answers < n:
+                # a quorum below n lets the aggregator have two groups decrypt two sums (their
+                # difference is one answer with its own noise) or drop honest answers down to
+                # the quorum (fewer honest noise shares than charged): refused
+                raise ConfigError(f"min_answers={self.min_answers!r} is not allowed with "
+                                  f"method={self.method!r}: an encrypted sum needs every "
+                                  f"party's answer (min_answers={n} or None)")
         if self.identities and (len(self.identities) != n or not all(
                 isinstance(k, bytes) and len(k) == 32 for k in self.identities)):
             raise ConfigError(f"identities has {len(self.identities)} entries; expected one "
                               f"32-byte Ed25519 public key per party ({n})")
 
-    @property
-    def quorum(self) -> int:
-        """Fewest signed answers a party accepts in an aggregate it helps decrypt."""
-        return max(self.t, self.min_answers or self.parties)
+    def digest(self, public_key: threshold.ThresholdPublicKey) -> bytes:
+        """SHA-256 of this agreement and the session key: what a run id starts from."""
+        body = [self.parties, self.method, self.t, self.noise,
+                float(self.noise_multiplier or 0.0), float(self.delta), self.packed,
+                list(self.identities), public_key.fingerprint]
+        return hashlib.sha256(b"veil.hybrid.agreement|" + encode(body)).digest()
 
     @property
     def encrypted(self) -> bool:
@@ -176,10 +185,22 @@ class Agreement:
                            honest=honest, delta=self.delta)
 
 
-def _statement(round: int, query: Query, party: int, blob: bytes) -> bytes:
-    """What a party signs: its answer's ciphertexts to this round's query."""
-    body = _query_body(query)
-    return b"veil.hybrid.answer|" + encode([round, party, body["name"], body["shape"]]) + \
+def run_id(agreement_digest: bytes, nonces: dict[int, bytes]) -> bytes:
+    """The run id: SHA-256 of the agreement (:meth:`Agreement.digest`) and of every party's
+    fresh nonce of the run's set-up (``join``), in party order."""
+    return hashlib.sha256(b"veil.hybrid.run|" + agreement_digest + b"".join(
+        nonces[i] for i in sorted(nonces))).digest()
+
+
+def _query_digest(query: Query) -> bytes:
+    """SHA-256 of the whole query as sent: its name, shape and spec (for a gradient query,
+    the model parameters it is asked at)."""
+    return hashlib.sha256(encode(_query_body(query))).digest()
+
+
+def _statement(run: bytes, round: int, query: Query, party: int, blob: bytes) -> bytes:
+    """What a party signs: its answer's ciphertexts to this round's query, in this run."""
+    return b"veil.hybrid.answer|" + run + encode([round, party]) + _query_digest(query) + \
         hashlib.sha256(blob).digest()
 
 
@@ -297,12 +318,14 @@ class HybridServer(ServerRound):
     """
 
     protocol = "hybrid"
-    stages = ("answer", "decrypt")
+    stages = ("join", "answer", "decrypt")
 
     def __init__(self, server_round: int, clients: Sequence[int], query: Query,
                  agreement: Agreement, public_key: threshold.ThresholdPublicKey | None = None, *,
                  finish: Callable[[QueryAnswer], np.ndarray] | None = None,
-                 rng: RngLike = None) -> None:
+                 run: bytes | None = None, rng: RngLike = None) -> None:
+        """``run``: the run id of an earlier round of this run (None: this round opens with
+        the run's set-up, ``join``; :attr:`run_id` holds the id once it is agreed)."""
         super().__init__(server_round, clients)
         if agreement.encrypted and not isinstance(public_key, threshold.ThresholdPublicKey):
             raise ConfigError(f"method={agreement.method!r} encrypts: give the threshold "
@@ -319,6 +342,9 @@ class HybridServer(ServerRound):
                                       public_key.bits if public_key is not None else 2048)
         self.finish = finish
         self.rng = check_rng(rng)
+        self.run_id = run
+        if run is not None or not agreement.encrypted:
+            self.stages = ("answer", "decrypt")  # type: ignore[misc]
         self.answered: list[int] = []
         self.total: EncryptedArray | None = None
         self.partials: dict[int, threshold.PartialDecryption] = {}
@@ -326,10 +352,24 @@ class HybridServer(ServerRound):
         self.answer: QueryAnswer | None = None
 
     def _begin(self) -> list[Message]:
+        if self.stage == "join":
+            return [self.request(c) for c in self.clients]
         body = _query_body(self.query)
         return [self.request(c, **body) for c in self.clients]
 
+    def _joined(self, nonces: dict[int, bytes]) -> list[Message]:
+        """The run id from every party's nonce; the query, with the nonces, to each."""
+        if len(nonces) < self.agreement.parties:
+            raise ProtocolError(f"round {self.round} aborted: {len(nonces)} of "
+                                f"{self.agreement.parties} parties joined the run; its id "
+                                "needs every party's fresh nonce")
+        self.run_id = run_id(self.agreement.digest(self.public_key), nonces)
+        body = _query_body(self.query)
+        return [self.request(c, nonces=dict(nonces), **body) for c in self.clients]
+
     def _check(self, msg: Message) -> Any:
+        if self.stage == "join":
+            return msg.blob("nonce", size=NONCE)
         if self.stage == "answer":
             if not self.agreement.encrypted:
                 values = msg.array("values", dtype=np.int64, shape=(self.query.shape.size,))
@@ -343,7 +383,7 @@ class HybridServer(ServerRound):
                                     f"({self.encoding.ciphertexts},): rejected")
             blob, signature = msg.blob("ciphertexts"), msg.blob("signature", size=64)
             _verify(self.agreement, msg.sender, signature,
-                    _statement(self.round, self.query, msg.sender, blob))
+                    _statement(self.run_id, self.round, self.query, msg.sender, blob))
             return ct, blob, signature
         partial = _load(msg, "partial", threshold.PartialDecryption, self.public_key)
         if partial.party != msg.sender + 1:
@@ -352,6 +392,8 @@ class HybridServer(ServerRound):
         return partial
 
     def _advance(self, stage: str, answers: dict[int, Any]) -> list[Message]:
+        if stage == "join":
+            return self._joined(answers)
         if stage == "answer":
             return self._summed(answers)
         self.partials.update(answers)
@@ -437,6 +479,12 @@ class HybridServer(ServerRound):
         return []
 
 
+def next_run(server: HybridServer | None) -> bytes | None:
+    """The run id the next round goes on with: the previous round's once that round
+    completed (at the start, or after an aborted round, the parties join a run again)."""
+    return server.run_id if server is not None and server.done else None
+
+
 # -- a party ----------------------------------------------------------------------------------
 class HybridClient(ClientProtocol):
     """Party ``client_id`` (its key share is number ``client_id + 1``): answers queries from
@@ -454,7 +502,8 @@ class HybridClient(ClientProtocol):
     """
 
     protocol = "hybrid"
-    stages = ("answer", "decrypt")
+    stages = ("join", "answer", "decrypt")
+    opens = ("answer",)   # later rounds of a run, and the clear methods, skip the join
 
     def __init__(self, client_id: int, X: Any, y: Any, agreement: Agreement, *,
                  learner: QueryLearner | None = None,
@@ -487,6 +536,8 @@ class HybridClient(ClientProtocol):
         self.records_clipped = 0
         self.answered = 0
         self._current: tuple[int, Query, QueryEncoding] | None = None
+        self.run_id: bytes | None = None      # the run this party joined (encrypted methods)
+        self._nonce: bytes | None = None      # its nonce of this round's join
         self._block: Block | None | bool = None  # the planned queries on its ledger
 
     def __getstate__(self) -> dict[str, Any]:
@@ -528,10 +579,40 @@ class HybridClient(ClientProtocol):
         if self.pool is not None:
             self.pool.fill(check_int(count, "count", low=0))
 
+    def _on_join(self, msg: Message, rng: Generator) -> list[Message]:
+        """A new run: a fresh nonce (CSPRNG, whatever the seed) for its id; the old id is
+        forgotten, so nothing signed in another run is accepted again."""
+        if not self.agreement.encrypted:
+            raise ProtocolError(f"party {self.client_id}: method {self.agreement.method!r} "
+                                "has no run set-up: refused")
+        self.run_id, self._nonce = None, secure_rng().bytes(NONCE)
+        return [self.reply(msg, nonce=self._nonce)]
+
+    def _run(self, msg: Message) -> bytes:
+        """This round's run id: agreed now from the nonces sent with the query (the round
+        opened with ``join``: every party's, this party's own unchanged), or the one agreed
+        earlier in this run (ProtocolError otherwise)."""
+        if "nonces" not in msg.body:
+            if self.run_id is None:
+                raise ProtocolError(f"party {self.client_id}: asked to answer in round "
+                                    f"{msg.round} without having joined a run: refused")
+            return self.run_id
+        parties = set(range(self.agreement.parties))
+        nonces = msg.table("nonces", allowed=parties)
+        if self._stage != 0 or self._nonce is None or \
+                nonces.get(self.client_id) != self._nonce or set(nonces) != parties or \
+                any(len(v) != NONCE for v in nonces.values()):
+            raise msg.error("nonces", f"is not one {NONCE}-byte nonce per party with party "
+                                      f"{self.client_id}'s own of this round's join")
+        self._nonce = None
+        self.run_id = run_id(self.agreement.digest(self.key_share.public_key), nonces)
+        return self.run_id
+
     def _on_answer(self, msg: Message, rng: Generator) -> list[Message]:
         if self.learner is None:
             raise ProtocolError(f"party {self.client_id} has no learner to answer queries")
         query = _read_query(msg)
+        run = self._run(msg) if self.agreement.encrypted else b""
         plan = self.learner.plan()
         # the noise depends on the sensitivities and bounds, not on the size (a plan may
         # leave it 0 where it depends on the data seen so far)
@@ -559,7 +640,8 @@ class HybridClient(ClientProtocol):
         pk = self.key_share.public_key
         blob = serialization.dumps(pk.encrypt(encoding.plaintexts(ints), pool=self.pool))
         self._current = (msg.round, query, encoding)
-        signature = sign(self._identity, _statement(msg.round, query, self.client_id, blob))
+        signature = sign(self._identity, _statement(run, msg.round, query, self.client_id,
+                                                    blob))
         return [self.reply(msg, ciphertexts=blob, signature=signature)]
 
     def _on_decrypt(self, msg: Message, rng: Generator) -> list[Message]:
@@ -579,9 +661,9 @@ class HybridClient(ClientProtocol):
         _, query, encoding = self._current
         pk = self.key_share.public_key
         signed = msg.table("answers", allowed=set(range(self.agreement.parties)), value=list)
-        if len(signed) < self.agreement.quorum:
-            raise ProtocolError(f"party {self.client_id}: {len(signed)} signed answers; at "
-                                f"least {self.agreement.quorum} must be summed: refused")
+        if len(signed) != self.agreement.parties:
+            raise ProtocolError(f"party {self.client_id}: {len(signed)} signed answers; all "
+                                f"{self.agreement.parties} must be summed: refused")
         total = None
         for party, pair in sorted(signed.items()):
             if len(pair) != 2 or not all(isinstance(x, bytes) for x in pair):
@@ -589,7 +671,7 @@ class HybridClient(ClientProtocol):
                                            "signature]")
             blob, signature = pair
             _verify(self.agreement, party, signature,
-                    _statement(msg.round, query, party, blob))
+                    _statement(self.run_id, msg.round, query, party, blob))
             ct = _load(Message(msg.protocol, msg.round, msg.stage, msg.sender, msg.recipient,
                                {"answer": blob}), "answer", EncryptedArray, pk)
             if ct.shape != (encoding.ciphertexts,):

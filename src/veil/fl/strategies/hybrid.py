@@ -45,6 +45,7 @@ from veil.fl.hybrid.protocol import (
     QueryEncoding,
     deal_keys,
     make_identities,
+    next_run,
 )
 from veil.fl.protocol import ClientProtocol, ServerRound
 from veil.fl.strategies.base import Strategy
@@ -122,6 +123,7 @@ class Hybrid(Strategy):
         self._public = None if identities is None else tuple(identities)
         self.agreement: Agreement | None = None
         self.learner: GradientQueries | None = None
+        self._last: HybridServer | None = None   # its run id serves the run's later rounds
 
     # -- set-up, once the model is known ----------------------------------------------------
     def _setup(self, model: Any) -> None:
@@ -231,8 +233,9 @@ class Hybrid(Strategy):
             learner.update(query, answer)
             return learner.params
 
-        return HybridServer(server_round, sampled, query, agreement, self.public_key,
-                            finish=step, rng=rng)
+        self._last = HybridServer(server_round, sampled, query, agreement, self.public_key,
+                                  finish=step, run=next_run(self._last), rng=rng)
+        return self._last
 
     def state_dict(self) -> dict[str, Any]:
         learner, _ = self._ready()
