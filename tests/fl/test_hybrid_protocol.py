@@ -14,7 +14,13 @@ from veil.crypto import paillier, serialization, threshold
 from veil.errors import ConfigError, ProtocolError
 from veil.fl import Faults, LocalRuntime, Message
 from veil.fl.hybrid.fit import SimulatedAggregator, fit_queries
-from veil.fl.hybrid.protocol import Agreement, HybridClient, HybridServer, deal_keys
+from veil.fl.hybrid.protocol import (
+    Agreement,
+    HybridClient,
+    HybridServer,
+    _query_body,
+    deal_keys,
+)
 from veil.fl.hybrid.run import HybridAggregator
 from veil.learn.queries import Query, QueryLearner, QueryShape
 from veil.random import Generator
@@ -589,3 +595,43 @@ def test_answers_from_an_earlier_run_cannot_be_mixed_into_a_decryption(primes):
         run_b[2].handle(_decrypt_request(2, old), Generator(2))
     (reply,) = run_b[3].handle(_decrypt_request(3, new), Generator(3))
     assert "partial" in reply.body
+
+
+def test_the_run_id_is_agreed_once_and_binds_every_later_round(primes):
+    """A party answers only inside a run it joined with its own fresh nonce; the run's
+    later rounds skip the join; answers of an earlier round of the same run are refused
+    (round and query bound); a nonce table without the party's own nonce is refused."""
+    agg, server, replies = _answered(primes)
+    run = server.run_id
+    assert run is not None and all(c.run_id == run for c in agg.clients.values())
+    signed = {i: [r.body["ciphertexts"], r.body["signature"]] for i, r in replies.items()}
+    learner = agg.clients[0].learner
+    later = HybridServer(1, range(N), learner.next_query(), agg.agreement, agg.public_key,
+                         run=run, rng=1)
+    assert later.stages == ("answer", "decrypt")
+    new = {m.recipient: agg.clients[m.recipient].handle(m, Generator(m.recipient))[0]
+           for m in later.start()}
+    with pytest.raises(ProtocolError, match="signature"):     # round 0's answers in round 1
+        agg.clients[0].handle(Message("hybrid", 1, "decrypt", -1, 0, {"answers": signed}),
+                              Generator(0))
+    fresh = {i: [r.body["ciphertexts"], r.body["signature"]] for i, r in new.items()}
+    (reply,) = agg.clients[1].handle(Message("hybrid", 1, "decrypt", -1, 1,
+                                             {"answers": fresh}), Generator(1))
+    assert "partial" in reply.body
+    # a party that never joined a run refuses to answer
+    stranger = HybridClient(0, *_data(integer=True)[0], agg.agreement,
+                            learner=SumQuery(integer=True), key_share=agg.clients[0].key_share,
+                            identity=agg.clients[0]._identity)
+    request = next(m for m in later.start() if m.recipient == 0)
+    with pytest.raises(ProtocolError, match="without having joined a run"):
+        stranger.handle(Message("hybrid", 2, "answer", -1, 0, request.body), Generator(0))
+    # a join whose nonce table leaves out (or changes) this party's own nonce
+    opening = HybridServer(3, range(N), learner.next_query(), agg.agreement, agg.public_key,
+                           rng=1)
+    joins = opening.start()
+    (mine,) = agg.clients[2].handle(joins[2], Generator(2))
+    body = {**_query_body(opening.query), "nonces": {j: bytes(32) for j in range(N)}}
+    with pytest.raises(ProtocolError, match="nonces"):
+        agg.clients[2].handle(Message("hybrid", 3, "answer", -1, 2, body), Generator(2))
+    assert agg.clients[2].run_id is None and mine.body["nonce"] != bytes(32)
+

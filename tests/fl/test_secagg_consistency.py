@@ -303,6 +303,9 @@ def test_the_run_config_sets_the_variant_and_the_identity_table(tmp_path):
     cfg = load_config(config)
     strategy = cfg.strategy(cfg.data(0)[0])
     assert strategy.consistency and strategy.deployed and sorted(strategy.identities) == [0, 1, 2]
+    config.write_text(base + "min_cohort = 2\n")
+    cfg = load_config(config)
+    assert cfg.strategy(cfg.data(0)[0]).min_cohort_of(3) == 2
 
 
 def test_the_cli_makes_identity_keys(tmp_path):

@@ -8,28 +8,44 @@ t is the minimum number of honest, non-colluding parties; the decryption thresho
 their own, and up to ``t - 1`` parties may drop out before decryption. Assumptions: the
 dealer is trusted to generate the threshold key and hand each party its own share over a
 private channel, then to forget them (:func:`deal_keys`; the strategy objects hand each
-share to its party and keep none); at least t of the parties whose answers are summed are
-honest, which is why, by default, every party must answer (``min_answers``, never below t).
+share to its party and keep none); at least t of the n parties are honest. Every party
+must answer: an encrypted sum has no quorum below n (``min_answers`` is n or None for the
+encrypted methods; the clear baselines keep it). With a quorum q < n a malicious aggregator
+could have two groups decrypt two sums whose difference is one party's answer with only its
+own noise share, or drop honest answers down to q, leaving ``q - (n - t)`` honest noise
+shares where t were charged (n = 10, t = 8, q = 8: true epsilon 1.169 for 0.999 charged).
+Parties may still drop out at decryption (up to ``t - 1``); a party missing from the
+answers aborts the round.
 
 The aggregator may be **malicious**: each party trusts only its own configuration.
 
 * A party answers only a query whose shape is in its own learner's plan (the noise and
   the sensitivity come from its own copy of the plan, never from the aggregator), at most
   as many queries as the plan has, and charges each to its own Ledger when it has one.
+* A run has an id agreed before its first query: at the run's first round (stage
+  ``join``) each party sends a fresh 32-byte nonce (CSPRNG), the aggregator sends every
+  party all n nonces with the query, and each party checks its own is there and takes
+  ``run = H(agreement, session key, nonce_0, ..., nonce_{n-1})`` (:func:`run_id`); the
+  run's later rounds skip the join (a party that has not joined refuses to answer, and a
+  new join forgets the old id).
 * Each answer is signed by its party (Ed25519; the parties' identity keys are public in
-  the :class:`Agreement`). A party partially decrypts only the product it computes itself
-  from at least ``max(t, min_answers)`` answers to the query it answered in this round,
-  each under a valid signature of a distinct party and of the query's shape; and only
-  once per round. So the aggregator is no decryption oracle: it can neither have one
-  party's answer decrypted alone (it cannot forge the other parties' answers), nor a
-  stack of answers, nor two different sums whose difference is one answer.
+  the :class:`Agreement`) over ``run | round | party | H(query) | H(ciphertexts)``, the
+  query hashed whole (name, shape and spec: for a gradient query, the model parameters it
+  is asked at). A party partially decrypts only the product it computes itself from the
+  answers of **all n** parties, each under a valid signature on its own run id, round and
+  query, and only once per round. So the aggregator is no decryption oracle: it cannot
+  have one party's answer decrypted alone (it cannot forge the other parties' answers),
+  nor a stack of answers, nor two different sums whose difference is one answer (there is
+  one set of all n answers per run, round and query: an honest party signs one answer per
+  round), nor mix in answers from another round, another run, or another model point.
 
 Set-up (public :class:`Agreement`): n, t, the noise family and its multiplier z
 (calibrated from the learner's plan and the budget, :func:`veil.fl.hybrid.fit.plan_multiplier`),
 delta, and how answers are encoded. Parties derive their noise from the agreement and the
 query's shape, never from the aggregator.
 
-One query = one round, stages ``answer`` and ``decrypt``:
+One query = one round, stages ``answer`` and ``decrypt`` (after ``join`` in a run's first
+round):
 
 1. **answer** -- the aggregator sends the query (name, shape, spec). Party i computes
    ``Q_s(D_i)`` (the learner's ``answer``), clips it into the query's bound and puts it on
@@ -39,12 +55,12 @@ One query = one round, stages ``answer`` and ``decrypt``:
    summands) and encrypts them under the threshold key with its noise pool. It sends
    **only the ciphertexts**.
 2. The aggregator multiplies the ciphertexts of the parties that answered: ``Enc(sum_i r_i)``.
-3. **decrypt** -- it sends that ciphertext to ``t_bar`` parties chosen at random among
-   those that answered; each returns its partial decryption with its proof of correctness
-   (:mod:`veil.crypto.threshold`, root decryption: about 7x faster than Damgard-Jurik's; the
-   aggregator also learns a power of the aggregate's noise, which reveals nothing beyond
-   the sum because the aggregate multiplies fresh encryptions with independent noise --
-   the argument is in that module's docstring).
+3. **decrypt** -- it sends the n signed answers to ``t_bar`` parties chosen at random; each
+   checks them, multiplies them itself and returns its partial decryption with its proof
+   of correctness (:mod:`veil.crypto.threshold`, root decryption: about 7x faster than
+   Damgard-Jurik's; the aggregator also learns a power of the aggregate's noise, which
+   reveals nothing beyond the sum because the aggregate multiplies fresh encryptions with
+   independent noise -- the argument is in that module's docstring).
 4. Each proof is verified on arrival: a wrong partial decryption is rejected, its party
    named and excluded. When the stage closes with fewer than ``t_bar`` valid partials
    (dropouts, bad proofs) the aggregator asks as many other live parties as are missing,
@@ -108,7 +124,7 @@ class Agreement:
     threshold; default ceil(n/2)). ``noise`` / ``noise_multiplier`` / ``delta``: the noise
     (ignored for ``none`` and ``smc``). ``packed``: many values per ciphertext (False: one
     per ciphertext, for comparison). ``min_answers``: fewest answers a round proceeds with
-    (default n).
+    (default n; the encrypted methods allow only n, see the module docstring).
     """
 
     parties: int

@@ -4,10 +4,18 @@ Protocol (five stages; U1 >= U2 >= U3 >= U4 are the clients still answering)
 ------------------------------------------------------------------------------
 * **setup** (advertise keys): the server draws the neighbour graph (a randomly relabelled
   Harary graph of even degree, Bell et al.'s SecAgg+; the complete graph = original SecAgg)
-  and sends each client its neighbours and the encoding. Client i draws two X25519 key
+  and sends each client the cohort (the sampled ids), its neighbours and the encoding.
+  Client i checks the cohort against its **own** configuration: at least ``m_min`` clients
+  (:meth:`veil.fl.strategies.SecAgg.min_cohort_of`: from N, the size of its identity table,
+  and its plan's sampling), all in its identity table, it and its neighbours among them;
+  then recomputes the plan (degree, threshold, noise) for that cohort and refuses any
+  difference (:func:`veil.fl.secagg.ring.check_plan`). It draws two fresh X25519 key
   pairs ``(c_i, c_i^pk)`` (to encrypt shares) and ``(s_i, s_i^pk)`` (to agree on masks) and
   sends the public keys, signed with its Ed25519 identity key (Bonawitz et al. 2017,
-  section 6): ``sigma_i = Sign(d_i, "keys" | round | i | c_i^pk | s_i^pk)``.
+  section 6): ``sigma_i = Sign(d_i, "keys" | ctx | i | c_i^pk | s_i^pk)``, where the round
+  context ``ctx = H(run digest | round | cohort)`` (:func:`context`; the run digest hashes
+  the client's own plan, minimum cohort and identity table) is what every signature of the
+  round binds.
 * **share_keys**: the server sends i the signed public keys of its neighbours in U1; i
   checks every signature against its own identity table (below) and refuses to go on if
   one fails (the server forged or swapped a key: it could otherwise sit in the middle of
@@ -26,9 +34,12 @@ Protocol (five stages; U1 >= U2 >= U3 >= U4 are the clients still answering)
   client of U3 (those whose masked input it kept) the set U3 itself (its ids, strictly
   increasing). Client i checks it
   (it holds i; every neighbour of i in it is one whose shares i received and masked with;
-  at most as many clients as were sampled), remembers it, and returns
-  ``Sign(d_i, "survivors" | round | U3)``. The server verifies each signature (a bad one
-  drops its sender) and forwards to each signer U4 the signatures of its neighbours.
+  all in the cohort), remembers it, and returns
+  ``Sign(d_i, "survivors" | ctx | i | c_i^pk | s_i^pk | U3)``: its own fresh keys of this
+  round make the statement unique to this round of this run (:func:`survivors_statement`),
+  and a neighbour checks it with the keys it holds under i's setup signature. The server
+  verifies each signature (a bad one drops its sender) and forwards to each signer U4 the
+  signatures of its neighbours.
 * **unmask**: the server asks each client of U4, for each neighbour it masked with, for
   its share of ``b_j`` (j in U3) or of ``s_j`` (j dropped after sharing). The client answers
   only if it holds at least t valid signatures, from distinct neighbours (its own does not
@@ -37,7 +48,9 @@ Protocol (five stages; U1 >= U2 >= U3 >= U4 are the clients still answering)
   reveals both secrets of one neighbour. The server reconstructs each ``b_j`` (j in U3) and
   each ``s_j`` (j dropped) from at least t shares, subtracts the self-masks and the dropped
   clients' pairwise masks, and obtains ``sum_{i in U3} x_i mod 2^k``. Pairwise masks between
-  survivors cancel.
+  survivors cancel. Each share is checked when it arrives (well-formed, of a 32-byte
+  secret, at its sender's index): a malformed one drops its sender, and the secret is
+  rebuilt from the other holders' shares.
 
 A round aborts (ProtocolError, global model unchanged) when fewer than ``min_survivors``
 clients remain at any stage, or when a secret cannot be reconstructed from t shares.
@@ -52,8 +65,19 @@ stays hidden (the server learns the sum of the survivors' updates and nothing el
 while fewer than t of its neighbours collude with a server that follows the protocol, and,
 against one that does not, while the colluders are few enough for these checks to hold:
 
+* *cohort*: a client's degree, threshold and noise share come from its own configuration:
+  it refuses a cohort smaller than its ``m_min`` (told "2 clients", the colluder its only
+  neighbour, a client once revealed both secrets 1-of-1), so the threshold is never below
+  what ``m_min`` clients give, and its noise share is calibrated for the survivors of
+  ``m_min`` clients (:mod:`veil.fl.strategies.secagg`);
+* *context*: every signature binds the round's context (plan, identity table, round,
+  cohort) and its stage; the survivor-set signature also binds the signer's fresh keys of
+  the round, so no signature is accepted in another round or another run (a replayed one
+  counts as missing);
 * *keys*: every X25519 key a client uses is signed by its owner, so the server cannot
-  substitute its own (``SecAgg(consistency=False)`` leaves this out: semi-honest server);
+  substitute its own (``SecAgg(consistency=False)`` leaves this out: semi-honest server,
+  and no minimum cohort beyond ``SecAgg(min_cohort=...)``, since the client then has no
+  identity table to count the federation by);
 * *survivor set*: an honest neighbour reveals the self-mask share of a client only for a
   survivor set that excludes no one it reveals a mask-key share of, and only after t of its
   own neighbours signed that very set; each honest client signs one set per round. On the
@@ -78,7 +102,10 @@ server's announced plan must equal it, :func:`veil.fl.secagg.ring.check_plan`) t
 ledger, once per round, and drops out of the round (BudgetExceededError naming the round
 and the budget, nothing charged) when the budget cannot pay.
 
-Not protected: which clients took part (the server sees it), the correctness of the sum
+A setup signature replayed from another run carries keys whose secrets the server does not
+hold (their owner drew and kept them): a client that uses them only shares with, and masks
+against, a party that cannot answer, which is a dropout. Not protected: which clients took
+part (the server sees it), the correctness of the sum
 (a malicious server or client can change the model; SecAgg protects privacy, not
 integrity), and availability (a malicious server can always abort a round).
 

@@ -73,7 +73,8 @@ class Hybrid(Strategy):
     keys: the dealer's output (default: made now with ``key_bits``, ``primes``,
         ``insecure_ok``, by a dealer or, ``keygen="distributed"``, by the parties
         together: :func:`veil.fl.hybrid.protocol.deal_keys`); packed: many values per
-        ciphertext; min_answers: fewest answers a round proceeds with (default n);
+        ciphertext; min_answers: n or None (an encrypted sum needs every party's answer:
+        :mod:`veil.fl.hybrid.protocol`);
         accountant: the ledger's (for calibration).
     identities: the parties' Ed25519 identity public keys, when each party made its own
         (a deployment: :mod:`veil.fl.hybrid.setup`); then ``keys`` is the public set-up's
