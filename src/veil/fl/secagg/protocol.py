@@ -37,7 +37,9 @@ Protocol (five stages; U1 >= U2 >= U3 >= U4 are the clients still answering)
   all in the cohort), remembers it, and returns
   ``Sign(d_i, "survivors" | ctx | i | c_i^pk | s_i^pk | U3)``: its own fresh keys of this
   round make the statement unique to this round of this run (:func:`survivors_statement`),
-  and a neighbour checks it with the keys it holds under i's setup signature. The server
+  and a neighbour checks it with the keys it holds under i's setup signature, counting it
+  only if it holds i's shares (decrypted under its own fresh key: so those keys are i's of
+  this run, not keys replayed with their signature from another run). The server
   verifies each signature (a bad one drops its sender) and forwards to each signer U4 the
   signatures of its neighbours.
 * **unmask**: the server asks each client of U4, for each neighbour it masked with, for
@@ -102,9 +104,10 @@ server's announced plan must equal it, :func:`veil.fl.secagg.ring.check_plan`) t
 ledger, once per round, and drops out of the round (BudgetExceededError naming the round
 and the budget, nothing charged) when the budget cannot pay.
 
-A setup signature replayed from another run carries keys whose secrets the server does not
-hold (their owner drew and kept them): a client that uses them only shares with, and masks
-against, a party that cannot answer, which is a dropout. Not protected: which clients took
+A setup signature replayed from another run (the round context repeats when the plan,
+table, round and cohort do) carries keys whose secrets the server does not hold: their
+owner's shares do not decrypt under them, so that neighbour is a dropout to the client, and
+its survivor-set signatures are not counted. Not protected: which clients took
 part (the server sees it), the correctness of the sum
 (a malicious server or client can change the model; SecAgg protects privacy, not
 integrity), and availability (a malicious server can always abort a round).
@@ -665,7 +668,9 @@ class SecAggClient(ClientProtocol):
         for j, signature in signatures.items():   # t valid ones suffice
             if valid == t:
                 break
-            valid += j in neighbours and j in self._keys and verify(
+            # only a neighbour whose shares it holds: it decrypted them under its own fresh
+            # key, so the keys it checks the signature with are that neighbour's of this run
+            valid += j in neighbours and j in self._held and verify(
                 self._directory.get(j), signature,
                 survivors_statement(self._context, j, self._keys[j], self._u3))
         if valid < t:
