@@ -14,7 +14,13 @@ from veil.crypto import paillier, serialization, threshold
 from veil.errors import ConfigError, ProtocolError
 from veil.fl import Faults, LocalRuntime, Message
 from veil.fl.hybrid.fit import SimulatedAggregator, fit_queries
-from veil.fl.hybrid.protocol import Agreement, HybridClient, HybridServer, deal_keys
+from veil.fl.hybrid.protocol import (
+    Agreement,
+    HybridClient,
+    HybridServer,
+    _query_body,
+    deal_keys,
+)
 from veil.fl.hybrid.run import HybridAggregator
 from veil.learn.queries import Query, QueryLearner, QueryShape
 from veil.random import Generator
@@ -249,21 +255,15 @@ def test_a_ciphertext_under_another_key_is_rejected(primes):
     data = _data(integer=True)
     keys = keys_for(primes, 2)
     other, _ = paillier.keygen(BITS, insecure_ok=True, rng=7)
-    for min_answers in (None, N - 1):
-        agreement = _agreement("smc", trust=2, min_answers=min_answers)
-        agg = HybridAggregator(data, agreement, keys=keys)
-        agg.clients[1] = ForeignKeyClient(1, *data[1], agg.agreement, key_share=keys.shares[1],
-                                          identity=agg.clients[1]._identity, other_key=other)
-        args = (SumQuery(integer=True).next_query(), SumQuery(integer=True))
-        if min_answers is None:      # every answer is needed: the round aborts, clearly
-            with pytest.raises(ProtocolError, match="3 of 4 parties answered"):
-                agg.aggregate(*args, party_noise=None, server_noise=None, rng=1)
-        else:
-            answer = agg.aggregate(*args, party_noise=None, server_noise=None, rng=1)
-            others = [d for i, d in enumerate(data) if i != 1]
-            assert np.array_equal(answer.values, _truth(others))
-        rejected = agg.reports[-1].rejected
-        assert any(cid == 1 and "different key" in why for cid, why in rejected)
+    agg = HybridAggregator(data, _agreement("smc", trust=2), keys=keys)
+    agg.clients[1] = ForeignKeyClient(1, *data[1], agg.agreement, key_share=keys.shares[1],
+                                      identity=agg.clients[1]._identity, other_key=other)
+    args = (SumQuery(integer=True).next_query(), SumQuery(integer=True))
+    # every answer is needed (an encrypted sum has no quorum below n): the round aborts
+    with pytest.raises(ProtocolError, match="3 of 4 parties answered"):
+        agg.aggregate(*args, party_noise=None, server_noise=None, rng=1)
+    rejected = agg.reports[-1].rejected
+    assert any(cid == 1 and "different key" in why for cid, why in rejected)
 
 
 def test_answers_beyond_the_bound_are_clipped_and_counted(primes, caplog):
@@ -298,7 +298,10 @@ def test_the_aggregator_sees_only_ciphertexts_and_the_noisy_aggregate(primes):
     kinds = set()
     for raw in inbox:
         msg = Message.from_bytes(raw)
-        assert set(msg.body) in ({"ciphertexts", "signature"}, {"partial"}), msg.body.keys()
+        assert set(msg.body) in ({"nonce"}, {"ciphertexts", "signature"}, {"partial"}), \
+            msg.body.keys()
+        if "nonce" in msg.body:           # the run's set-up: a fresh nonce, nothing else
+            continue
         field = "partial" if "partial" in msg.body else "ciphertexts"
         blob = msg.body[field]
         obj = serialization.loads(blob, public_key=keys.public_key)
@@ -360,8 +363,18 @@ def _answered(primes, agreement_kw=None, learner=None):
     server = HybridServer(0, range(N), learner.next_query(), agg.agreement,
                           agg.public_key, rng=1)
     replies = {m.recipient: agg.clients[m.recipient].handle(m, Generator(m.recipient))[0]
-               for m in server.start()}
+               for m in _answer_requests(server, agg.clients)}
     return agg, server, replies
+
+
+def _answer_requests(server, parties):
+    """The run's set-up (every party joins), then the server's query to each party."""
+    requests = server.start()
+    if requests[0].stage == "join":
+        for msg in requests:
+            server.receive(parties[msg.recipient].handle(msg, Generator(msg.recipient))[0])
+        requests = server.close_stage()
+    return requests
 
 
 def _decrypt_request(party, answers):
@@ -410,7 +423,7 @@ def test_a_party_takes_the_query_from_its_own_plan(primes):
                  honest.spec)
     for query in (tiny,):
         server = HybridServer(0, range(N), query, agg.agreement, agg.public_key, rng=1)
-        request = next(m for m in server.start() if m.recipient == 0)
+        request = next(m for m in _answer_requests(server, agg.clients) if m.recipient == 0)
         with pytest.raises(ProtocolError, match="not in this party's plan"):
             party.handle(request, Generator(0))
 
@@ -419,10 +432,10 @@ def test_a_party_takes_the_query_from_its_own_plan(primes):
             return [self.shape]
 
     party.learner = OneQuery(integer=True)
-    for r in range(2):
+    for r in (1, 2):
         server = HybridServer(r, range(N), honest, agg.agreement, agg.public_key, rng=1)
-        request = next(m for m in server.start() if m.recipient == 0)
-        if r == 0:
+        request = next(m for m in _answer_requests(server, agg.clients) if m.recipient == 0)
+        if r == 1:
             party.handle(request, Generator(0))
         else:
             with pytest.raises(ProtocolError, match="all that its plan has"):
@@ -444,7 +457,7 @@ def test_a_party_charges_its_own_ledger_and_refuses_beyond_it(primes):
     party.answered = 0
     for r in (1, 2):
         server = HybridServer(r, range(N), query, agg.agreement, agg.public_key, rng=1)
-        request = next(m for m in server.start() if m.recipient == 1)
+        request = next(m for m in _answer_requests(server, agg.clients) if m.recipient == 1)
         if r == 1:
             party.handle(request, Generator(0))
         else:
@@ -459,4 +472,166 @@ def test_min_answers_below_t_is_refused():
     charged as full central DP."""
     with pytest.raises(ConfigError, match="min_answers=1"):
         Agreement(10, "hybrid", trust=10, noise_multiplier=1.0, min_answers=1)
-    assert Agreement(10, "hybrid", trust=4, noise_multiplier=1.0, min_answers=4).quorum == 4
+    assert Agreement(10, "hybrid", trust=4, noise_multiplier=1.0, min_answers=10).min_answers \
+        == 10
+
+
+# -- issue #29 items 2, 3 and #28 item 5: one decryption per (run, round, query) ---------------
+def _until_decrypt(server, parties, rng=0):
+    """Run the honest stages before ``decrypt``: the server's decrypt requests and the
+    signed answers each party sent."""
+    requests, signed = server.start(), {}
+    while requests and requests[0].stage != "decrypt":
+        for msg in requests:
+            (reply,) = parties[msg.recipient].handle(msg, Generator(rng + msg.recipient))
+            if msg.stage == "answer":
+                signed[msg.recipient] = [reply.body["ciphertexts"], reply.body["signature"]]
+            server.receive(reply)
+        requests = server.close_stage()
+    return requests, signed
+
+
+def _combine(server, parties, signed, decryptors, round_=0):
+    """The sum of the answers in ``signed``, decrypted by ``decryptors`` (each partially
+    decrypting the product it computes itself)."""
+    key = server.public_key
+    partials, total = [], None
+    for p in decryptors:
+        (reply,) = parties[p].handle(Message("hybrid", round_, "decrypt", -1, p,
+                                             {"answers": signed}), Generator(p))
+        partials.append(serialization.loads(reply.body["partial"], public_key=key))
+    for blob, _ in signed.values():
+        ct = serialization.loads(blob, public_key=key)
+        total = ct if total is None else total + ct
+    return server.encoding.values(key.combine(partials, ciphertext=total)).astype(float)
+
+
+def test_two_groups_cannot_decrypt_two_sums_whose_difference_is_one_answer(primes):
+    """#29 item 2: n = 4, t = 3 (t_bar = 2), min_answers = 3. Parties 0 and 1 decrypt the
+    product of the answers of {0, 1, 2}; parties 2 and 3 that of all four answers (each
+    party decrypts once per round, as the protocol asks): the difference of the two sums
+    is party 3's answer alone (here, without noise, exactly). The quorum is now fixed at n
+    for every encrypted method, and a party decrypts only the product of all n answers."""
+    data = _data(integer=True)
+    keys = keys_for(primes, 3)
+    try:
+        agreement = _agreement("smc", trust=3, min_answers=3)
+    except ConfigError as exc:
+        assert "min_answers=3" in str(exc)
+        agreement = _agreement("smc", trust=3)
+    agg = HybridAggregator(data, agreement, keys=keys)
+    learner = SumQuery(integer=True)
+    for c in agg.clients.values():
+        c.learner = learner
+    server = HybridServer(0, range(N), learner.next_query(), agg.agreement, agg.public_key,
+                          rng=1)
+    _, signed = _until_decrypt(server, agg.clients)
+    three = {j: signed[j] for j in (0, 1, 2)}
+    try:
+        first = _combine(server, agg.clients, three, (0, 1))
+    except ProtocolError as exc:
+        assert "signed answers" in str(exc)
+        return
+    second = _combine(server, agg.clients, signed, (2, 3))
+    pytest.fail(f"party 3's answer {second - first} was decrypted alone (true "
+                f"{data[3][0].sum(axis=0)})")
+
+
+def test_the_aggregator_cannot_drop_honest_answers_down_to_a_quorum():
+    """#28 item 5: n = 10, t = 8, min_answers = 8: a malicious aggregator drops two honest
+    answers, and the sum holds only 2t - n = 6 honest noise shares where t = 8 were charged
+    (true epsilon 1.169 where 0.999 is charged). Every encrypted method now needs all n
+    answers; the clear baselines keep min_answers (their noise does not depend on it)."""
+    for method in ("hybrid", "smc"):
+        with pytest.raises(ConfigError, match="min_answers=8"):
+            Agreement(10, method, trust=8, noise_multiplier=1.0, min_answers=8)
+    assert Agreement(10, "local", noise_multiplier=1.0, min_answers=8).min_answers == 8
+
+
+class _PointQuery(SumQuery):
+    """The column sums asked "at a model point" (spec), as a gradient query is."""
+
+    def __init__(self, point):
+        super().__init__(integer=True)
+        self.point = point
+
+    def next_query(self):
+        return Query("column sums", self.shape, {"columns": 3, "point": float(self.point)})
+
+
+def test_answers_from_an_earlier_run_cannot_be_mixed_into_a_decryption(primes):
+    """#29 item 3: the parties keep their key shares and identity keys across runs (a
+    deployment). In run A the aggregator collected every party's signed answer at model
+    point 1 (and decrypted their sum); in run B it asks at point 2 and has a party decrypt
+    the victim's new answer together with the others' answers from run A: the two sums
+    differ by the victim's answers at two chosen points, with only the victim's noise.
+    Answers bound only to (round, party, query name and shape) passed; now each binds the
+    run id (every party's fresh nonce), the round and a hash of the whole query (its
+    parameters included), and a party checks every answer against its own."""
+    from veil.crypto.identity import make_identities
+
+    data = _data(integer=True)
+    keys = keys_for(primes, 2)
+    privates, public = make_identities(N)
+    agreement = _agreement("hybrid", trust=2, noise="skellam", identities=public)
+
+    def parties(point):
+        out = {}
+        for i, (X, y) in enumerate(data):
+            out[i] = HybridClient(i, X, y, agreement, learner=_PointQuery(point),
+                                  key_share=keys.shares[i], identity=privates[i])
+        return out
+
+    run_a = parties(1)
+    _, old = _until_decrypt(HybridServer(0, range(N), _PointQuery(1).next_query(), agreement,
+                                         keys.public_key, rng=1), run_a)
+    run_b = parties(2)
+    _, new = _until_decrypt(HybridServer(0, range(N), _PointQuery(2).next_query(), agreement,
+                                         keys.public_key, rng=2), run_b)
+    mixed = {**old, 0: new[0]}                 # the victim's new answer, the others' old ones
+    with pytest.raises(ProtocolError, match="signature"):
+        run_b[1].handle(_decrypt_request(1, mixed), Generator(1))
+    with pytest.raises(ProtocolError, match="signature"):   # a whole earlier run's answers
+        run_b[2].handle(_decrypt_request(2, old), Generator(2))
+    (reply,) = run_b[3].handle(_decrypt_request(3, new), Generator(3))
+    assert "partial" in reply.body
+
+
+def test_the_run_id_is_agreed_once_and_binds_every_later_round(primes):
+    """A party answers only inside a run it joined with its own fresh nonce; the run's
+    later rounds skip the join; answers of an earlier round of the same run are refused
+    (round and query bound); a nonce table without the party's own nonce is refused."""
+    agg, server, replies = _answered(primes)
+    run = server.run_id
+    assert run is not None and all(c.run_id == run for c in agg.clients.values())
+    signed = {i: [r.body["ciphertexts"], r.body["signature"]] for i, r in replies.items()}
+    learner = agg.clients[0].learner
+    later = HybridServer(1, range(N), learner.next_query(), agg.agreement, agg.public_key,
+                         run=run, rng=1)
+    assert later.stages == ("answer", "decrypt")
+    new = {m.recipient: agg.clients[m.recipient].handle(m, Generator(m.recipient))[0]
+           for m in later.start()}
+    with pytest.raises(ProtocolError, match="signature"):     # round 0's answers in round 1
+        agg.clients[0].handle(Message("hybrid", 1, "decrypt", -1, 0, {"answers": signed}),
+                              Generator(0))
+    fresh = {i: [r.body["ciphertexts"], r.body["signature"]] for i, r in new.items()}
+    (reply,) = agg.clients[1].handle(Message("hybrid", 1, "decrypt", -1, 1,
+                                             {"answers": fresh}), Generator(1))
+    assert "partial" in reply.body
+    # a party that never joined a run refuses to answer
+    stranger = HybridClient(0, *_data(integer=True)[0], agg.agreement,
+                            learner=SumQuery(integer=True), key_share=agg.clients[0].key_share,
+                            identity=agg.clients[0]._identity)
+    request = next(m for m in later.start() if m.recipient == 0)
+    with pytest.raises(ProtocolError, match="without having joined a run"):
+        stranger.handle(Message("hybrid", 2, "answer", -1, 0, request.body), Generator(0))
+    # a join whose nonce table leaves out (or changes) this party's own nonce
+    opening = HybridServer(3, range(N), learner.next_query(), agg.agreement, agg.public_key,
+                           rng=1)
+    joins = opening.start()
+    (mine,) = agg.clients[2].handle(joins[2], Generator(2))
+    body = {**_query_body(opening.query), "nonces": {j: bytes(32) for j in range(N)}}
+    with pytest.raises(ProtocolError, match="nonces"):
+        agg.clients[2].handle(Message("hybrid", 3, "answer", -1, 2, body), Generator(2))
+    assert agg.clients[2].run_id is None and mine.body["nonce"] != bytes(32)
+

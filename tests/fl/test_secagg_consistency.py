@@ -81,6 +81,13 @@ def _recover_victim(run, key_shares, seed_shares):
     return x[:run.fed.params.size] / plan.scale
 
 
+def _colluder_signs(run, colluder, view):
+    """A colluder's signature on any survivor set the server likes (this round's context
+    and the colluder's own keys of this round)."""
+    return sign(run.fed.clients[colluder]._identity, survivors_statement(
+        run.server.context, colluder, run.server.keys[colluder], view))
+
+
 def _split_view_attack(run):
     """The server tells A the victim dropped (asks its mask-key share) and B that it
     survived (asks its self-mask share); two colluding clients give it both of theirs."""
@@ -99,8 +106,7 @@ def _split_view_attack(run):
         for c, view in ((A, without_victim), (B, everyone)):
             # the colluders sign whatever set the server likes; the honest ones' signatures
             # are all the server has to forward
-            forged = {k: sign(run.fed.clients[k]._identity, survivors_statement(0, view))
-                      for k in COLLUDERS}
+            forged = {k: _colluder_signs(run, k, view) for k in COLLUDERS}
             asks[c]["signatures"] = {**{k: s for k, s in signed.items() if k != c}, **forged}
     answers = run.ask([_request(c, "unmask", **body) for c, body in asks.items()],
                       to_server=False)
@@ -297,6 +303,9 @@ def test_the_run_config_sets_the_variant_and_the_identity_table(tmp_path):
     cfg = load_config(config)
     strategy = cfg.strategy(cfg.data(0)[0])
     assert strategy.consistency and strategy.deployed and sorted(strategy.identities) == [0, 1, 2]
+    config.write_text(base + "min_cohort = 2\n")
+    cfg = load_config(config)
+    assert cfg.strategy(cfg.data(0)[0]).min_cohort_of(3) == 2
 
 
 def test_the_cli_makes_identity_keys(tmp_path):
@@ -321,3 +330,212 @@ def test_a_bad_key_signature_at_setup_drops_its_sender(clients, known_updates):
     survivors = [0, 1, 3, 4, 5]
     exact = fed.initial_params + np.mean([inner.delta(*data[i]) for i in survivors], axis=0)
     np.testing.assert_allclose(history.params, exact, atol=1e-6)
+
+
+# -- attacks of issue #29 (items 1, 4, 10): the client's own cohort, signatures bound to ----
+# -- their whole context, one client's bad bytes dropping that client -------------------------
+def _deployed_round(data, inner, privates, table, seed=0):
+    """A round of a deployment: the identity table is fixed across runs, each client gets
+    its own long-lived private key where it runs."""
+    run = _Round(data, SecAgg(inner, bits=32, identities=table), seed=seed)
+    for c, client in run.fed.clients.items():
+        client.use_identity(privates[c])
+    return run
+
+
+def _colluder_keys(run, colluder, ctx):
+    """Fresh X25519 keys the server holds for its colluder, signed by the colluder under
+    the round context ``ctx`` the victim was shown."""
+    from veil.fl.secagg.masks import public_key
+    from veil.fl.secagg.protocol import keys_statement
+    from veil.random import secure_rng
+
+    c_sk, s_sk = secure_rng().bytes(32), secure_rng().bytes(32)
+    c_pk, s_pk = public_key(c_sk), public_key(s_sk)
+    signature = sign(run.fed.clients[colluder]._identity,
+                     keys_statement(ctx, colluder, c_pk, s_pk))
+    return c_sk, s_sk, [c_pk, s_pk, signature]
+
+
+def _small_cohort_attack(run, colluder):
+    """#29 item 1: the server tells the victim the round has 2 clients, the colluder its only
+    neighbour. A client that derives degree and threshold from the announced cohort accepts
+    degree 1, threshold 1, and hands the colluder both of its secrets (s_v and b_v) in one
+    1-of-1 share each: the server unmasks the victim's exact update."""
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    from veil.crypto.sharing import split_bytes
+    from veil.fl.messages import decode, encode
+    from veil.fl.secagg.masks import channel_info
+
+    strategy, params = run.server.strategy, run.fed.params
+    cohort = [VICTIM, colluder]
+    plan = strategy.plan(0, params, cohort)
+    honest = run.server.start()[VICTIM]
+    victim = run.fed.clients[VICTIM]
+    body = {**honest.body, "neighbours": [colluder], "sampled": 2, "cohort": cohort,
+            "secagg": plan.public()}
+    (keys,) = victim.handle(_request(VICTIM, "setup", **body), run.rng)
+    c_pk_v = keys.body["c_pk"]
+    c_sk, s_sk, entry = _colluder_keys(run, colluder, victim._context)
+    (shared,) = victim.handle(_request(VICTIM, "share_keys", keys={colluder: entry}), run.rng)
+    info = channel_info(0, VICTIM, colluder)
+    _, _, s_share, b_share = decode(AESGCM(agree(c_sk, c_pk_v, info)).decrypt(
+        bytes(12), shared.body["ciphertexts"][colluder], info))
+    # the colluder's own (1-of-1) shares for the victim, so that it masks with it
+    own = [split_bytes(bytes(32), 1, 1)[0].to_bytes() for _ in range(2)]
+    back = channel_info(0, colluder, VICTIM)
+    ct = AESGCM(agree(c_sk, c_pk_v, back)).encrypt(bytes(12), encode([colluder, VICTIM, *own]),
+                                                   back)
+    (masked,) = victim.handle(_request(VICTIM, "masked_input", params=params,
+                                       ciphertexts={colluder: ct}), run.rng)
+    s_v = combine_bytes([ShamirShare.from_bytes(s_share)])
+    b_v = combine_bytes([ShamirShare.from_bytes(b_share)])
+    x = masked.body["masked"].copy()
+    x -= prg(b_v, x.size, plan.bits, plan.prg)
+    mask = prg(agree(s_v, public_key_of(s_sk), mask_info(0, VICTIM, colluder)), x.size,
+               plan.bits, plan.prg)
+    x = x - mask if VICTIM < colluder else x + mask
+    x = reduce_ring(x, plan.bits).astype(np.int64)
+    x[x >= 2 ** (plan.bits - 1)] -= 2 ** plan.bits
+    return x[:params.size] / plan.scale
+
+
+def public_key_of(secret):
+    from veil.fl.secagg.masks import public_key
+
+    return public_key(secret)
+
+
+@pytest.mark.parametrize("min_cohort", [None, 2])
+def test_a_server_announcing_a_two_client_cohort_is_refused(clients, known_updates,
+                                                            min_cohort):
+    """#29 item 1 (attack above): 5 clients, complete graph, one colluder. The victim knows
+    the federation's size from its identity table and its own minimum cohort from its plan
+    (everyone is sampled: 5), so it refuses the round at setup and reveals nothing. A
+    configuration that itself allows 2-client rounds (``min_cohort=2``) gets what it asked
+    for: the attack then recovers the update exactly (the test's attack is real)."""
+    data = clients(5)
+    inner = known_updates(scale=0.5, weighted=False)
+    run = _Round(data, SecAgg(inner, bits=32, min_cohort=min_cohort))
+    truth = np.clip(inner.delta(*data[VICTIM]), -1, 1)
+    if min_cohort == 2:
+        recovered = _small_cohort_attack(run, colluder=4)
+        np.testing.assert_allclose(recovered, truth, atol=1 / run.server.plan.scale)
+        return
+    with pytest.raises(ProtocolError, match="cohort of 2 clients.*no fewer than 5"):
+        recovered = _small_cohort_attack(run, colluder=4)
+        pytest.fail(f"the victim's update was recovered: error "
+                    f"{np.max(np.abs(recovered - truth)):.2g}")
+
+
+def test_the_minimum_cohort_and_the_noise_come_from_the_clients_own_configuration(
+        known_updates):
+    """Fixed-size sampling: the cohort itself; Poisson sampling at rate q: max(2, qN/2).
+    The distributed noise is calibrated for the minimum cohort's survivors, however large
+    a cohort the server announces (more noise per client, never less)."""
+    from veil.fl.strategies import DPFedAvg
+
+    assert SecAgg(known_updates(weighted=False)).min_cohort_of(20) == 20
+    assert SecAgg(known_updates(weighted=False, fraction=0.3)).min_cohort_of(20) == 6
+    poisson = DPFedAvg(known_updates(), noise_multiplier=1.0, sample_rate=0.4,
+                       noise="distributed")
+    strategy = SecAgg(poisson, bits=48)
+    assert strategy.min_cohort_of(20) == 4
+    small = strategy.plan(0, np.zeros(5), range(4), population=20)
+    large = strategy.plan(0, np.zeros(5), range(16), population=20)
+    assert large.noise_std / large.scale == pytest.approx(small.noise_std / small.scale,
+                                                          rel=1e-9)
+    assert large.rho == pytest.approx(small.rho)
+
+
+def test_survivor_signatures_replayed_from_another_run_do_not_count(clients, known_updates):
+    """#29 item 4: 4 clients with long-lived identity keys (a deployment), complete graph,
+    threshold 2, one colluder (3). In an earlier run the server had client B sign the survivor
+    set {A, B, 3} (the victim "dropped"). In today's run it shows A that set (A signs it) and
+    B the full set; A needs 2 neighbours' signatures on its set: the colluder's and B's from
+    the earlier run. When signatures cover only (round, set), A accepts the replay and reveals
+    its share of the victim's mask key while B reveals its share of the victim's self-mask
+    seed: with the colluder's shares, the victim's update is recovered. Signatures that bind
+    the run (the signer's fresh keys of this round) make the replay worthless."""
+    data = clients(4)
+    inner = known_updates(scale=0.5, weighted=False)
+    privates, public = make_identities(4)
+    table = dict(enumerate(public))
+    colluder, view = 3, np.array([A, B, 3])
+    earlier = _deployed_round(data, inner, privates, table)
+    earlier.ask(earlier.honest_until("consistency")[:0])
+    (old,) = earlier.ask([_request(B, "consistency", survivors=view)],
+                         to_server=False).values()
+    replayed = old.body["signature"]
+
+    run = _deployed_round(data, inner, privates, table, seed=1)
+    run.honest_until("consistency")
+    assert run.server.plan.threshold == 2
+    everyone = np.array([0, 1, 2, 3])
+    answers = run.ask([_request(c, "consistency", survivors=u3)
+                       for c, u3 in ((A, view), (B, everyone), (VICTIM, everyone))],
+                      to_server=False)
+    signed = {c: a.body["signature"] for c, a in answers.items()}
+    asks = {A: {"survivors": [], "dropped": [VICTIM],
+                "signatures": {B: replayed, colluder: _colluder_signs(run, colluder, view)}},
+            B: {"survivors": [VICTIM], "dropped": [],
+                "signatures": {VICTIM: signed[VICTIM],
+                               colluder: _colluder_signs(run, colluder, everyone)}}}
+    answers = run.ask([_request(c, "unmask", **body) for c, body in asks.items()],
+                      to_server=False)
+    assert isinstance(answers[B], Message)       # B's view is genuinely signed
+    if isinstance(answers[A], Message):
+        held = run.fed.clients[colluder]._held[VICTIM]
+        recovered = _recover_victim(run, [held[0], answers[A].body["key_shares"][VICTIM]],
+                                    [held[1], answers[B].body["seed_shares"][VICTIM]])
+        truth = np.clip(inner.delta(*data[VICTIM]), -1, 1)
+        pytest.fail(f"A accepted the replayed signature: the victim's update was recovered "
+                    f"(error {np.max(np.abs(recovered - truth)):.2g})")
+    assert "1 valid signatures" in str(answers[A])
+
+
+def test_one_clients_malformed_share_or_array_drops_that_client_not_the_round(
+        clients, known_updates):
+    """#29 item 10: a client that answers the unmask stage with a malformed share (or a
+    share at another holder's index) used to abort the whole round when the server
+    reconstructed; a wrong-shaped masked input likewise must only drop its sender. Each is
+    now a ProtocolError naming the client, which is excluded, and the round completes with
+    the exact sum from the other clients' shares."""
+    from veil.crypto.sharing import split_bytes
+
+    data = clients(6)
+    inner = known_updates(scale=0.5, weighted=False)
+    bad_share = split_bytes(bytes(32), 5, 3)[4].to_bytes()        # x = 5: not its index
+    for tamper in ("garbage", "index", "shape"):
+        run = _Round(data, SecAgg(inner, bits=32))
+        stage = "masked_input" if tamper == "shape" else "unmask"
+        requests = run.honest_until(stage)
+        answers = run.ask(requests, to_server=False)
+        liar = 2 if tamper != "index" else next(
+            c for c, a in answers.items() if a.body["seed_shares"]
+            and run.server.holders[next(iter(a.body["seed_shares"]))].index(c) + 1 != 5)
+        for c, reply in answers.items():
+            body = dict(reply.body)
+            if c == liar and tamper == "shape":
+                body["masked"] = body["masked"][:-1]
+            elif c == liar:
+                owner = next(iter(body["seed_shares"]))
+                body["seed_shares"] = {**body["seed_shares"],
+                                       owner: b"\x00garbage" if tamper == "garbage"
+                                       else bad_share}
+            msg = Message(reply.protocol, reply.round, reply.stage, c, SERVER, body)
+            if c == liar:
+                with pytest.raises(ProtocolError, match=f"client {liar}"):
+                    run.server.receive(msg)
+            else:
+                run.server.receive(msg)
+        requests = run.server.close_stage()
+        while not run.server.done:
+            run.ask(requests)
+            requests = run.server.close_stage()
+        survivors = run.server.result.clients
+        assert (liar in survivors) == (tamper != "shape")
+        exact = run.fed.params + np.mean([np.clip(inner.delta(*data[i]), -1, 1)
+                                          for i in survivors], axis=0)
+        np.testing.assert_allclose(run.server.result.params, exact, atol=1e-6)

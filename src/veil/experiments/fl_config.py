@@ -14,10 +14,12 @@ Sections and keys (every key optional unless marked; unknown sections or keys ar
                 target_quantile, clip_learning_rate, accountant (rdp | pld)
     [secagg]    bits, clip_range, neighbours, threshold, min_survivors, prg, consistency,
                 identities (a deployment's identity table, veil.crypto.identity; relative
-                to the config file)
+                to the config file), min_cohort (fewest clients a round may have; default:
+                what the sampling implies for the identity table, veil.fl.strategies.SecAgg)
     [hybrid]    trust*, noise (skellam | gaussian | laplace), key_bits, keygen (dealer |
                 distributed: the parties generate the key, veil.crypto.dkg), insecure_ok,
-                count_weight, max_records, packed, min_answers
+                count_weight, max_records, packed, min_answers (n only: an encrypted sum
+                needs every party's answer)
     [faults]    dropout, dropout_stage, dropout_exact, crash, straggler, latency, slowdown,
                 deadline, duplicate, reorder, replay (see veil.fl.runtime.Faults)
     [audit]     canaries, norm, kind (dirac | gaussian), confidence
@@ -92,7 +94,8 @@ SCHEMA: dict[str, dict[str, tuple[Any, Any]]] = {
                 "accountant": (str, DEFAULT_ACCOUNTANT)},
     "secagg": {"bits": (int, 32), "clip_range": (_NUM, 1.0), "neighbours": (int, None),
                "threshold": (_NUM, 0.5), "min_survivors": (_NUM, None), "prg": (str, "aes-ctr"),
-               "consistency": (bool, True), "identities": (str, None)},
+               "consistency": (bool, True), "identities": (str, None),
+               "min_cohort": (int, None)},
     "hybrid": {"trust": (int, None), "noise": (str, "skellam"), "key_bits": (int, 2048),
                "keygen": (str, "dealer"),
                "insecure_ok": (bool, False), "count_weight": (_NUM, 0.25),
@@ -224,7 +227,8 @@ class FLConfig:
             strategy = SecAgg(strategy, bits=s["bits"], clip_range=s["clip_range"],
                               neighbours=s["neighbours"], threshold=s["threshold"],
                               min_survivors=s["min_survivors"], prg=s["prg"],
-                              consistency=s["consistency"], identities=table)
+                              consistency=s["consistency"], identities=table,
+                              min_cohort=s["min_cohort"])
         return strategy
 
     def _hybrid(self, parties: int, setup: Any = None) -> Any:

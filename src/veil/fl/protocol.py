@@ -215,6 +215,9 @@ class ClientProtocol(ABC):
 
     protocol: ClassVar[str]
     stages: ClassVar[tuple[str, ...]]
+    #: later stages that may open a round (a server that skips the first stage: e.g. the
+    #: hybrid protocol's run set-up, done once per run)
+    opens: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, client_id: int) -> None:
         if isinstance(client_id, bool) or not isinstance(client_id, (int, np.integer)) or \
@@ -240,7 +243,7 @@ class ClientProtocol(ABC):
                                 f"{', '.join(self.stages)}")
         index = self.stages.index(msg.stage)
         if msg.round > self.round:
-            if index != 0:
+            if index != 0 and msg.stage not in self.opens:
                 raise ProtocolError(f"{who}: round {msg.round} must start with stage "
                                     f"{self.stages[0]!r}, not {msg.stage!r}")
             self.round, self._stage = msg.round, -1

@@ -8,28 +8,44 @@ t is the minimum number of honest, non-colluding parties; the decryption thresho
 their own, and up to ``t - 1`` parties may drop out before decryption. Assumptions: the
 dealer is trusted to generate the threshold key and hand each party its own share over a
 private channel, then to forget them (:func:`deal_keys`; the strategy objects hand each
-share to its party and keep none); at least t of the parties whose answers are summed are
-honest, which is why, by default, every party must answer (``min_answers``, never below t).
+share to its party and keep none); at least t of the n parties are honest. Every party
+must answer: an encrypted sum has no quorum below n (``min_answers`` is n or None for the
+encrypted methods; the clear baselines keep it). With a quorum q < n a malicious aggregator
+could have two groups decrypt two sums whose difference is one party's answer with only its
+own noise share, or drop honest answers down to q, leaving ``q - (n - t)`` honest noise
+shares where t were charged (n = 10, t = 8, q = 8: true epsilon 1.169 for 0.999 charged).
+Parties may still drop out at decryption (up to ``t - 1``); a party missing from the
+answers aborts the round.
 
 The aggregator may be **malicious**: each party trusts only its own configuration.
 
 * A party answers only a query whose shape is in its own learner's plan (the noise and
   the sensitivity come from its own copy of the plan, never from the aggregator), at most
   as many queries as the plan has, and charges each to its own Ledger when it has one.
+* A run has an id agreed before its first query: at the run's first round (stage
+  ``join``) each party sends a fresh 32-byte nonce (CSPRNG), the aggregator sends every
+  party all n nonces with the query, and each party checks its own is there and takes
+  ``run = H(agreement, session key, nonce_0, ..., nonce_{n-1})`` (:func:`run_id`); the
+  run's later rounds skip the join (a party that has not joined refuses to answer, and a
+  new join forgets the old id).
 * Each answer is signed by its party (Ed25519; the parties' identity keys are public in
-  the :class:`Agreement`). A party partially decrypts only the product it computes itself
-  from at least ``max(t, min_answers)`` answers to the query it answered in this round,
-  each under a valid signature of a distinct party and of the query's shape; and only
-  once per round. So the aggregator is no decryption oracle: it can neither have one
-  party's answer decrypted alone (it cannot forge the other parties' answers), nor a
-  stack of answers, nor two different sums whose difference is one answer.
+  the :class:`Agreement`) over ``run | round | party | H(query) | H(ciphertexts)``, the
+  query hashed whole (name, shape and spec: for a gradient query, the model parameters it
+  is asked at). A party partially decrypts only the product it computes itself from the
+  answers of **all n** parties, each under a valid signature on its own run id, round and
+  query, and only once per round. So the aggregator is no decryption oracle: it cannot
+  have one party's answer decrypted alone (it cannot forge the other parties' answers),
+  nor a stack of answers, nor two different sums whose difference is one answer (there is
+  one set of all n answers per run, round and query: an honest party signs one answer per
+  round), nor mix in answers from another round, another run, or another model point.
 
 Set-up (public :class:`Agreement`): n, t, the noise family and its multiplier z
 (calibrated from the learner's plan and the budget, :func:`veil.fl.hybrid.fit.plan_multiplier`),
 delta, and how answers are encoded. Parties derive their noise from the agreement and the
 query's shape, never from the aggregator.
 
-One query = one round, stages ``answer`` and ``decrypt``:
+One query = one round, stages ``answer`` and ``decrypt`` (after ``join`` in a run's first
+round):
 
 1. **answer** -- the aggregator sends the query (name, shape, spec). Party i computes
    ``Q_s(D_i)`` (the learner's ``answer``), clips it into the query's bound and puts it on
@@ -39,12 +55,12 @@ One query = one round, stages ``answer`` and ``decrypt``:
    summands) and encrypts them under the threshold key with its noise pool. It sends
    **only the ciphertexts**.
 2. The aggregator multiplies the ciphertexts of the parties that answered: ``Enc(sum_i r_i)``.
-3. **decrypt** -- it sends that ciphertext to ``t_bar`` parties chosen at random among
-   those that answered; each returns its partial decryption with its proof of correctness
-   (:mod:`veil.crypto.threshold`, root decryption: about 7x faster than Damgard-Jurik's; the
-   aggregator also learns a power of the aggregate's noise, which reveals nothing beyond
-   the sum because the aggregate multiplies fresh encryptions with independent noise --
-   the argument is in that module's docstring).
+3. **decrypt** -- it sends the n signed answers to ``t_bar`` parties chosen at random; each
+   checks them, multiplies them itself and returns its partial decryption with its proof
+   of correctness (:mod:`veil.crypto.threshold`, root decryption: about 7x faster than
+   Damgard-Jurik's; the aggregator also learns a power of the aggregate's noise, which
+   reveals nothing beyond the sum because the aggregate multiplies fresh encryptions with
+   independent noise -- the argument is in that module's docstring).
 4. Each proof is verified on arrival: a wrong partial decryption is rejected, its party
    named and excluded. When the stage closes with fewer than ``t_bar`` valid partials
    (dropouts, bad proofs) the aggregator asks as many other live parties as are missing,
@@ -87,12 +103,15 @@ from veil.fl.messages import Message, encode
 from veil.fl.party_ledger import ledger_from_state, ledger_state
 from veil.fl.protocol import ClientProtocol, RoundResult, ServerRound
 from veil.learn.queries import Query, QueryAnswer, QueryLearner, QueryShape
-from veil.random import Generator, RngLike, check_rng, noise_rng
+from veil.random import Generator, RngLike, check_rng, noise_rng, secure_rng
 
 __all__ = ["Agreement", "HybridKeys", "deal_keys", "HybridServer", "HybridClient",
-           "QueryEncoding", "make_identities"]
+           "QueryEncoding", "make_identities", "next_run", "run_id"]
 
 log = logging.getLogger(__name__)
+
+#: bytes of a party's nonce for the run id
+NONCE = 32
 
 
 # -- set-up ----------------------------------------------------------------------------------
@@ -105,7 +124,7 @@ class Agreement:
     threshold; default ceil(n/2)). ``noise`` / ``noise_multiplier`` / ``delta``: the noise
     (ignored for ``none`` and ``smc``). ``packed``: many values per ciphertext (False: one
     per ciphertext, for comparison). ``min_answers``: fewest answers a round proceeds with
-    (default n).
+    (default n; the encrypted methods allow only n, see the module docstring).
     """
 
     parties: int
@@ -133,19 +152,25 @@ class Agreement:
             check_positive(self.noise_multiplier, "noise_multiplier")
         check_delta(self.delta)
         if self.min_answers is not None:
-            # fewer than t answers could hold the noise of fewer than t honest parties while
-            # the round is charged as central DP: refused rather than mis-charged
-            low = self.t if self.encrypted and self.party_noise else 1
-            check_int(self.min_answers, "min_answers", low=low, high=n)
+            check_int(self.min_answers, "min_answers", low=1, high=n)
+            if self.encrypted and self.min_answers < n:
+                # a quorum below n lets the aggregator have two groups decrypt two sums (their
+                # difference is one answer with its own noise) or drop honest answers down to
+                # the quorum (fewer honest noise shares than charged): refused
+                raise ConfigError(f"min_answers={self.min_answers!r} is not allowed with "
+                                  f"method={self.method!r}: an encrypted sum needs every "
+                                  f"party's answer (min_answers={n} or None)")
         if self.identities and (len(self.identities) != n or not all(
                 isinstance(k, bytes) and len(k) == 32 for k in self.identities)):
             raise ConfigError(f"identities has {len(self.identities)} entries; expected one "
                               f"32-byte Ed25519 public key per party ({n})")
 
-    @property
-    def quorum(self) -> int:
-        """Fewest signed answers a party accepts in an aggregate it helps decrypt."""
-        return max(self.t, self.min_answers or self.parties)
+    def digest(self, public_key: threshold.ThresholdPublicKey) -> bytes:
+        """SHA-256 of this agreement and the session key: what a run id starts from."""
+        body = [self.parties, self.method, self.t, self.noise,
+                float(self.noise_multiplier or 0.0), float(self.delta), self.packed,
+                list(self.identities), public_key.fingerprint]
+        return hashlib.sha256(b"veil.hybrid.agreement|" + encode(body)).digest()
 
     @property
     def encrypted(self) -> bool:
@@ -176,10 +201,22 @@ class Agreement:
                            honest=honest, delta=self.delta)
 
 
-def _statement(round: int, query: Query, party: int, blob: bytes) -> bytes:
-    """What a party signs: its answer's ciphertexts to this round's query."""
-    body = _query_body(query)
-    return b"veil.hybrid.answer|" + encode([round, party, body["name"], body["shape"]]) + \
+def run_id(agreement_digest: bytes, nonces: dict[int, bytes]) -> bytes:
+    """The run id: SHA-256 of the agreement (:meth:`Agreement.digest`) and of every party's
+    fresh nonce of the run's set-up (``join``), in party order."""
+    return hashlib.sha256(b"veil.hybrid.run|" + agreement_digest + b"".join(
+        nonces[i] for i in sorted(nonces))).digest()
+
+
+def _query_digest(query: Query) -> bytes:
+    """SHA-256 of the whole query as sent: its name, shape and spec (for a gradient query,
+    the model parameters it is asked at)."""
+    return hashlib.sha256(encode(_query_body(query))).digest()
+
+
+def _statement(run: bytes, round: int, query: Query, party: int, blob: bytes) -> bytes:
+    """What a party signs: its answer's ciphertexts to this round's query, in this run."""
+    return b"veil.hybrid.answer|" + run + encode([round, party]) + _query_digest(query) + \
         hashlib.sha256(blob).digest()
 
 
@@ -297,12 +334,14 @@ class HybridServer(ServerRound):
     """
 
     protocol = "hybrid"
-    stages = ("answer", "decrypt")
+    stages = ("join", "answer", "decrypt")
 
     def __init__(self, server_round: int, clients: Sequence[int], query: Query,
                  agreement: Agreement, public_key: threshold.ThresholdPublicKey | None = None, *,
                  finish: Callable[[QueryAnswer], np.ndarray] | None = None,
-                 rng: RngLike = None) -> None:
+                 run: bytes | None = None, rng: RngLike = None) -> None:
+        """``run``: the run id of an earlier round of this run (None: this round opens with
+        the run's set-up, ``join``; :attr:`run_id` holds the id once it is agreed)."""
         super().__init__(server_round, clients)
         if agreement.encrypted and not isinstance(public_key, threshold.ThresholdPublicKey):
             raise ConfigError(f"method={agreement.method!r} encrypts: give the threshold "
@@ -319,6 +358,9 @@ class HybridServer(ServerRound):
                                       public_key.bits if public_key is not None else 2048)
         self.finish = finish
         self.rng = check_rng(rng)
+        self.run_id = run
+        if run is not None or not agreement.encrypted:
+            self.stages = ("answer", "decrypt")  # type: ignore[misc]
         self.answered: list[int] = []
         self.total: EncryptedArray | None = None
         self.partials: dict[int, threshold.PartialDecryption] = {}
@@ -326,10 +368,24 @@ class HybridServer(ServerRound):
         self.answer: QueryAnswer | None = None
 
     def _begin(self) -> list[Message]:
+        if self.stage == "join":
+            return [self.request(c) for c in self.clients]
         body = _query_body(self.query)
         return [self.request(c, **body) for c in self.clients]
 
+    def _joined(self, nonces: dict[int, bytes]) -> list[Message]:
+        """The run id from every party's nonce; the query, with the nonces, to each."""
+        if len(nonces) < self.agreement.parties:
+            raise ProtocolError(f"round {self.round} aborted: {len(nonces)} of "
+                                f"{self.agreement.parties} parties joined the run; its id "
+                                "needs every party's fresh nonce")
+        self.run_id = run_id(self.agreement.digest(self.public_key), nonces)
+        body = _query_body(self.query)
+        return [self.request(c, nonces=dict(nonces), **body) for c in self.clients]
+
     def _check(self, msg: Message) -> Any:
+        if self.stage == "join":
+            return msg.blob("nonce", size=NONCE)
         if self.stage == "answer":
             if not self.agreement.encrypted:
                 values = msg.array("values", dtype=np.int64, shape=(self.query.shape.size,))
@@ -343,7 +399,7 @@ class HybridServer(ServerRound):
                                     f"({self.encoding.ciphertexts},): rejected")
             blob, signature = msg.blob("ciphertexts"), msg.blob("signature", size=64)
             _verify(self.agreement, msg.sender, signature,
-                    _statement(self.round, self.query, msg.sender, blob))
+                    _statement(self.run_id, self.round, self.query, msg.sender, blob))
             return ct, blob, signature
         partial = _load(msg, "partial", threshold.PartialDecryption, self.public_key)
         if partial.party != msg.sender + 1:
@@ -352,6 +408,8 @@ class HybridServer(ServerRound):
         return partial
 
     def _advance(self, stage: str, answers: dict[int, Any]) -> list[Message]:
+        if stage == "join":
+            return self._joined(answers)
         if stage == "answer":
             return self._summed(answers)
         self.partials.update(answers)
@@ -437,6 +495,12 @@ class HybridServer(ServerRound):
         return []
 
 
+def next_run(server: HybridServer | None) -> bytes | None:
+    """The run id the next round goes on with: the previous round's once that round
+    completed (at the start, or after an aborted round, the parties join a run again)."""
+    return server.run_id if server is not None and server.done else None
+
+
 # -- a party ----------------------------------------------------------------------------------
 class HybridClient(ClientProtocol):
     """Party ``client_id`` (its key share is number ``client_id + 1``): answers queries from
@@ -454,7 +518,8 @@ class HybridClient(ClientProtocol):
     """
 
     protocol = "hybrid"
-    stages = ("answer", "decrypt")
+    stages = ("join", "answer", "decrypt")
+    opens = ("answer",)   # later rounds of a run, and the clear methods, skip the join
 
     def __init__(self, client_id: int, X: Any, y: Any, agreement: Agreement, *,
                  learner: QueryLearner | None = None,
@@ -487,6 +552,8 @@ class HybridClient(ClientProtocol):
         self.records_clipped = 0
         self.answered = 0
         self._current: tuple[int, Query, QueryEncoding] | None = None
+        self.run_id: bytes | None = None      # the run this party joined (encrypted methods)
+        self._nonce: bytes | None = None      # its nonce of this round's join
         self._block: Block | None | bool = None  # the planned queries on its ledger
 
     def __getstate__(self) -> dict[str, Any]:
@@ -528,10 +595,40 @@ class HybridClient(ClientProtocol):
         if self.pool is not None:
             self.pool.fill(check_int(count, "count", low=0))
 
+    def _on_join(self, msg: Message, rng: Generator) -> list[Message]:
+        """A new run: a fresh nonce (CSPRNG, whatever the seed) for its id; the old id is
+        forgotten, so nothing signed in another run is accepted again."""
+        if not self.agreement.encrypted:
+            raise ProtocolError(f"party {self.client_id}: method {self.agreement.method!r} "
+                                "has no run set-up: refused")
+        self.run_id, self._nonce = None, secure_rng().bytes(NONCE)
+        return [self.reply(msg, nonce=self._nonce)]
+
+    def _run(self, msg: Message) -> bytes:
+        """This round's run id: agreed now from the nonces sent with the query (the round
+        opened with ``join``: every party's, this party's own unchanged), or the one agreed
+        earlier in this run (ProtocolError otherwise)."""
+        if "nonces" not in msg.body:
+            if self.run_id is None:
+                raise ProtocolError(f"party {self.client_id}: asked to answer in round "
+                                    f"{msg.round} without having joined a run: refused")
+            return self.run_id
+        parties = set(range(self.agreement.parties))
+        nonces = msg.table("nonces", allowed=parties)
+        if self._stage != 0 or self._nonce is None or \
+                nonces.get(self.client_id) != self._nonce or set(nonces) != parties or \
+                any(len(v) != NONCE for v in nonces.values()):
+            raise msg.error("nonces", f"is not one {NONCE}-byte nonce per party with party "
+                                      f"{self.client_id}'s own of this round's join")
+        self._nonce = None
+        self.run_id = run_id(self.agreement.digest(self.key_share.public_key), nonces)
+        return self.run_id
+
     def _on_answer(self, msg: Message, rng: Generator) -> list[Message]:
         if self.learner is None:
             raise ProtocolError(f"party {self.client_id} has no learner to answer queries")
         query = _read_query(msg)
+        run = self._run(msg) if self.agreement.encrypted else b""
         plan = self.learner.plan()
         # the noise depends on the sensitivities and bounds, not on the size (a plan may
         # leave it 0 where it depends on the data seen so far)
@@ -559,7 +656,8 @@ class HybridClient(ClientProtocol):
         pk = self.key_share.public_key
         blob = serialization.dumps(pk.encrypt(encoding.plaintexts(ints), pool=self.pool))
         self._current = (msg.round, query, encoding)
-        signature = sign(self._identity, _statement(msg.round, query, self.client_id, blob))
+        signature = sign(self._identity, _statement(run, msg.round, query, self.client_id,
+                                                    blob))
         return [self.reply(msg, ciphertexts=blob, signature=signature)]
 
     def _on_decrypt(self, msg: Message, rng: Generator) -> list[Message]:
@@ -579,9 +677,9 @@ class HybridClient(ClientProtocol):
         _, query, encoding = self._current
         pk = self.key_share.public_key
         signed = msg.table("answers", allowed=set(range(self.agreement.parties)), value=list)
-        if len(signed) < self.agreement.quorum:
-            raise ProtocolError(f"party {self.client_id}: {len(signed)} signed answers; at "
-                                f"least {self.agreement.quorum} must be summed: refused")
+        if len(signed) != self.agreement.parties:
+            raise ProtocolError(f"party {self.client_id}: {len(signed)} signed answers; all "
+                                f"{self.agreement.parties} must be summed: refused")
         total = None
         for party, pair in sorted(signed.items()):
             if len(pair) != 2 or not all(isinstance(x, bytes) for x in pair):
@@ -589,7 +687,7 @@ class HybridClient(ClientProtocol):
                                            "signature]")
             blob, signature = pair
             _verify(self.agreement, party, signature,
-                    _statement(msg.round, query, party, blob))
+                    _statement(self.run_id, msg.round, query, party, blob))
             ct = _load(Message(msg.protocol, msg.round, msg.stage, msg.sender, msg.recipient,
                                {"answer": blob}), "answer", EncryptedArray, pk)
             if ct.shape != (encoding.ciphertexts,):

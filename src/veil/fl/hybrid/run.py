@@ -31,6 +31,7 @@ from veil.fl.hybrid.protocol import (
     HybridServer,
     deal_keys,
     make_identities,
+    next_run,
 )
 from veil.fl.runtime import LocalRuntime, RoundReport
 from veil.learn.queries import Query, QueryAnswer, QueryLearner
@@ -89,6 +90,7 @@ class HybridAggregator(Aggregator):
         self.round = 0
         self.reports: list[RoundReport] = []
         self._learner: QueryLearner | None = None
+        self._server: HybridServer | None = None
 
     def precompute(self, ciphertexts: int) -> None:
         """Fill every party's noise pool with ``ciphertexts`` encryption noises (offline)."""
@@ -110,8 +112,8 @@ class HybridAggregator(Aggregator):
             self._learner = learner
         before = self._clipped()
         server = HybridServer(self.round, sorted(self.clients), query, self.agreement,
-                              self.public_key,
-                              rng=server_rng)
+                              self.public_key, run=next_run(self._server), rng=server_rng)
+        self._server = server
         report = self.runtime.run_round(server, self.clients, round_rng)
         self.round += 1
         self.reports.append(report)

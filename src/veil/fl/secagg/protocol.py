@@ -4,10 +4,18 @@ Protocol (five stages; U1 >= U2 >= U3 >= U4 are the clients still answering)
 ------------------------------------------------------------------------------
 * **setup** (advertise keys): the server draws the neighbour graph (a randomly relabelled
   Harary graph of even degree, Bell et al.'s SecAgg+; the complete graph = original SecAgg)
-  and sends each client its neighbours and the encoding. Client i draws two X25519 key
+  and sends each client the cohort (the sampled ids), its neighbours and the encoding.
+  Client i checks the cohort against its **own** configuration: at least ``m_min`` clients
+  (:meth:`veil.fl.strategies.SecAgg.min_cohort_of`: from N, the size of its identity table,
+  and its plan's sampling), all in its identity table, it and its neighbours among them;
+  then recomputes the plan (degree, threshold, noise) for that cohort and refuses any
+  difference (:func:`veil.fl.secagg.ring.check_plan`). It draws two fresh X25519 key
   pairs ``(c_i, c_i^pk)`` (to encrypt shares) and ``(s_i, s_i^pk)`` (to agree on masks) and
   sends the public keys, signed with its Ed25519 identity key (Bonawitz et al. 2017,
-  section 6): ``sigma_i = Sign(d_i, "keys" | round | i | c_i^pk | s_i^pk)``.
+  section 6): ``sigma_i = Sign(d_i, "keys" | ctx | i | c_i^pk | s_i^pk)``, where the round
+  context ``ctx = H(run digest | round | cohort)`` (:func:`context`; the run digest hashes
+  the client's own plan, minimum cohort and identity table) is what every signature of the
+  round binds.
 * **share_keys**: the server sends i the signed public keys of its neighbours in U1; i
   checks every signature against its own identity table (below) and refuses to go on if
   one fails (the server forged or swapped a key: it could otherwise sit in the middle of
@@ -26,9 +34,14 @@ Protocol (five stages; U1 >= U2 >= U3 >= U4 are the clients still answering)
   client of U3 (those whose masked input it kept) the set U3 itself (its ids, strictly
   increasing). Client i checks it
   (it holds i; every neighbour of i in it is one whose shares i received and masked with;
-  at most as many clients as were sampled), remembers it, and returns
-  ``Sign(d_i, "survivors" | round | U3)``. The server verifies each signature (a bad one
-  drops its sender) and forwards to each signer U4 the signatures of its neighbours.
+  all in the cohort), remembers it, and returns
+  ``Sign(d_i, "survivors" | ctx | i | c_i^pk | s_i^pk | U3)``: its own fresh keys of this
+  round make the statement unique to this round of this run (:func:`survivors_statement`),
+  and a neighbour checks it with the keys it holds under i's setup signature, counting it
+  only if it holds i's shares (decrypted under its own fresh key: so those keys are i's of
+  this run, not keys replayed with their signature from another run). The server
+  verifies each signature (a bad one drops its sender) and forwards to each signer U4 the
+  signatures of its neighbours.
 * **unmask**: the server asks each client of U4, for each neighbour it masked with, for
   its share of ``b_j`` (j in U3) or of ``s_j`` (j dropped after sharing). The client answers
   only if it holds at least t valid signatures, from distinct neighbours (its own does not
@@ -37,7 +50,9 @@ Protocol (five stages; U1 >= U2 >= U3 >= U4 are the clients still answering)
   reveals both secrets of one neighbour. The server reconstructs each ``b_j`` (j in U3) and
   each ``s_j`` (j dropped) from at least t shares, subtracts the self-masks and the dropped
   clients' pairwise masks, and obtains ``sum_{i in U3} x_i mod 2^k``. Pairwise masks between
-  survivors cancel.
+  survivors cancel. Each share is checked when it arrives (well-formed, of a 32-byte
+  secret, at its sender's index): a malformed one drops its sender, and the secret is
+  rebuilt from the other holders' shares.
 
 A round aborts (ProtocolError, global model unchanged) when fewer than ``min_survivors``
 clients remain at any stage, or when a secret cannot be reconstructed from t shares.
@@ -52,8 +67,19 @@ stays hidden (the server learns the sum of the survivors' updates and nothing el
 while fewer than t of its neighbours collude with a server that follows the protocol, and,
 against one that does not, while the colluders are few enough for these checks to hold:
 
+* *cohort*: a client's degree, threshold and noise share come from its own configuration:
+  it refuses a cohort smaller than its ``m_min`` (told "2 clients", the colluder its only
+  neighbour, a client once revealed both secrets 1-of-1), so the threshold is never below
+  what ``m_min`` clients give, and its noise share is calibrated for the survivors of
+  ``m_min`` clients (:mod:`veil.fl.strategies.secagg`);
+* *context*: every signature binds the round's context (plan, identity table, round,
+  cohort) and its stage; the survivor-set signature also binds the signer's fresh keys of
+  the round, so no signature is accepted in another round or another run (a replayed one
+  counts as missing);
 * *keys*: every X25519 key a client uses is signed by its owner, so the server cannot
-  substitute its own (``SecAgg(consistency=False)`` leaves this out: semi-honest server);
+  substitute its own (``SecAgg(consistency=False)`` leaves this out: semi-honest server,
+  and no minimum cohort beyond ``SecAgg(min_cohort=...)``, since the client then has no
+  identity table to count the federation by);
 * *survivor set*: an honest neighbour reveals the self-mask share of a client only for a
   survivor set that excludes no one it reveals a mask-key share of, and only after t of its
   own neighbours signed that very set; each honest client signs one set per round. On the
@@ -78,7 +104,11 @@ server's announced plan must equal it, :func:`veil.fl.secagg.ring.check_plan`) t
 ledger, once per round, and drops out of the round (BudgetExceededError naming the round
 and the budget, nothing charged) when the budget cannot pay.
 
-Not protected: which clients took part (the server sees it), the correctness of the sum
+A setup signature replayed from another run (the round context repeats when the plan,
+table, round and cohort do) carries keys whose secrets the server does not hold: their
+owner's shares do not decrypt under them, so that neighbour is a dropout to the client, and
+its survivor-set signatures are not counted. Not protected: which clients took
+part (the server sees it), the correctness of the sum
 (a malicious server or client can change the model; SecAgg protects privacy, not
 integrity), and availability (a malicious server can always abort a round).
 
@@ -99,6 +129,7 @@ the masks :mod:`veil.fl.secagg.masks`; :class:`veil.fl.strategies.SecAgg` plans 
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 from collections.abc import Mapping, Sequence
@@ -141,15 +172,28 @@ STAGES = ("setup", "share_keys", "masked_input", "consistency", "unmask")
 SEMI_HONEST_STAGES = ("setup", "share_keys", "masked_input", "unmask")
 
 
-def keys_statement(server_round: int, client: int, c_pk: bytes, s_pk: bytes) -> bytes:
-    """What client ``client`` signs at setup: its two (32-byte) public keys of this round."""
-    return b"veil.secagg.keys|%d|%d|" % (server_round, client) + c_pk + s_pk
+def context(run: bytes, server_round: int, cohort: Sequence[int]) -> bytes:
+    """What every signature of a round binds besides its stage and payload: the run digest
+    (:meth:`veil.fl.strategies.SecAgg.run_digest`: the signer's own plan and identity
+    table), the round and the cohort (the sampled ids, strictly increasing)."""
+    return hashlib.sha256(b"veil.secagg.round|" + run + b"|%d|" % server_round +
+                          np.ascontiguousarray(cohort, dtype="<i8").tobytes()).digest()
 
 
-def survivors_statement(server_round: int, survivors: np.ndarray) -> bytes:
-    """What a client signs in the consistency round: the survivor set U3 it was shown, as
-    the strictly increasing int64 ids the server sends (one canonical byte string)."""
-    return b"veil.secagg.survivors|%d|" % server_round + \
+def keys_statement(ctx: bytes, client: int, c_pk: bytes, s_pk: bytes) -> bytes:
+    """What client ``client`` signs at setup: its two fresh (32-byte) public keys of this
+    round, under the round's :func:`context`."""
+    return b"veil.secagg.keys|" + ctx + b"|%d|" % client + c_pk + s_pk
+
+
+def survivors_statement(ctx: bytes, client: int, keys: Sequence[bytes],
+                        survivors: np.ndarray) -> bytes:
+    """What client ``client`` signs in the consistency round: the survivor set U3 it was
+    shown (the strictly increasing int64 ids the server sends), under the round's
+    :func:`context` and its own fresh keys of this round (``keys``: c_pk, s_pk, which its
+    neighbours hold under its setup signature). Fresh keys make the statement unique to
+    this round of this run: a signature from another run never verifies."""
+    return b"veil.secagg.survivors|" + ctx + b"|%d|" % client + b"".join(keys) + \
         np.ascontiguousarray(survivors, dtype="<i8").tobytes()
 
 
@@ -183,7 +227,11 @@ class SecAggServer(ServerRound):
             self.stages = SEMI_HONEST_STAGES  # type: ignore[misc]
         self.params = params
         self.rng = rng
-        self.plan = strategy.plan(server_round, params, self.clients)
+        population = strategy.population()
+        self.min_cohort = strategy.min_cohort_of(population)
+        self.plan = strategy.plan(server_round, params, self.clients, population=population)
+        self.context = context(strategy.run_digest(self.plan, strategy.identities),
+                               server_round, self.clients)
         self.graph = harary(self.clients, self.plan.degree, rng)
         self.config = strategy.client_config(server_round)
         self.keys: dict[int, tuple[bytes, bytes]] = {}
@@ -205,8 +253,12 @@ class SecAggServer(ServerRound):
 
     def _begin(self) -> list[Message]:
         self._enough(self.clients, "sampling")
+        if len(self.clients) < self.min_cohort:
+            raise ProtocolError(f"round {self.round} aborted: {len(self.clients)} clients "
+                                f"sampled, min_cohort={self.min_cohort} (every client would "
+                                "refuse it)")
         return [self.request(c, config=self.config, neighbours=list(self.graph[c]),
-                             sampled=len(self.clients), secagg=self.plan.public())
+                             cohort=list(self.clients), secagg=self.plan.public())
                 for c in self.clients]
 
     def _check(self, msg: Message) -> Any:
@@ -216,7 +268,7 @@ class SecAggServer(ServerRound):
             if not self.consistency:
                 return c_pk, s_pk, b""
             signature = msg.blob("signature", size=SIGNATURE)
-            self._check_signature(msg, signature, keys_statement(self.round, i, c_pk, s_pk))
+            self._check_signature(msg, signature, keys_statement(self.context, i, c_pk, s_pk))
             return c_pk, s_pk, signature
         if self.stage == "share_keys":
             cts = msg.table("ciphertexts", allowed=set(self.holders[i]))
@@ -236,14 +288,32 @@ class SecAggServer(ServerRound):
             return masked, frozenset(used)
         if self.stage == "consistency":
             signature = msg.blob("signature", size=SIGNATURE)
-            self._check_signature(msg, signature, self._survivors_statement)
+            self._check_signature(msg, signature, survivors_statement(
+                self.context, i, self.keys[i], self._u3))
             return signature
         asked_b, asked_s = self._asked_for[i]
         seeds = msg.table("seed_shares", allowed=set(asked_b))
         keys = msg.table("key_shares", allowed=set(asked_s))
         if set(seeds) != set(asked_b) or set(keys) != set(asked_s):
             raise msg.error("seed_shares", "or 'key_shares' do not answer every request")
-        return seeds, keys
+        # parsed and checked here, so that one client's malformed share drops that client
+        # (ProtocolError from _check), never the round
+        return ({j: self._share(msg, "seed_shares", j, raw) for j, raw in seeds.items()},
+                {j: self._share(msg, "key_shares", j, raw) for j, raw in keys.items()})
+
+    def _share(self, msg: Message, field: str, owner: int, raw: bytes) -> ShamirShare:
+        """The sender's share of ``owner``'s secret: well-formed, of a 32-byte secret, at the
+        sender's own index among ``owner``'s holders (ProtocolError naming it otherwise)."""
+        try:
+            share = ShamirShare.from_bytes(raw)
+        except CryptoError as exc:
+            raise msg.error(field, f"holds a malformed share of client {owner}'s secret: "
+                                   f"{exc}") from None
+        index = self.holders[owner].index(msg.sender) + 1
+        if share.x != index or share.length != KEY:
+            raise msg.error(field, f"holds a share of client {owner}'s secret at x={share.x} "
+                                   f"of {share.length} bytes; expected x={index}, {KEY} bytes")
+        return share
 
     def _check_signature(self, msg: Message, signature: bytes, statement: bytes) -> None:
         """ProtocolError (the sender is dropped) unless ``signature`` is the sender's."""
@@ -308,9 +378,8 @@ class SecAggServer(ServerRound):
         self.dropped = tuple(sorted(self._shared - set(self.survivors)))
         if not self.consistency:
             return self._unmask_requests(self.survivors, {})
-        u3 = np.asarray(self.survivors, dtype=np.int64)
-        self._survivors_statement = survivors_statement(self.round, u3)
-        return [self.request(i, survivors=u3) for i in self.survivors]
+        self._u3 = np.asarray(self.survivors, dtype=np.int64)
+        return [self.request(i, survivors=self._u3) for i in self.survivors]
 
     def _after_consistency(self, answers: dict[int, bytes]) -> list[Message]:
         signers = sorted(answers)
@@ -372,20 +441,9 @@ class SecAggServer(ServerRound):
         self.result = RoundResult(params, self.survivors, metrics)
         return []
 
-    def _reconstruct(self, owner: int, raw: dict[int, bytes], what: str) -> bytes:
-        """``owner``'s secret from its holders' shares (each checked against its x)."""
-        holders = self.holders[owner]
-        shares = []
-        for j, data in sorted(raw.items()):
-            try:
-                share = ShamirShare.from_bytes(data)
-            except CryptoError as exc:
-                raise ProtocolError(f"round {self.round}: client {j} sent a malformed share "
-                                    f"of client {owner}'s {what}: {exc}") from None
-            if share.x != holders.index(j) + 1:
-                raise ProtocolError(f"round {self.round}: client {j} sent a share of client "
-                                    f"{owner}'s {what} with the wrong index {share.x}")
-            shares.append(share)
+    def _reconstruct(self, owner: int, parsed: dict[int, ShamirShare], what: str) -> bytes:
+        """``owner``'s secret from its holders' shares (each checked in :meth:`_check`)."""
+        shares = [parsed[j] for j in sorted(parsed)]
         if len(shares) < self.plan.threshold:
             raise ProtocolError(f"round {self.round} aborted: client {owner}'s {what} cannot "
                                 f"be recovered: {len(shares)} share(s), threshold "
@@ -450,22 +508,38 @@ class SecAggClient(ClientProtocol):
         self._c_sk = self._s_sk = self._b = b""
         self._keys: dict[int, list[bytes]] = {}
         self._held: dict[int, tuple[bytes, bytes]] = {}
-        self._sampled = 0
+        self._cohort: list[int] = []
+        self._context = b""
         self._survivors: frozenset[int] | None = None   # the U3 this client signed
-        self._statement = b""
+        self._u3 = np.zeros(0, dtype=np.int64)
 
     def _on_setup(self, msg: Message, rng: Generator) -> list[Message]:
+        who = f"client {self.client_id}, round {msg.round}"
         self._neighbours = msg.ids("neighbours")
         if self.client_id in self._neighbours:
-            raise ProtocolError(f"client {self.client_id}: listed as its own neighbour")
-        sampled = msg.integer("sampled", low=len(self._neighbours) + 1, high=1 << 20)
+            raise ProtocolError(f"{who}: listed as its own neighbour")
+        cohort = msg.ids("cohort")
+        population = self.strategy.population() if self._directory is None else \
+            len(self._directory)
+        if cohort != sorted(cohort) or self.client_id not in cohort or \
+                not set(self._neighbours) <= set(cohort) or (
+                    self._directory is not None and not set(cohort) <= set(self._directory)):
+            raise msg.error("cohort", "is not a strictly increasing list of clients of the "
+                                      "identity table holding this client and its neighbours")
+        least = self.strategy.min_cohort_of(population)
+        if len(cohort) < least:
+            raise ProtocolError(f"{who}: a cohort of {len(cohort)} clients; this client's own "
+                                f"configuration allows no fewer than {least} (of "
+                                f"{population} in its identity table): refused")
         announced = msg.get("secagg", dict).get("clip_range")
         if not isinstance(announced, float) or not 0 < announced < math.inf:
             raise msg.error("secagg", f"has clip_range={announced!r}")
         own = self.strategy.plan(msg.round, np.zeros(self.trainer.model.n_params_),
-                                 range(sampled), clip_range=announced)
+                                 cohort, clip_range=announced, population=population)
         self._plan = check_plan(msg, own, self._neighbours)
-        self._sampled = sampled
+        self._cohort = cohort
+        self._context = context(self.strategy.run_digest(own, self._directory or {}),
+                                msg.round, cohort)
         self._config = msg.get("config", dict)
         keys = secure_rng()  # never the run's seed: see veil.random
         self._c_sk, self._s_sk = keys.bytes(KEY), keys.bytes(KEY)
@@ -476,7 +550,8 @@ class SecAggClient(ClientProtocol):
             raise ProtocolError(f"client {self.client_id} has no identity key to sign with "
                                 "(a deployed client gets it with use_identity): not taking "
                                 "part")
-        signature = sign(self._identity, keys_statement(msg.round, self.client_id, c_pk, s_pk))
+        signature = sign(self._identity, keys_statement(self._context, self.client_id, c_pk,
+                                                        s_pk))
         return [self.reply(msg, c_pk=c_pk, s_pk=s_pk, signature=signature)]
 
     def _on_share_keys(self, msg: Message, rng: Generator) -> list[Message]:
@@ -489,7 +564,7 @@ class SecAggClient(ClientProtocol):
                 raise msg.error("keys", f"entry for client {j} is not two {KEY}-byte keys"
                                         + (" and a signature" if signed else ""))
             if signed and not verify(self._directory.get(j), entry[2],
-                                     keys_statement(msg.round, j, *pair)):
+                                     keys_statement(self._context, j, *pair)):
                 raise ProtocolError(f"client {self.client_id}, round {msg.round}: the keys "
                                     f"forwarded for client {j} do not carry its signature "
                                     "(identity table): refusing to share with them")
@@ -568,15 +643,17 @@ class SecAggClient(ClientProtocol):
         if self.client_id not in survivors:
             raise ProtocolError(f"{who}: shown a survivor set without itself: refusing to "
                                 "sign it")
-        if len(u3) > self._sampled:
-            raise ProtocolError(f"{who}: shown {len(u3)} survivors of {self._sampled} "
-                                "sampled clients: refusing to sign")
+        if not survivors <= set(self._cohort):
+            raise ProtocolError(f"{who}: shown survivors {sorted(survivors - set(self._cohort))}"
+                                " outside the round's cohort: refusing to sign")
         unknown = (survivors & set(self._neighbours)) - set(self._held)
         if unknown:
             raise ProtocolError(f"{who}: the survivor set names neighbours {sorted(unknown)}, "
                                 "whose shares it never received: refusing to sign")
-        self._survivors, self._statement = survivors, survivors_statement(msg.round, u3)
-        return [self.reply(msg, signature=sign(self._identity, self._statement))]
+        self._survivors, self._u3 = survivors, u3
+        mine = (public_key(self._c_sk), public_key(self._s_sk))
+        statement = survivors_statement(self._context, self.client_id, mine, u3)
+        return [self.reply(msg, signature=sign(self._identity, statement))]
 
     def _check_consistency(self, msg: Message, survivors: list[int],
                            dropped: list[int]) -> None:
@@ -591,8 +668,11 @@ class SecAggClient(ClientProtocol):
         for j, signature in signatures.items():   # t valid ones suffice
             if valid == t:
                 break
-            valid += j in neighbours and verify(self._directory.get(j), signature,
-                                                self._statement)
+            # only a neighbour whose shares it holds: it decrypted them under its own fresh
+            # key, so the keys it checks the signature with are that neighbour's of this run
+            valid += j in neighbours and j in self._held and verify(
+                self._directory.get(j), signature,
+                survivors_statement(self._context, j, self._keys[j], self._u3))
         if valid < t:
             raise ProtocolError(f"{who}: {valid} valid signatures of its neighbours on the "
                                 f"survivor set it signed ({len(signatures)} forwarded), "
@@ -615,7 +695,7 @@ class SecAggClient(ClientProtocol):
         if self.strategy.consistency:
             self._check_consistency(msg, survivors, dropped)
         plan = self._plan
-        if (plan.rho is not None and plan.degree == self._sampled - 1
+        if (plan.rho is not None and plan.degree == len(self._cohort) - 1
                 and len(survivors) + 1 < plan.min_survivors):
             raise ProtocolError(f"client {self.client_id}: only {len(survivors) + 1} "
                                 f"survivors, but the distributed noise needs "

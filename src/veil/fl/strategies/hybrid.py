@@ -45,6 +45,7 @@ from veil.fl.hybrid.protocol import (
     QueryEncoding,
     deal_keys,
     make_identities,
+    next_run,
 )
 from veil.fl.protocol import ClientProtocol, ServerRound
 from veil.fl.strategies.base import Strategy
@@ -72,7 +73,8 @@ class Hybrid(Strategy):
     keys: the dealer's output (default: made now with ``key_bits``, ``primes``,
         ``insecure_ok``, by a dealer or, ``keygen="distributed"``, by the parties
         together: :func:`veil.fl.hybrid.protocol.deal_keys`); packed: many values per
-        ciphertext; min_answers: fewest answers a round proceeds with (default n);
+        ciphertext; min_answers: n or None (an encrypted sum needs every party's answer:
+        :mod:`veil.fl.hybrid.protocol`);
         accountant: the ledger's (for calibration).
     identities: the parties' Ed25519 identity public keys, when each party made its own
         (a deployment: :mod:`veil.fl.hybrid.setup`); then ``keys`` is the public set-up's
@@ -122,6 +124,7 @@ class Hybrid(Strategy):
         self._public = None if identities is None else tuple(identities)
         self.agreement: Agreement | None = None
         self.learner: GradientQueries | None = None
+        self._last: HybridServer | None = None   # its run id serves the run's later rounds
 
     # -- set-up, once the model is known ----------------------------------------------------
     def _setup(self, model: Any) -> None:
@@ -231,8 +234,9 @@ class Hybrid(Strategy):
             learner.update(query, answer)
             return learner.params
 
-        return HybridServer(server_round, sampled, query, agreement, self.public_key,
-                            finish=step, rng=rng)
+        self._last = HybridServer(server_round, sampled, query, agreement, self.public_key,
+                                  finish=step, run=next_run(self._last), rng=rng)
+        return self._last
 
     def state_dict(self) -> dict[str, Any]:
         learner, _ = self._ready()

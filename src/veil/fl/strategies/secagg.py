@@ -12,11 +12,16 @@ Distributed DP (with ``DPFedAvg(noise="distributed")``)
 -------------------------------------------------------
 Each client adds discrete Gaussian noise N_Z(0, sigma_c^2) (Canonne, Kamath & Steinke 2020;
 :func:`veil.dp.samplers.discrete_gaussian`) to its encoded update before masking, with
-``sigma_c = z (s C + sqrt(d)/2) / sqrt(t)``, t = ``min_survivors``: the rounded update has
-L2 norm at most ``s C + sqrt(d)/2`` (rounding moves each entry by at most 1/2), so the sum
-of any t clients' noise has multiplier z. The sum of t discrete Gaussians is not a
-discrete Gaussian; Kairouz, Liu & Steinke (ICML 2021, Proposition 14) bound its Renyi DP
-by ``alpha/2 (Delta_2/(sqrt(t) sigma_c) + tau sqrt(d))^2`` with
+``sigma_c = z (s C + sqrt(d)/2) / sqrt(t)``: the rounded update has L2 norm at most
+``s C + sqrt(d)/2`` (rounding moves each entry by at most 1/2), so the sum of any t
+clients' noise has multiplier z. t counts on the client's **own** configuration, never on
+the cohort the server announces: ``t = max(2, ceil(min_survivors m_min))`` with m_min the
+minimum cohort (:meth:`SecAgg.min_cohort_of`, from the federation's size N in the client's
+identity table and its plan), the cohort below which every client refuses the round. A
+server announcing a larger cohort gets more noise in the sum than needed, never less.
+The sum of t discrete Gaussians is not a discrete Gaussian; Kairouz, Liu & Steinke (ICML
+2021, Proposition 14) bound its Renyi DP by
+``alpha/2 (Delta_2/(sqrt(t) sigma_c) + tau sqrt(d))^2`` with
 ``tau = 10 sum_{k=1}^{t-1} exp(-2 pi^2 sigma_c^2 k/(k+1))``: concentrated DP with that rho,
 charged as a ``ZCDpEvent`` per round (composed exactly by the RDP accountant; the PLD
 accountant falls back to the same RDP bound), without claiming amplification by
@@ -27,6 +32,8 @@ The modular reduction is post-processing of the exact integer sum.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -41,6 +48,7 @@ from veil.errors import ConfigError
 from veil.fl.secagg.protocol import SecAggClient, SecAggServer
 from veil.fl.secagg.ring import CLIPPED, MAX_LEVELS, PRGS, WEIGHT, Plan
 from veil.fl.strategies.base import StrategyWrapper, UpdateStrategy
+from veil.fl.strategies.fedavg import round_half_up
 from veil.fl.trainer import LocalTrainer
 
 __all__ = ["SecAgg", "SecAggClient", "SecAggServer"]
@@ -86,6 +94,10 @@ class SecAgg(StrategyWrapper):
         deployed client opens its own ledger where it runs).
     rounds: the planned number of rounds, the clients' own plan for their ledgers
         (required with ``client_ledgers``).
+    min_cohort: the fewest clients a round may sample; every client refuses a smaller
+        cohort (its degree, threshold and noise are never derived from a cohort the server
+        makes up). None: what the inner strategy's sampling implies for the N clients of the
+        identity table (:meth:`min_cohort_of`).
     """
 
     def __init__(self, inner: UpdateStrategy, *, bits: int = 32, clip_range: float = 1.0,
@@ -94,8 +106,10 @@ class SecAgg(StrategyWrapper):
                  consistency: bool = True,
                  identities: Mapping[int, bytes] | str | os.PathLike | None = None,
                  client_ledgers: Callable[[int], Ledger] | None = None,
-                 rounds: int | None = None) -> None:
+                 rounds: int | None = None, min_cohort: int | None = None) -> None:
         super().__init__(inner)
+        self.min_cohort = None if min_cohort is None else check_int(min_cohort, "min_cohort",
+                                                                    low=2)
         if client_ledgers is not None and not callable(client_ledgers):
             raise ConfigError(f"client_ledgers={client_ledgers!r} is not allowed: expected a "
                               "function client_id -> veil.dp.Ledger, or None")
@@ -138,19 +152,46 @@ class SecAgg(StrategyWrapper):
     def secure(self) -> bool:
         return True
 
+    def min_cohort_of(self, population: int | None) -> int:
+        """The fewest clients a round may have in a federation of ``population`` clients
+        (the size of the identity table; None: unknown, the semi-honest variant, 2).
+
+        ``min_cohort`` when given; else the cohort the inner strategy's sampling implies:
+        ``max(min_clients, round(fraction N))`` (at most N) for a fixed-size sample, and, for
+        Poisson sampling at rate q < 1 (DP-FedAvg), ``max(2, floor(q N / 2))``: by
+        Chernoff's bound an honest round falls below qN/2 with probability at most
+        ``exp(-q N / 8)`` (such a round is refused, a dropout of every client)."""
+        if self.min_cohort is not None or population is None:
+            return self.min_cohort or 2
+        n = int(population)
+        q = _inner_attr(self.inner, "sample_rate")     # Poisson sampling overrides the rest
+        if q is not None:
+            return max(2, math.floor(q * n / 2)) if q < 1.0 else n
+        fraction = _inner_attr(self.inner, "fraction") or 1.0
+        least = _inner_attr(self.inner, "min_clients") or 1
+        return max(2, min(n, max(least, round_half_up(fraction * n))))
+
+    def population(self) -> int | None:
+        """N, the size of the identity table (None without one: semi-honest variant)."""
+        return len(self.identities) if self.consistency else None
+
     def plan(self, server_round: int, params: np.ndarray, sampled: Sequence[int], *,
-             clip_range: float | None = None) -> Plan:
+             clip_range: float | None = None, population: int | None = None) -> Plan:
         """The round's encoding and thresholds (deterministic in its inputs).
 
         ``clip_range``: the bound the server announced (a client recomputes the plan with
         it: an adaptive clip norm lives on the server; the noise is proportional to it, so
-        the client's noise multiplier holds whatever the bound).
+        the client's noise multiplier holds whatever the bound). ``population``: N, which
+        fixes the minimum cohort the distributed noise is calibrated for
+        (:meth:`min_cohort_of`; None: the sampled cohort itself).
         """
         m, d = max(2, len(sampled)), int(params.size)  # fewer than 2: the round aborts
         degree = max(1, m - 1) if self.neighbours is None else \
             min(max(1, m - 1), 2 * math.ceil(self.neighbours / 2))
         threshold = min(degree, math.floor(self.threshold * degree) + 1)
         min_survivors = max(2, math.ceil(self.min_survivors * m))
+        least = m if population is None else min(m, self.min_cohort_of(population))
+        shares = max(2, math.ceil(self.min_survivors * least))   # t of the noise calibration
         bound = self.inner.update_norm_bound(server_round)
         if clip_range is None:
             clip_range = self.clip_range if bound is None else bound
@@ -159,12 +200,17 @@ class SecAgg(StrategyWrapper):
         noise = self.inner.distributed_noise(server_round)
         z = 0.0 if noise is None else noise.multiplier
         extras_std = {} if noise is None else dict(noise.extras_std)
+        # the headroom below is sized for shares == min_survivors; fewer shares mean more
+        # noise per client, and in the sum, by sqrt(min_survivors / shares)
+        z_room = z * math.sqrt(min_survivors / shares)
+        room_std = {k: v * math.sqrt(min_survivors / shares) for k, v in extras_std.items()}
         top = 2.0 ** (self.bits - 1) - 1.0
         # m (R s + 1/2) + noise headroom <= top: no wrap-around (veil.fl.secagg.ring)
-        scale = (top - m / 2.0 - 4.0 * z * math.sqrt(d)) / (m * clip_range + 8.0 * z * clip_range)
+        scale = (top - m / 2.0 - 4.0 * z_room * math.sqrt(d)) / (m * clip_range
+                                                                 + 8.0 * z_room * clip_range)
         scale = min(scale, MAX_LEVELS / clip_range)  # finer steps than 2^-30 R buy nothing
         extras_scale = 2 * math.floor(min(MAX_LEVELS, top / (
-            m + 8.0 * max(extras_std.values(), default=0.0))) / 2)
+            m + 8.0 * max(room_std.values(), default=0.0))) / 2)
         if not (scale * clip_range >= 1.0 and extras_scale >= 2):
             raise ConfigError(f"bits={self.bits} is too small for {m} clients (and the noise): "
                               "the sum would not fit the ring; use more bits")
@@ -172,7 +218,7 @@ class SecAgg(StrategyWrapper):
                      extras_scale, prg=self.prg)
         if noise is None:
             return plan
-        t = min_survivors
+        t = shares
         sigma = z * (scale * clip_range + math.sqrt(d) / 2.0) / math.sqrt(t)
         sigmas = {k: v * extras_scale / math.sqrt(t) for k, v in extras_std.items()}
         if sigma < 0.5 or any(0 < s < 0.5 for s in sigmas.values()):
@@ -197,7 +243,8 @@ class SecAgg(StrategyWrapper):
 
     def round_event(self, server_round: int, params: np.ndarray, sampled: Sequence[int],
                     population: int) -> dp_accounting.DpEvent | None:
-        plan = self.plan(server_round, params, sampled)  # also checks the ring before any charge
+        # also checks the ring before any charge
+        plan = self.plan(server_round, params, sampled, population=self.population())
         if plan.rho is None:
             return self.inner.round_event(server_round, params, sampled, population)
         return plan.event
@@ -224,3 +271,23 @@ class SecAgg(StrategyWrapper):
         self.identities[int(client_id)] = public
         return SecAggClient(client_id, trainer, self, identity=private,
                             directory=self.identities)
+
+    def run_digest(self, plan: Plan, table: Mapping[int, bytes]) -> bytes:
+        """SHA-256 of what a party's own configuration fixes for the round: the protocol
+        variant, the plan's public part and degree, the minimum cohort and the identity
+        ``table`` it trusts (every round signature binds it:
+        :func:`veil.fl.secagg.protocol.context`)."""
+        population = len(table) if self.consistency else None
+        body = {"consistency": self.consistency, "plan": plan.public(), "degree": plan.degree,
+                "min_cohort": self.min_cohort_of(population),
+                "identities": sorted((int(k), v.hex()) for k, v in table.items())}
+        return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).digest()
+
+
+def _inner_attr(strategy: UpdateStrategy, name: str) -> float | None:
+    """The first ``name`` set along the chain of wrapped strategies (None if none)."""
+    while strategy is not None:
+        if name in vars(strategy):
+            return vars(strategy)[name]
+        strategy = getattr(strategy, "inner", None)
+    return None
