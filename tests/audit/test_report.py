@@ -147,7 +147,13 @@ def test_veil_audit_run_dir(run_dir, tmp_path, capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["name"] == "logistic regression sweep"
     assert (out / "report.html").is_file() and (out / "report.json").is_file()
-    assert main(["audit", str(run_dir), "--out", str(out), "--seed", "4"]) == 0
+    before = (out / "report.json").read_bytes()
+    # a second audit into the same folder is refused (getting-started promises it) ...
+    assert main(["audit", str(run_dir), "--out", str(out), "--seed", "4"]) == 2
+    assert "--force" in capsys.readouterr().err
+    assert (out / "report.json").read_bytes() == before
+    # ... unless asked
+    assert main(["audit", str(run_dir), "--out", str(out), "--seed", "4", "--force"]) == 0
     assert "veil privacy audit" in capsys.readouterr().out
 
 

@@ -177,3 +177,36 @@ def test_enrol_refuses_a_set_up_with_another_partys_identity_swapped(tmp_path, o
           root / "org1" / "public.bin", tmp_path / "party-1.id", identities=published,
           insecure_ok=True)
     assert oct((tmp_path / "party-1.id").stat().st_mode & 0o777) == "0o600"
+
+
+def test_set_up_files_and_identities_are_replaced_only_with_force_and_named(orgs, capsys):
+    """`veil fl setup/enrol --out X` replaced X silently (an enrolled party's private
+    identity file included): now refused, nothing changed; --force replaces and names it."""
+    root, _ = orgs
+    org = root / "org1"
+    published = [str(root / f"org{i}" / f"identity-{i}.json") for i in range(3)]
+    tables = [a for p in published for a in ("--identities", p)]
+    setup = ["fl", "setup", "--key-share", str(org / "party-1.key"), *tables,
+             "--out", str(org / "public.bin"), "--insecure-ok"]
+    enrol_ = ["fl", "enrol", "--party", "1", "--key-share", str(org / "party-1.key"),
+              "--identity-key", str(org / "identity-1.key"), "--setup", str(org / "public.bin"),
+              "--out", str(org / "party-1.id"), *tables, "--insecure-ok"]
+    for argv, name in ((setup, "public.bin"), (enrol_, "party-1.id")):
+        before = (org / name).read_bytes()
+        capsys.readouterr()
+        assert main(argv) == 2
+        assert "--force" in capsys.readouterr().err and (org / name).read_bytes() == before
+        assert main([*argv, "--force"]) == 0
+        assert f"replaced {org / name}" in " ".join(capsys.readouterr().err.split())
+    assert (org / "party-1.id").stat().st_mode & 0o777 == 0o600
+
+
+def test_tls_certificates_are_replaced_only_with_force(tmp_path, capsys):
+    assert main(["fl", "certs", str(tmp_path)]) == 0
+    key = (tmp_path / "server.key").read_bytes()
+    assert main(["fl", "certs", str(tmp_path)]) == 2
+    assert (tmp_path / "server.key").read_bytes() == key
+    capsys.readouterr()
+    assert main(["fl", "certs", str(tmp_path), "--force"]) == 0
+    assert "replaced" in capsys.readouterr().err
+    assert (tmp_path / "server.key").read_bytes() != key

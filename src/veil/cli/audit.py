@@ -19,7 +19,14 @@ from typing import Annotated
 import numpy as np
 import typer
 
-from veil.cli._output import check_input_file, print_json, print_table, progress, say
+from veil.cli._output import (
+    check_input_file,
+    check_out_dir,
+    print_json,
+    print_table,
+    progress,
+    say,
+)
 from veil.errors import ConfigError, DataError
 
 ATTACK_HELP = "loss | confidence | shadow | lira | lira-offline"
@@ -111,6 +118,8 @@ def audit(
         "--seed", help="Seed for reproducible splits and bootstraps (default: secure "
         "randomness).")] = None,
     json_: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Write into a folder that already holds a report.")] = False,
 ) -> None:
     """Audit a training run (RUN_DIR) or a saved model (--model): certified epsilon, empirical
     lower bounds, membership attack, mutual information; writes report.json + report.html."""
@@ -119,15 +128,13 @@ def audit(
 
     if (run_dir is None) == (model is None):
         raise ConfigError("give either RUN_DIR or --model (not both, not neither)")
-    if out is not None and out.exists() and not out.is_dir():
-        raise DataError(f"--out={str(out)!r} is an existing file; expected a folder")
+    target = out or (Path("audit-report") if model is not None else Path(run_dir) / "audit")
+    check_out_dir(target, force=force)
     if model is not None:
         run = _model_run(model, members, nonmembers, population, attack, n_shadow, ledger,
                          epsilon, delta, seed)
-        target = out or Path("audit-report")
     else:
         run = run_dir
-        target = out or Path(run_dir) / "audit"
     with progress("audit", transient=True):
         report = privacy_report(run, confidence=confidence, rng=seed)
     json_path, html_path = report.write(target)

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from veil._io import atomic_write
+from veil._io import atomic_write, check_absent
 from veil.cli._output import (
     check_input_file,
     check_out_dir,
@@ -419,15 +419,34 @@ Hosts = Annotated[list[str] | None, typer.Option(
     "and 127.0.0.1).")]
 
 
+ForceKeys = Annotated[bool, typer.Option("--force", help="Replace existing key or set-up "
+                                          "files (each replaced one is named).")]
+
+
+def _replaced(paths: list[Path], force: bool) -> list[str]:
+    """Those of ``paths`` that exist (checked before writing), to name once replaced; without
+    ``force`` an existing one is refused (veil._io.check_absent)."""
+    check_absent(paths, force=force, what="file")
+    return [str(p) for p in paths if os.path.lexists(p)]
+
+
+def _say_replaced(replaced: list[str]) -> None:
+    if replaced:
+        warn(f"--force replaced {', '.join(replaced)}")
+
+
 @app.command("certs")
 def certs(directory: Annotated[Path, typer.Argument(help="Directory for ca.crt, server.crt "
                                                          "and server.key.")],
-          host: Hosts = None) -> None:
+          host: Hosts = None, force: ForceKeys = False) -> None:
     """Make a self-signed CA and a SuperLink certificate (TLS for a private deployment)."""
     from veil.fl.runtime.tls import self_signed
 
-    paths = self_signed(directory, tuple(host) if host else ("localhost", "127.0.0.1"))
+    replaced = _replaced([Path(directory) / "server.key"], force)
+    paths = self_signed(directory, tuple(host) if host else ("localhost", "127.0.0.1"),
+                        force=force)
     print_table([[k, str(v)] for k, v in paths.items()], ["file", "path"], title="TLS files")
+    _say_replaced(replaced)
 
 
 @app.command("identities")
@@ -471,14 +490,16 @@ def public_setup(key_share: KeyShare, identities: Annotated[list[Path], typer.Op
         "--identities", help="Identity tables (repeat): each party's identity-I.json, or "
         "one identities.json.")], out: Annotated[Path, typer.Option(
             "--out", help="The public set-up to write (public.bin).")],
-        insecure_ok: InsecureOk = False) -> None:
+        insecure_ok: InsecureOk = False, force: ForceKeys = False) -> None:
     """Dealer-free hybrid set-up: write public.bin from the threshold public key inside
     KEY-SHARE (only its public part: no share goes into public.bin) and the parties'
     published identity keys. Every party can run it with its own share file and compare
     the fingerprint."""
     from veil.fl.hybrid.setup import assemble
 
+    replaced = _replaced([out], force)
     setup = assemble(key_share, identities, out, insecure_ok=insecure_ok)
+    _say_replaced(replaced)
     say(f"public set-up written to {out} (key {setup.public_key.fingerprint.hex()[:16]}, "
         f"{len(setup.identities)} parties): fingerprint {setup.fingerprint}")
 
@@ -493,12 +514,14 @@ def enrol(party: PartyIndex, key_share: KeyShare,
           identities: Annotated[list[Path], typer.Option(
               "--identities", help="The identity tables this party holds (repeat): every "
               "party's published identity-I.json, or one identities.json.")],
-          insecure_ok: InsecureOk = False) -> None:
+          insecure_ok: InsecureOk = False, force: ForceKeys = False) -> None:
     """Dealer-free hybrid set-up, on party I's machine: check its key share and identity
     key, and every party's identity key, against its own public.bin and write party-I.id
     (0600), which its node config names (identity = ...)."""
     from veil.fl.hybrid.setup import enrol as enrol_party
 
+    replaced = _replaced([out], force)
     ident = enrol_party(party, key_share, identity_key, setup, out, identities=identities,
-                        insecure_ok=insecure_ok)
+                        insecure_ok=insecure_ok, force=force)
+    _say_replaced(replaced)
     say(f"party {party}'s identity written to {out} (set-up {ident.setup.fingerprint[:16]})")

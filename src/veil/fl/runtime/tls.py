@@ -25,12 +25,13 @@ __all__ = ["self_signed"]
 
 def self_signed(directory: str | os.PathLike,
                 hosts: Sequence[str] = ("localhost", "127.0.0.1"),
-                days: int = 30) -> dict[str, Path]:
+                days: int = 30, force: bool = False) -> dict[str, Path]:
     """Write ``ca.crt``, ``server.crt`` and ``server.key`` into ``directory``; their paths
     by name (``"ca"``, ``"cert"``, ``"key"``). ``hosts``: DNS names and IP addresses the
-    server certificate is valid for (the first is its common name)."""
+    server certificate is valid for (the first is its common name). An existing key is
+    replaced only with ``force``."""
     if not hosts:
         raise ConfigError("hosts=() is not allowed: name at least one host of the server")
     paths = issue(directory, {"server": tuple(hosts)}, ca_name="veil federation CA",
-                  days=days)
+                  days=days, force=force)
     return {"ca": paths["ca"], "cert": paths["server.crt"], "key": paths["server.key"]}
