@@ -313,13 +313,14 @@ def _plots(report: PrivacyReport) -> dict[str, str]:
 
     if any(accuracy(e) is not None for e in entries):
         if _is_curve(entries, accuracy):
-            fig, ax = axes("Privacy-utility curve", "accuracy")
+            title = "Privacy-utility curve"
+            fig, ax = axes(title, "accuracy")
             _curve(ax, entries, accuracy, "accuracy", "o-")
             _legend(ax)
         else:
-            fig, ax = _bars(plt, entries, accuracy, "Accuracy of each model",
-                            "test accuracy")
-        figures["Privacy-utility curve"] = _png(fig)
+            title = "Accuracy of each model"
+            fig, ax = _bars(plt, entries, accuracy, title, "test accuracy")
+        figures[title] = _png(fig)
         plt.close(fig)
 
     def best(e: dict) -> Any:
@@ -328,7 +329,8 @@ def _plots(report: PrivacyReport) -> dict[str, str]:
     if certified and any(best(e) is not None and _eps(e) is not None for e in entries):
         dp = [e for e in entries if _eps(e) is not None]
         if _is_curve(dp, best):
-            fig, ax = axes("Audit: empirical lower bound vs certified epsilon", "epsilon")
+            title = "Audit: empirical lower bound vs certified epsilon"
+            fig, ax = axes(title, "epsilon")
             _curve(ax, dp, best, f"empirical lower bound ({report.data['confidence']:g} each)",
                    "s-")
             ax.plot(span(ax), span(ax), "k:", label="certified (upper bound)")
@@ -339,11 +341,11 @@ def _plots(report: PrivacyReport) -> dict[str, str]:
                 ax.plot([_eps(e) for e in shown], ys, "k|", markersize=14,
                         label="certified epsilon (upper bound)")
                 ax.legend(fontsize=8, loc="lower right")
-            fig, ax = _bars(plt, dp, lambda e: best(e) or 0.0,
-                            "Audit: empirical lower bound (bar) vs certified epsilon (mark)",
+            title = "Audit: empirical lower bound (bar) vs certified epsilon (mark)"
+            fig, ax = _bars(plt, dp, lambda e: best(e) or 0.0, title,
                             f"epsilon (lower bound at confidence "
                             f"{report.data['confidence']:g})", certified_marks)
-        figures["Audit tightness"] = _png(fig)
+        figures[title] = _png(fig)
         plt.close(fig)
 
     def mi_value(kind: str) -> Callable[[dict], Any]:
@@ -358,7 +360,8 @@ def _plots(report: PrivacyReport) -> dict[str, str]:
     kinds = [k for k in ("sample_model", "party_aggregate")
              if any(mi_value(k)(e) is not None for e in entries)]
     if kinds and certified and any(_is_curve(entries, mi_value(k)) for k in kinds):
-        fig, ax = axes("Leakage: mutual information", "nats")
+        title = "Leakage: mutual information across epsilon"
+        fig, ax = axes(title, "nats")
         for kind, style in (("sample_model", "o-"), ("party_aggregate", "^-")):
             name = kind.replace("_", "-") + " MI"
             _curve(ax, entries, mi_value(kind), name, style, mi_spread(kind), f"{name}: ")
@@ -366,14 +369,14 @@ def _plots(report: PrivacyReport) -> dict[str, str]:
         ax.plot(span(ax), [mi_ceiling(x, max(deltas)) for x in span(ax)], "k:",
                 label="DP ceiling")
         _legend(ax)
-        figures["Mutual information across epsilon"] = _png(fig)
+        figures[title] = _png(fig)
         plt.close(fig)
     elif kinds:
         kind = kinds[0]
-        fig, ax = _bars(plt, entries, mi_value(kind),
-                        f"Leakage: {kind.replace('_', '-')} mutual information",
+        title = f"Leakage: {kind.replace('_', '-')} mutual information"
+        fig, ax = _bars(plt, entries, mi_value(kind), title,
                         "nats (estimates below 0 shown as 0)")
-        figures["Mutual information across epsilon"] = _png(fig)
+        figures[title] = _png(fig)
         plt.close(fig)
 
     if report.roc:
@@ -394,7 +397,7 @@ def _plots(report: PrivacyReport) -> dict[str, str]:
         ax.set_ylabel("true positive rate")
         ax.set_title("Membership inference ROC")
         _legend(ax)
-        figures["ROC curves"] = _png(fig)
+        figures["Membership inference ROC"] = _png(fig)
         plt.close(fig)
     return figures
 
