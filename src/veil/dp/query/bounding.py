@@ -23,7 +23,8 @@ unit alone in many groups bring one candidate per group).
 
 Implementation (no Python loop over units or groups): one ``np.sort`` of 64-bit words
 ``unit | group | row`` groups the rows by (unit, group) and carries each row's index
-(``argsort`` of ``unit | group`` when the three do not fit 64 bits). Each over-full
+(``argsort`` of ``unit | group`` when the three do not fit 64 bits; a stable sort, which
+runs in about one pass, when the table is already ordered by unit). Each over-full
 (unit, group) run, and the run of groups of each unit with more than ``max_groups``, then
 gets a uniformly random subset of its elements moved to its front by a partial
 Fisher-Yates shuffle (Knuth, TAOCP vol. 2, Algorithm 3.4.2 P, stopped after k steps), one
@@ -132,6 +133,13 @@ def _runs(sorted_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return starts, sizes
 
 
+def _ordered(units: np.ndarray) -> bool:
+    """Whether the rows come (nearly) ordered by unit: fewer than one descent in 32 rows.
+    Timsort (numpy's stable sort of 64-bit words) then merges the already sorted runs in
+    about one pass, several times faster than the default introsort."""
+    return int(np.count_nonzero(units[1:] < units[:-1])) * 32 < units.size
+
+
 def _by_pair(units: np.ndarray, groups: np.ndarray,
              n_groups: int) -> tuple[np.ndarray, np.ndarray, int]:
     """The row indices ordered by (unit, group), the pair key ``unit << b | group`` of each
@@ -146,7 +154,7 @@ def _by_pair(units: np.ndarray, groups: np.ndarray,
     if _bits(int(pair.max())) + row_bits <= 64:
         pair <<= np.uint64(row_bits)
         pair |= np.arange(n, dtype=np.uint64)
-        pair.sort()
+        pair.sort(kind="stable" if _ordered(units) else None)
         rows = (pair & np.uint64((1 << row_bits) - 1)).view(np.int64)
         return rows, pair >> np.uint64(row_bits), group_bits
     rows = np.argsort(pair, kind="stable")
