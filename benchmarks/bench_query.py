@@ -89,6 +89,24 @@ def run_plain(df: pd.DataFrame, key: str, value: str, *_: Any) -> tuple[float, p
     return time.perf_counter() - start, out
 
 
+def run_polars_bounding(df: pd.DataFrame, key: str, value: str, bounds: tuple[float, float],
+                        max_groups: int, max_rows: int, unit: str) -> tuple[float, pd.DataFrame]:
+    """The bounding alone written in Polars (window functions over (user, key) and user),
+    then its group-by; no noise, no selection: what a Polars backend would start from."""
+    import polars as pl
+
+    frame = pl.from_pandas(df[[unit, key, value]])
+    start = time.perf_counter()
+    out = (frame.lazy()
+           .filter(pl.int_range(pl.len()).shuffle().over(unit, key) < max_rows)
+           .filter(pl.col(key).hash(seed=int(time.time())).rank("dense").over(unit)
+                   <= max_groups)
+           .group_by(key).agg(pl.len().alias("count"),
+                              pl.col(value).clip(*bounds).sum().alias("sum"))
+           .collect())
+    return time.perf_counter() - start, out.to_pandas().set_index(key)
+
+
 def veil_query(key: str, value: str, bounds: tuple[float, float], max_groups: int,
                max_rows: int, unit: str) -> Query:
     return Query(unit, max_groups=max_groups, max_rows=max_rows).group_by(key).count() \
@@ -285,6 +303,8 @@ def main() -> None:
     parser.add_argument("--no-adult", action="store_true")
     parser.add_argument("--no-peers", action="store_true",
                         help="veil beside the plain pandas group-by only (no OpenDP/PipelineDP)")
+    parser.add_argument("--polars", action="store_true",
+                        help="also the bounding alone written in Polars (no DP)")
     parser.add_argument("--repeat", type=int, default=1,
                         help="runs of each one-machine entry (the fastest is shown)")
     args = parser.parse_args()
@@ -297,6 +317,8 @@ def main() -> None:
     local = {"veil (default)": lambda: run_veil(df, *common),
              "veil (laplace, as OpenDP)": lambda: run_veil(df, *common, noise="laplace"),
              "pandas group-by, no DP": lambda: run_plain(df, *common)}
+    if args.polars:
+        local["Polars bounding, no DP"] = lambda: run_polars_bounding(df, *common)
     if not args.no_peers:
         try:
             same_work(df.head(100_000), *common)
