@@ -11,8 +11,9 @@ from scipy.special import ndtr
 
 from veil.dp import Ledger
 from veil.dp.accounting import make_accountant
-from veil.dp.query import Query, parse_aggregate
+from veil.dp.query import Query, local, parse_aggregate
 from veil.dp.query.bounding import bound_rows
+from veil.dp.query.release import QueryMechanism
 from veil.errors import BudgetExceededError, ConfigError, DataError
 from veil.random import Generator
 
@@ -55,6 +56,73 @@ def test_bounding_samples_groups_uniformly():
     kept = [int(groups[bound_rows(units, groups, 4, 1, 1, gen)[0]][0]) for _ in range(4000)]
     freq = np.bincount(kept, minlength=4) / 4000
     assert np.all(np.abs(freq - 0.25) < 4 * math.sqrt(0.25 * 0.75 / 4000))
+
+
+def _subset_frequencies(draw, n_draws: int) -> np.ndarray:
+    """Frequencies of the distinct outcomes (sorted tuples) of ``n_draws`` calls of draw."""
+    outcomes = pd.Series([tuple(sorted(draw())) for _ in range(n_draws)])
+    return outcomes.value_counts().to_numpy() / n_draws
+
+
+def test_bounding_keeps_uniform_subsets_of_rows_and_of_groups():
+    # the kept rows of an over-full (unit, group) and the kept groups of a crowded unit are
+    # uniform subsets: 2 of 5 rows (10 subsets), 2 of 4 groups (6 subsets)
+    gen = Generator(8)
+    units, rows = np.zeros(5, dtype=np.int64), np.zeros(5, dtype=np.int64)
+    freq = _subset_frequencies(lambda: bound_rows(units, rows, 1, 1, 2, gen)[0], 6000)
+    assert freq.size == 10
+    assert np.all(np.abs(freq - 0.1) < 5 * math.sqrt(0.1 * 0.9 / 6000))
+    groups = np.arange(4)
+    units = np.zeros(4, dtype=np.int64)
+    freq = _subset_frequencies(lambda: groups[bound_rows(units, groups, 4, 2, 1, gen)[0]],
+                               6000)
+    assert freq.size == 6
+    assert np.all(np.abs(freq - 1 / 6) < 5 * math.sqrt(5 / 36 / 6000))
+
+
+def test_bounding_with_a_large_row_bound_keeps_each_row_equally_often():
+    # max_rows=70 of 100 rows in one (unit, group): every row kept with probability 0.7
+    gen = Generator(9)
+    units, groups = np.zeros(100, dtype=np.int64), np.zeros(100, dtype=np.int64)
+    kept = np.zeros(100)
+    for _ in range(400):
+        rows, diag = bound_rows(units, groups, 1, 1, 70, gen)
+        assert rows.size == 70 and diag["rows_over_max_rows"] == 30
+        kept[rows] += 1
+    assert np.all(np.abs(kept / 400 - 0.7) < 5 * math.sqrt(0.21 / 400))
+
+
+def lone_unit_table(partitions: int = 200) -> pd.DataFrame:
+    """200 units in one common partition, and one more unit alone in ``partitions``."""
+    return pd.DataFrame({"id": list(range(200)) + [10_000] * partitions,
+                         "key": ["common"] * 200 + [f"lone{i}" for i in range(partitions)]})
+
+
+def test_a_unit_alone_in_many_partitions_is_released_as_the_plan_allows():
+    """Attack (issue 28 item 1): one privacy unit alone in 200 partitions, max_groups=1,
+    epsilon 0.5, delta 1e-2. Bounding keeps one of its partitions; the threshold makes
+    that one appear with probability at most p = 1 - (1 - delta/2)^(1/max_groups) = 0.005
+    (plan.py). When candidates came from all rows before bounding, each of its other 199
+    partitions was a candidate too (count 0, noised, thresholded): one of them appeared
+    in ~44% of the runs, so the neighbouring table without the unit (where none can
+    appear) was distinguishable far beyond delta (audit lower bound epsilon >= 2.3).
+    Candidates now come only from the rows kept after bounding."""
+    df = lone_unit_table()
+    q = Query("id", max_groups=1, max_rows=1).group_by("key").count()
+    plan = q.plan(epsilon=0.5, delta=1e-2)
+    assert plan.selection_delta == 0.005
+    measurements = q.measurements()
+    mechanism = QueryMechanism(plan, measurements, q.aggregates)
+    gen = Generator(11)
+    trials, seen = 400, 0
+    for _ in range(trials):
+        totals = local.table_totals(df, "id", ("key",), None, measurements, max_groups=1,
+                                    max_rows=1, rng=gen)
+        released = mechanism._randomize(totals, gen)
+        seen += bool(released.index.str.startswith("lone").any())
+    # at most 0.005 per run: 2 expected of 400; P(Binomial(400, 0.005) > 10) < 1e-5
+    assert seen <= 10, f"a lone unit's partition released in {seen} of {trials} runs"
+    assert sorted(totals.keys["key"])[0] == "common" and totals.groups == 2
 
 
 def test_plan_is_certified_and_is_what_the_ledger_charges():

@@ -77,3 +77,26 @@ def test_spark_bad_input_charges_nothing(spark):
     with pytest.raises(DataError, match="missing values"):
         q.run(nan_keys, epsilon=0.5, delta=1e-7, ledger=ledger)
     assert ledger.history() == ()
+
+
+def test_spark_and_pandas_build_candidates_from_the_kept_rows_only(spark):
+    # issue 28 item 1: both backends make a candidate of a key only if a row of it is kept
+    # after bounding. Within the bounds the candidates are every key; a unit alone in 30
+    # keys with max_groups=2 adds exactly 2 of them (at random) on both backends.
+    from veil.dp.query import local
+    from veil.dp.query import spark as backend
+    from veil.random import Generator
+
+    lone = pd.DataFrame({"id": 10_000, "ward": [f"lone{i}" for i in range(30)], "age": 1.0})
+    q = Query("id", max_groups=2, max_rows=2).group_by("ward").count()
+    for df, max_groups in ((table(4), 6), (pd.concat([table(4), lone]), 2)):
+        keys = []
+        for run in (local.table_totals, backend.table_totals):
+            data = df if run is local.table_totals else spark.createDataFrame(df)
+            t = run(data, "id", ("ward",), None, q.measurements(), max_groups=max_groups,
+                    max_rows=2, rng=Generator(5))
+            assert np.all(t.dense[0][:, 0] > 0)
+            keys.append(set(t.keys["ward"]))
+        common = set(df.ward) - set(lone.ward)
+        assert keys[0] - set(lone.ward) == keys[1] - set(lone.ward) == common
+        assert len(keys[0]) == len(keys[1]) == len(common) + (max_groups == 2) * 2

@@ -71,9 +71,11 @@ def table_totals(frame: pd.DataFrame, privacy_unit: str, group_by: Sequence[str]
                  max_groups: int, max_rows: int, rng: Generator) -> Totals:
     """Exact per-group totals of a pandas table after contribution bounding.
 
-    Missing values (None/NaN) in the privacy unit, a group key or a value column are
-    counted (``diagnostics["missing:<column>"]``) and no totals are taken: the release
-    refuses them before anything is charged.
+    Without declared ``keys``, the groups are the keys with a row kept after bounding
+    (:mod:`~veil.dp.query.bounding`), as on Spark. Missing values (None/NaN) in the
+    privacy unit, a group key or a value column are counted
+    (``diagnostics["missing:<column>"]``) and no totals are taken: the release refuses
+    them before anything is charged.
     """
     check_columns(list(frame.columns), privacy_unit, group_by, measurements)
     numeric = {m.column for m in measurements if m.column and not (
@@ -93,8 +95,8 @@ def table_totals(frame: pd.DataFrame, privacy_unit: str, group_by: Sequence[str]
         else:
             columns[c] = frame[c].to_numpy()
     groups, key_values = group_codes(frame, group_by, keys)
-    out = totals(_unit_codes(frame[privacy_unit]), groups, len(key_values), columns,
-                 measurements, max_groups=max_groups, max_rows=max_rows, rng=rng)
-    out.keys = key_values
+    out = totals(_unit_codes(frame[privacy_unit]), groups, key_values, columns, measurements,
+                 public_keys=keys is not None or not group_by, max_groups=max_groups,
+                 max_rows=max_rows, rng=rng)
     out.diagnostics.update(missing)
     return out

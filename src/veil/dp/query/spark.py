@@ -3,8 +3,10 @@
 The table is repartitioned by the privacy unit, so that every unit's rows sit in one
 partition; each partition then runs the one-machine core
 (:func:`veil.dp.query.local.table_totals`: contribution bounding with its own CSPRNG,
-exact integer totals) and emits its totals as rows ``(keys..., measure, slot, total)``;
-one ``groupBy`` adds them across partitions (exact: 64-bit integers). Only that small
+exact integer totals) and emits its nonzero totals as rows ``(keys..., measure, slot,
+total)``, so the groups (the candidates of partition selection) are the keys with a row
+kept after bounding, as on pandas; one ``groupBy`` adds them across partitions (exact:
+64-bit integers). Only that small
 table of totals comes back to the driver, where the query is charged to the ledger and the
 noise is drawn (:mod:`~veil.dp.query.release`), exactly as for pandas: the released
 tables of both backends have the same distribution.
