@@ -452,7 +452,7 @@ def bench_transfer(rounds):
 
     strategy = FedAvg(local_epochs=1, learning_rate=0.05, batch_size=32)
     torch.manual_seed(0)
-    source = SourceParty(Xs, ys, mlp, epochs=5, rng=1)
+    source = SourceParty(Xs, ys, mlp, classes=2, epochs=5, rng=1)
     torch.manual_seed(1)
     student = mlp(X.shape[1], 2)
     base, _ = transfer_learn(None, None, clients, student, strategy, rounds, test=test, rng=2)
@@ -465,7 +465,7 @@ def bench_transfer(rounds):
         ledger = Ledger(epsilon=eps, delta=1e-5)
         sigma = _pate_sigma(eps, queries)
         torch.manual_seed(0)
-        pate = SourceParty(Xs, ys, mlp, teachers=100, epochs=5, noise_multiplier=sigma,
+        pate = SourceParty(Xs, ys, mlp, classes=2, teachers=100, epochs=5, noise_multiplier=sigma,
                            ledger=ledger, max_queries=queries, rng=3)
         run, _ = transfer_learn(pate, public[:queries], clients, student, strategy, rounds,
                                 test=test, rng=2)

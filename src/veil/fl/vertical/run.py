@@ -105,7 +105,7 @@ SECTIONS: dict[str, dict[str, tuple[type, ...]]] = {
                  "prefix_columns": (bool,), "decryption": (str,), "insecure_ok": (bool,),
                  "identities": (str,)},
     "transfer": {"label": (str,), "source": (str,), "targets": (list,), "transfer": (str,),
-                 "test": (str,), "teachers": (int,), "noise_multiplier": _NUM,
+                 "test": (str,), "classes": (int,), "teachers": (int,), "noise_multiplier": _NUM,
                  "epsilon": _NUM, "delta": _NUM, "max_queries": (int,), "rounds": (int,),
                  "local_epochs": (int,), "learning_rate": _NUM, "hidden": (int,),
                  "source_epochs": (int,), "seed": (int,), "protocol": (str,),
@@ -117,8 +117,8 @@ SECTIONS: dict[str, dict[str, tuple[type, ...]]] = {
 #: [transfer] protocol -> the settings only it reads ("label", "source", "test",
 #: "learning_rate", "seed" and "protocol" are common)
 TRANSFER_KEYS = {
-    "distill": ("targets", "transfer", "teachers", "noise_multiplier", "epsilon", "delta",
-                "max_queries", "rounds", "local_epochs", "hidden", "source_epochs"),
+    "distill": ("targets", "transfer", "classes", "teachers", "noise_multiplier", "epsilon",
+                "delta", "max_queries", "rounds", "local_epochs", "hidden", "source_epochs"),
     "he": ("id", "target", "dataset", "overlap", "rows", "iterations", "batch_size", "dim",
            "gamma", "lam", "key_bits"),
     "ss": ("id", "target", "dataset", "overlap", "rows", "iterations", "batch_size", "dim",
@@ -368,6 +368,11 @@ def run_transfer(config: dict, *, base: str | Path = ".", out: str | Path | None
     from veil.fl.strategies import FedAvg
     from veil.fl.vertical.transfer import SourceParty, _torch, transfer_learn
 
+    if "classes" not in cfg:  # public schema knowledge, never read from the labels
+        raise ConfigError("[transfer] classes is required with protocol = \"distill\": the "
+                          "number of classes K (labels 0..K-1), declared, not read from the "
+                          "source's labels")
+    classes = cfg["classes"]
     torch = _torch()
     base = Path(base)
     label = cfg.get("label", "y")
@@ -393,7 +398,6 @@ def run_transfer(config: dict, *, base: str | Path = ".", out: str | Path | None
         raise DataError(f"source, targets, transfer and test have different feature counts "
                         f"{sorted(widths)}")
     hidden = cfg.get("hidden", 32)
-    classes = int(max(ys.max(), *(c[1].max() for c in clients))) + 1
 
     def make(d: int, k: int) -> Any:
         return torch.nn.Sequential(torch.nn.Linear(d, hidden), torch.nn.ReLU(),
@@ -407,7 +411,7 @@ def run_transfer(config: dict, *, base: str | Path = ".", out: str | Path | None
     if cfg.get("noise_multiplier") is not None:
         ledger = Ledger(epsilon=cfg.get("epsilon", 3.0), delta=cfg.get("delta", 1e-5),
                         path=None if out is None else Path(out) / "ledger.sqlite")
-    source = SourceParty(Xs, ys, make, teachers=cfg.get("teachers", 1),
+    source = SourceParty(Xs, ys, make, classes=classes, teachers=cfg.get("teachers", 1),
                          epochs=cfg.get("source_epochs", 5),
                          noise_multiplier=cfg.get("noise_multiplier"), ledger=ledger,
                          max_queries=cfg.get("max_queries", max(1, transfer.shape[0])),
@@ -418,9 +422,9 @@ def run_transfer(config: dict, *, base: str | Path = ".", out: str | Path | None
     student = make(Xs.shape[1], classes)
     seed = int(rng.integers(0, 2**31))  # the same simulated rounds for both runs
     base_run, _ = transfer_learn(None, None, clients, student, strategy, rounds, test=test,
-                                 rng=seed, flower=flower)
+                                 classes=list(range(classes)), rng=seed, flower=flower)
     moved, _ = transfer_learn(source, transfer, clients, student, strategy, rounds,
-                              test=test, rng=seed, flower=flower)
+                              test=test, classes=list(range(classes)), rng=seed, flower=flower)
     results = {"accuracy_without_source": base_run.rounds[-1]["accuracy"],
                "accuracy_with_source": moved.rounds[-1]["accuracy"]}
     if ledger is not None:
