@@ -42,8 +42,9 @@ spent: a bad one is a :class:`~veil.errors.ConfigError` naming it. ``out``: the 
 the parties' ledgers (``ledger.sqlite``, the guest's), None: ledgers in memory.
 
 ``run_transfer(config)`` takes the ``[transfer]`` section. ``protocol = "distill"`` (the
-default): source, targets, transfer and test CSVs with a label column (knowledge
-distillation, then FedAvg; see :mod:`veil.fl.vertical.transfer`). ``protocol = "he"`` or
+default): source, targets, transfer and test CSVs with a label column and ``classes = K``
+declared (labels 0..K-1: public, never read from the labels; knowledge distillation, then
+FedAvg; see :mod:`veil.fl.vertical.transfer`). ``protocol = "he"`` or
 ``"ss"``: the secure federated transfer learning of Liu et al. between a source with
 labels and a target without (:mod:`veil.fl.vertical.secure_ftl`, Paillier;
 :mod:`veil.fl.vertical.secure_ftl_ss`, secret sharing), the overlap aligned by PSI::
