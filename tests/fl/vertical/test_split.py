@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from dp_accounting import dp_event
 from sklearn.datasets import load_breast_cancer
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
@@ -108,10 +109,58 @@ def test_embedding_noise_is_certified_only_for_fixed_bottoms(data):
     clean = bottom.embed(Xa[1])
     assert np.all(np.linalg.norm(clean, axis=1) <= 1.0 + 1e-5)
     assert abs(np.std(h - clean) - 2.0) < 0.1          # sigma = noise_multiplier * clip
-    assert len(ledger.history()) == 1
+    assert [c.kind for c in ledger.history()] == ["plan", "step"]  # the passes, then pass 0
     again = encode({"stage": "batch", "pass": "train", "epoch": 1, "batch": 0, "rows": rows})
     with pytest.raises(ProtocolError, match="beyond the 1 passes"):
         bottom.forward(again)
+
+
+def test_a_top_gets_each_row_once_per_charged_pass(data):
+    """The attack (issue #28, item 4): the bottom charged its embedding noise once per pass
+    but served any row as often as the top asked within that pass. A top sending 400
+    batches of row 7 in one epoch got 400 noisy copies for one charge; their mean has
+    noise sigma / 20, twenty times less than the certificate assumes. Now a row served
+    once in a pass is refused with a ProtocolError until the next (charged) pass."""
+    Xa, ya, _, _ = data
+    ledger = Ledger(50.0, 1e-5)
+    sigma = 2.0                                          # noise_multiplier * clip
+    bottom = SplitBottom("h", Xa[1], torch.nn.Linear(10, 64), train=False, clip=1.0,
+                         noise_multiplier=sigma, ledger=ledger, passes=2, rng=9)
+    copies = []
+    for b in range(400):
+        batch = encode({"stage": "batch", "pass": "train", "epoch": 0, "batch": b,
+                        "rows": np.array([7], dtype=np.int64)})
+        try:
+            copies.append(decode(bottom.forward(batch))["h"][0])
+        except ProtocolError as exc:
+            assert "row" in str(exc) and "once per pass" in str(exc)
+            break
+    clean = bottom.embed(Xa[1][7:8])[0]
+    residual = np.std(np.mean(copies, axis=0) - clean)  # the attacker's noise after averaging
+    passes = [c for c in ledger.history() if c.kind == "step"]  # one per charged pass
+    assert len(copies) <= len(passes) == 1
+    assert residual > sigma / 2
+    # the next pass is charged and serves the row again; other rows of a pass are served
+    rows = np.array([7, 8], dtype=np.int64)
+    nxt = encode({"stage": "batch", "pass": "train", "epoch": 1, "batch": 0, "rows": rows})
+    assert decode(bottom.forward(nxt))["h"].shape == (2, 64)
+    assert [c.kind for c in ledger.history()] == ["plan", "step", "step"]
+    assert bottom.relation.startswith("replace-one")
+
+
+def test_a_certified_run_of_several_passes_charges_them_as_one_plan(data):
+    """Each pass used to be charged alone at all the delta the ledger had left, so the
+    second pass of any run with embedding noise and a ledger was refused: the passes
+    are now planned at the first one (their composition, Gaussian(z / 2) per pass)."""
+    Xa, ya, _, _ = data
+    ledgers = [Ledger(20.0, 1e-5) for _ in Xa]
+    SplitNN(epochs=3, batch_size=128, clip=1.0, noise_multiplier=4.0, train_bottoms=False,
+            bottom_ledgers=ledgers, random_state=3).fit(Xa, ya)
+    whole = Ledger(20.0, 1e-5)
+    whole.charge(dp_event.SelfComposedDpEvent(dp_event.GaussianDpEvent(2.0), 3))
+    for ledger in ledgers:
+        assert [c.kind for c in ledger.history()] == ["plan", "step", "step", "step"]
+        assert math.isclose(ledger.spent()[0], whole.spent()[0], rel_tol=1e-9)
 
 
 def test_bad_messages_are_refused_naming_the_party(data):

@@ -27,11 +27,18 @@ two-party split learning", ICLR 2022) - hence the options:
   ledger is charged one event before any label is drawn.
 * **Embedding noise** (``clip``, ``noise_multiplier`` at a bottom): each embedding row is
   clipped to L2 norm ``clip`` and released with Gaussian noise of standard deviation
-  ``noise_multiplier * clip`` on a grid (:func:`veil.dp.samplers.rounded_gaussian`). One
-  pass over the rows (an epoch, or the prior pass) releases each row once; replacing one
-  row moves its embedding by at most ``2 clip``, so each pass is a Gaussian mechanism with
-  noise multiplier ``noise_multiplier / 2`` and the bottom's ledger is charged one
-  ``GaussianDpEvent`` per pass, before its noise is drawn. That certificate holds for a
+  ``noise_multiplier * clip`` on a grid (:func:`veil.dp.samplers.rounded_gaussian`).
+  Neighbour relation: **replace-one row** of the bottom's features (the aligned rows, whose
+  number is known to both sides). One pass over the rows (an epoch, or the prior pass)
+  releases each row at most once - the bottom enforces it: a row the top asks for a
+  second time in a pass is refused (a ProtocolError), since k noisy copies of one row
+  average to noise sigma / sqrt(k) for one charge. Replacing one row moves its embedding
+  by at most ``2 clip`` and no other row's, so each pass is a Gaussian mechanism with
+  noise multiplier ``noise_multiplier / 2`` (Dwork & Roth 2014, Thm. A.1): the bottom's
+  ledger is charged its ``passes`` such events as one plan when the first pass begins,
+  and each pass (the top's ``(pass, epoch)``; each new one counts towards ``passes``) is
+  recorded as a step of that plan before its noise is drawn.
+  That certificate holds for a
   *fixed* bottom network (``train=False``: a pretrained or public feature extractor):
   when f_k is trained on the same rows, later embeddings depend on other rows through
   the weights, which the per-pass accounting does not cover, so a trained bottom accepts
@@ -92,9 +99,13 @@ class SplitBottom:
 
     ``module``: a torch module mapping (n, d_k) float32 features to (n, m_k) embeddings
     (copied). ``passes``: how many passes over the rows this party agreed to release
-    (its own plan: epochs, plus one for the prior pass of RRWithPrior). ``rng``: the
-    embedding noise (None: the CSPRNG; a seed only in tests).
+    (its own plan: epochs, plus one for the prior pass of RRWithPrior); each row is
+    served at most once per pass. ``rng``: the embedding noise (None: the CSPRNG; a seed
+    only in tests).
     """
+
+    #: the neighbour relation of the embedding noise's certificate (module docstring)
+    relation = "replace-one row of this party's features"
 
     def __init__(self, name: str, X: Any, module: Any, *, learning_rate: float = 1e-3,
                  train: bool = True, clip: float | None = None, noise_multiplier: float = 0.0,
@@ -117,18 +128,21 @@ class SplitBottom:
             raise ConfigError("embedding noise is certified for a fixed bottom network only "
                               "(train=False); a trained bottom may add noise without a ledger "
                               "(uncertified), see veil.fl.vertical.split")
-        if ledger is not None and not ledger.fits(de.SelfComposedDpEvent(
-                de.GaussianDpEvent(self.noise_multiplier / 2.0), self.passes)):
+        self._event = de.GaussianDpEvent(self.noise_multiplier / 2.0)  # one pass
+        if ledger is not None and not ledger.fits(de.SelfComposedDpEvent(self._event,
+                                                                         self.passes)):
             raise BudgetExceededError(f"{self.passes} passes of embedding noise with "
                                       f"noise_multiplier={noise_multiplier} do not fit the "
                                       f"ledger of {self.name!r}; nothing was charged")
         self._ledger = ledger
+        self._plan: Any = None   # the passes, planned on the ledger at the first one
         self._rng = check_rng(rng)
         self._opt = torch.optim.Adam(self.module.parameters(),
                                      lr=check_positive(learning_rate, "learning_rate")) \
             if self.train else None
         self._pass: tuple | None = None
         self._passes_seen = 0
+        self._served = np.zeros(self.n_samples, dtype=bool)  # rows released in this pass
         self._pending: tuple | None = None   # (step, output tensor, rows)
 
     @property
@@ -168,11 +182,21 @@ class SplitBottom:
                 raise ProtocolError(f"message from 'top': pass {step[:2]} is beyond the "
                                     f"{self.passes} passes {self.name!r} agreed to")
             if self._ledger is not None:
-                self._ledger.charge(de.GaussianDpEvent(self.noise_multiplier / 2.0),
-                                    label=f"split embeddings of {self.name!r}, pass "
-                                          f"{self._passes_seen}")
+                if self._plan is None:
+                    self._plan = self._ledger.plan(
+                        self._event, steps=self.passes,
+                        label=f"split embeddings of {self.name!r}, {self.passes} passes "
+                              f"({self.relation})")
+                self._plan.charge(self._event, label=f"split embeddings of {self.name!r}, "
+                                                     f"pass {self._passes_seen}")
             self._pass = step[:2]
             self._passes_seen += 1
+            self._served[:] = False
+        elif self._served[rows].any():
+            raise ProtocolError(f"message from 'top': {int(self._served[rows].sum())} of the "
+                                f"rows were already served in pass {step[:2]}; "
+                                f"{self.name!r} releases each row once per pass")
+        self._served[rows] = True
         training = step[0] == "train" and self.train
         h = self._cut(rows, training)
         released = self._noisy(h)
