@@ -408,7 +408,7 @@ def bench_split(epochs):
     settings = {"epochs": epochs, "batch_size": 256, "learning_rate": 1e-3, "hidden": 64,
                 "embedding": 16}
     start = time.perf_counter()
-    model = SplitNN(random_state=0, **settings).fit(blocks(tr), y[tr])
+    model = SplitNN(classes=2, random_state=0, **settings).fit(blocks(tr), y[tr])
     seconds = time.perf_counter() - start
     acc = model.score(blocks(te), y[te])
     central = _central_mlp(X[tr], y[tr], X[te], y[te], epochs, 64, 1e-3, 256)
@@ -420,8 +420,8 @@ def bench_split(epochs):
     for eps in (0.5, 1.0, 2.0, 4.0):
         for prior in (False, True):
             ledger = Ledger(epsilon=eps, delta=1e-5)
-            m = SplitNN(label_epsilon=eps, label_prior=prior, ledger=ledger, random_state=0,
-                        **settings).fit(blocks(tr), y[tr])
+            m = SplitNN(classes=2, label_epsilon=eps, label_prior=prior, ledger=ledger,
+                        random_state=0, **settings).fit(blocks(tr), y[tr])
             rows.append([eps, "RRWithPrior (2 stages)" if prior else "RR",
                          m.score(blocks(te), y[te]), ledger.spent()[0]])
     _table("Split learning with label DP (Adult, test accuracy)",

@@ -43,8 +43,8 @@ def test_a_run_aligns_trains_and_reports(tables):
     assert len(out["seconds_per_epoch"]) == 5 and out["bytes_per_epoch"][0]["guest"] > 0
     torch = pytest.importorskip("torch")
     assert torch is not None
-    out = run_vertical(_config(model="split", epochs=3, learning_rate=3e-3, label_epsilon=2.0),
-                       base=base)
+    out = run_vertical(_config(model="split", epochs=3, learning_rate=3e-3, label_epsilon=2.0,
+                               classes=2), base=base)
     assert out["accuracy"] > 0.8 and 0 < out["label_epsilon_spent"] <= 2.0 + 1e-9
 
 

@@ -26,6 +26,8 @@ PSI, trains the model and returns a dict of results::
     seed = 0                    # simulation randomness (data split, batches); omit: secure
     label_epsilon = 1.0         # optional label DP (paillier logistic, split), with
     label_delta = 1e-5          #   a fresh ledger of that budget for the label holder
+    classes = 2                 # split: the number of classes, declared (labels 0..K-1;
+                                #   required with label_epsilon; never read from the labels)
     epsilon = 1.0               # or: noisy gradients (ss logistic), every party's rows
     delta = 1e-5                #   clipped to clip (one bound or one per party), a fresh
     clip = 1.0                  #   ledger of that budget for every party
@@ -103,6 +105,7 @@ SECTIONS: dict[str, dict[str, tuple[type, ...]]] = {
                  "test_fraction": _NUM, "seed": (int,), "label_epsilon": _NUM,
                  "label_delta": _NUM, "epsilon": _NUM, "delta": _NUM,
                  "clip": (int, float, list), "hidden": (int,), "embedding": (int,),
+                 "classes": (int,),
                  "prefix_columns": (bool,), "decryption": (str,), "insecure_ok": (bool,),
                  "identities": (str,)},
     "transfer": {"label": (str,), "source": (str,), "targets": (list,), "transfer": (str,),
@@ -293,6 +296,11 @@ def run_vertical(config: dict, *, base: str | Path = ".", out: str | Path | None
     train_blocks, test_blocks = [b[~test] for b in blocks], [b[test] if test.any() else b[~test]
                                                              for b in blocks]
     y_train, y_test = y[~test], (y[test] if test.any() else y[~test])
+    if model_kind == "split":   # checked before a ledger file exists
+        from veil.fl.vertical.split import SplitNN, split_classes
+
+        classes = split_classes(cfg.get("classes"), y_train.astype(np.int64), label_epsilon,
+                                "[vertical]")
     ledger, ledgers = None, None
     if label_epsilon is not None:
         ledger = _ledger(out, guest, guest, label_epsilon, cfg.get("label_delta", 1e-5),
@@ -303,12 +311,11 @@ def run_vertical(config: dict, *, base: str | Path = ".", out: str | Path | None
     results: dict[str, Any] = {"aligned": alignment.size, "psi_bytes": alignment.bytes,
                                "parties": ordered, "guest": guest}
     if model_kind == "split":
-        from veil.fl.vertical.split import SplitNN
-
         model = SplitNN(learning_rate=cfg.get("learning_rate", 1e-3),
                         hidden=cfg.get("hidden", 64), embedding=cfg.get("embedding", 16),
                         label_epsilon=label_epsilon, ledger=ledger, random_state=rng.spawn(1)[0],
-                        epochs=cfg.get("epochs", 10), batch_size=cfg.get("batch_size", 256))
+                        epochs=cfg.get("epochs", 10), batch_size=cfg.get("batch_size", 256),
+                        classes=classes)
         model.fit(train_blocks, y_train.astype(np.int64))
         results["bytes"] = model.bytes_
         results["accuracy"] = model.score(test_blocks, y_test)

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -68,9 +69,10 @@ from veil.fl.messages import encode
 from veil.fl.vertical._noise import grid_gaussian
 from veil.fl.vertical._wire import read_message
 from veil.fl.vertical.label_dp import label_event, randomize_labels, rr_with_prior
+from veil.learn.public import PublicFactWarning
 from veil.random import check_rng
 
-__all__ = ["SplitBottom", "SplitTop", "SplitNN", "train_split"]
+__all__ = ["SplitBottom", "SplitTop", "SplitNN", "split_classes", "train_split"]
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +94,28 @@ def _array(msg: dict, name: str, shape: tuple, party: str) -> np.ndarray:
         raise ProtocolError(f"message from {party!r}: field {name!r} is {got}; expected a "
                             f"finite float32 array of shape {shape}")
     return value
+
+
+def split_classes(classes: int | None, y: np.ndarray, label_epsilon: float | None,
+                  owner: str) -> int:
+    """K, the number of classes (labels 0..K-1) of the top network and of label DP's
+    randomized response: ``classes`` as declared (public schema knowledge; a label outside
+    0..K-1 is a DataError, before anything is charged). ``None`` reads
+    it from the labels, with a warning, and is refused under label DP: one relabelled
+    record could widen the randomized response's domain and the model's output."""
+    if classes is not None:
+        k = check_int(classes, "classes", low=2)
+        if y.size and (y.min() < 0 or y.max() >= k):    # names no label of the data
+            raise DataError(f"{owner}: y holds labels outside the declared classes={k} "
+                            f"(allowed: 0..{k - 1})")
+        return k
+    if label_epsilon is not None:
+        raise ConfigError(f"{owner}: classes=None is not allowed with label_epsilon: declare "
+                          "classes=K (labels 0..K-1, public), never read from the labels")
+    warnings.warn(f"{owner}: the number of classes is read from the labels (classes=None); "
+                  "declare classes=K to keep it out of the model", PublicFactWarning,
+                  stacklevel=3)
+    return int(max(2, y.max() + 1))
 
 
 class SplitBottom:
@@ -419,7 +443,9 @@ class SplitNN:
     embedding``, the top ``sum of embeddings -> hidden -> classes`` (or pass ``bottom`` /
     ``top``: callables building modules from the input width). Noise options as in
     :class:`SplitBottom` (``clip``, ``noise_multiplier``, ``bottom_ledgers``, ``train_bottoms``)
-    and :class:`SplitTop` (``label_epsilon``, ``label_prior``, ``ledger``).
+    and :class:`SplitTop` (``label_epsilon``, ``label_prior``, ``ledger``). ``classes``: K,
+    the declared number of classes (labels 0..K-1; required with ``label_epsilon``,
+    :func:`split_classes`).
     """
 
     def __init__(self, *, hidden: int = 64, embedding: int = 16, epochs: int = 10,
@@ -429,7 +455,8 @@ class SplitNN:
                  label_epsilon: float | None = None, label_prior: bool = False,
                  ledger: Ledger | None = None, clip: float | None = None,
                  noise_multiplier: float = 0.0, bottom_ledgers: Sequence[Ledger] | None = None,
-                 train_bottoms: bool = True, random_state: Any = None) -> None:
+                 train_bottoms: bool = True, classes: int | None = None,
+                 random_state: Any = None) -> None:
         self.hidden = hidden
         self.embedding = embedding
         self.epochs = epochs
@@ -444,6 +471,7 @@ class SplitNN:
         self.noise_multiplier = noise_multiplier
         self.bottom_ledgers = bottom_ledgers
         self.train_bottoms = train_bottoms
+        self.classes = classes
         self.random_state = random_state
 
     def _blocks(self, X: Any) -> list[np.ndarray]:
@@ -462,7 +490,7 @@ class SplitNN:
         y = check_array(y, "y", ndim=1, dtype=np.int64)
         if y.size != blocks[0].shape[0]:
             raise DataError(f"y has {y.size} labels for {blocks[0].shape[0]} rows")
-        classes = int(max(2, y.max() + 1))
+        classes = split_classes(self.classes, y, self.label_epsilon, "SplitNN")
         rng = check_rng(self.random_state)
         seed = int(rng.integers(0, 2**31))  # network initialisation: simulation randomness
         torch.manual_seed(seed)
