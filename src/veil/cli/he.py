@@ -67,8 +67,9 @@ def keygen(
     out: str = typer.Option(..., "--out", help="Directory for secret.ctx and public.ctx."),
     preset: str = typer.Option("depth18", "--preset",
                                help="depth18 (N=32768: 16 GD iterations, what train's "
-                                    "defaults use), depth7 (N=16384: 5), depth2 (N=8192: "
-                                    "closed form only, the fastest): all 128-bit."),
+                                    "defaults use; key files of ~3 GB each), depth7 "
+                                    "(N=16384: 5), depth2 (N=8192: closed form only, the "
+                                    "fastest): all 128-bit."),
 ) -> None:
     """A CKKS key pair: secret.ctx (keep it) and public.ctx (for the server)."""
     from veil._validation import check_choice
@@ -137,8 +138,8 @@ def train(
 ) -> None:
     """Train on the encrypted set; writes E(w) (the server never decrypts)."""
     from veil.he.linear import DataOwner, EncryptedLinearRegression, EncryptedTrainingSet
-    ctx = _context(owner_key) if owner_key is not None else _context(key)
     server_ctx = _context(key)
+    ctx = _context(owner_key) if owner_key is not None else server_ctx  # a depth18 key: GBs
     if server_ctx.fingerprint != ctx.fingerprint:
         raise DataError("--owner-key and --key belong to different key pairs")
     owner = DataOwner(ctx) if owner_key is not None else None
