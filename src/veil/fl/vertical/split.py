@@ -283,6 +283,9 @@ class SplitTop:
     batch order (simulation); ``noise_rng``: label randomization (None: the CSPRNG).
     """
 
+    #: the neighbour relation of label DP's certificate (the features are not protected)
+    relation = "replace-one label"
+
     def __init__(self, y: Any, bottoms: Sequence[str], module: Any, *, classes: int,
                  epochs: int = 10, batch_size: int = 256, learning_rate: float = 1e-3,
                  label_epsilon: float | None = None, label_prior: bool = False,
