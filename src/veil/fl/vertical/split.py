@@ -37,8 +37,7 @@ two-party split learning", ICLR 2022) - hence the options:
   noise multiplier ``noise_multiplier / 2`` (Dwork & Roth 2014, Thm. A.1): the bottom's
   ledger is charged its ``passes`` such events as one plan when the first pass begins,
   and each pass (the top's ``(pass, epoch)``; each new one counts towards ``passes``) is
-  recorded as a step of that plan before its noise is drawn.
-  That certificate holds for a
+  recorded as a step of that plan before its noise is drawn. That certificate holds for a
   *fixed* bottom network (``train=False``: a pretrained or public feature extractor):
   when f_k is trained on the same rows, later embeddings depend on other rows through
   the weights, which the per-pass accounting does not cover, so a trained bottom accepts
@@ -100,9 +99,9 @@ def split_classes(classes: int | None, y: np.ndarray, label_epsilon: float | Non
                   owner: str) -> int:
     """K, the number of classes (labels 0..K-1) of the top network and of label DP's
     randomized response: ``classes`` as declared (public schema knowledge; a label outside
-    0..K-1 is a DataError, before anything is charged). ``None`` reads
-    it from the labels, with a warning, and is refused under label DP: one relabelled
-    record could widen the randomized response's domain and the model's output."""
+    0..K-1 is a DataError, before anything is charged). ``None`` reads it from the labels,
+    with a warning, and is refused under label DP: one relabelled record could widen the
+    randomized response's domain and the model's output."""
     if classes is not None:
         k = check_int(classes, "classes", low=2)
         if y.size and (y.min() < 0 or y.max() >= k):    # names no label of the data
