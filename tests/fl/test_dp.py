@@ -13,7 +13,7 @@ from veil.dp.accounting import epsilon_for
 from veil.errors import BudgetExceededError, ConfigError
 from veil.fl import Federation
 from veil.fl.protocol import Aggregate
-from veil.fl.strategies import DPFedAvg, FedAvg
+from veil.fl.strategies import DPFedAvg, FedAvg, SecAgg
 from veil.learn import LogisticRegression
 from veil.random import Generator
 
@@ -97,6 +97,9 @@ def test_local_noise_is_certified_for_any_two_inputs_of_a_client(clients, known_
     assert replace_one <= target * 1.001
     assert dp.relation.startswith("replace-one")
     assert DPFedAvg(known_updates(), noise_multiplier=1.0).relation.startswith("add/remove")
+    assert SecAgg(DPFedAvg(known_updates(), noise_multiplier=1.0, noise="distributed")
+                  ).relation.startswith("add/remove")   # wrappers name their inner's
+    assert FedAvg().relation is None
 
 
 def test_a_local_noise_client_refuses_the_servers_numbers(clients, known_updates):
