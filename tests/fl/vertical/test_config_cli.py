@@ -74,8 +74,14 @@ def test_a_vertical_toml_runs_from_the_cli(folder, capsys):
 def test_label_dp_leaves_the_guests_ledger_in_out(folder):
     pytest.importorskip("torch")
     out = folder / "out"
-    config = _write(folder, SS.format(extra='model = "split"\nlabel_epsilon = 1.5\n')
-                    .replace('model = "logistic"\n', "").replace("epochs = 4", "epochs = 1"))
+    text = SS.format(extra='model = "split"\nlabel_epsilon = 1.5\n').replace(
+        'model = "logistic"\n', "").replace("epochs = 4", "epochs = 1")
+    # the number of classes is declared under label DP; refused before any ledger exists
+    config = _write(folder, text)
+    assert main(["fl", "run", str(config), "--out", str(out)]) == 2
+    assert not (out / "ledger.sqlite").exists()
+    config = _write(folder, text.replace("label_epsilon = 1.5\n",
+                                         "label_epsilon = 1.5\nclasses = 2\n"))
     assert main(["fl", "run", str(config), "--out", str(out)]) == 0
     ledger = Ledger.open(out / "ledger.sqlite", read_only=True)
     assert 0 < ledger.spent()[0] <= 1.5 + 1e-9

@@ -43,8 +43,8 @@ def test_a_run_aligns_trains_and_reports(tables):
     assert len(out["seconds_per_epoch"]) == 5 and out["bytes_per_epoch"][0]["guest"] > 0
     torch = pytest.importorskip("torch")
     assert torch is not None
-    out = run_vertical(_config(model="split", epochs=3, learning_rate=3e-3, label_epsilon=2.0),
-                       base=base)
+    out = run_vertical(_config(model="split", epochs=3, learning_rate=3e-3, label_epsilon=2.0,
+                               classes=2), base=base)
     assert out["accuracy"] > 0.8 and 0 < out["label_epsilon_spent"] <= 2.0 + 1e-9
 
 
@@ -96,13 +96,19 @@ def test_run_transfer_reports_both_accuracies(tmp_path):
     target.iloc[700:].to_csv(tmp_path / "test.csv", index=False)
     out = run_transfer({"source": "source.csv", "targets": ["t0.csv", "t1.csv"],
                         "transfer": "public.csv", "test": "test.csv", "rounds": 3,
-                        "seed": 1}, base=tmp_path)
+                        "classes": 2, "seed": 1}, base=tmp_path)
     assert out["accuracy_with_source"] > out["accuracy_without_source"]
     text = pd.read_csv(tmp_path / "public.csv").assign(city="Lyon")
     text.to_csv(tmp_path / "text.csv", index=False)
     with pytest.raises(DataError, match=r"\[transfer\] transfer: the feature columns \['city'\]"):
         run_transfer({"source": "source.csv", "targets": ["t0.csv", "t1.csv"],
-                      "transfer": "text.csv", "test": "test.csv", "rounds": 3}, base=tmp_path)
+                      "transfer": "text.csv", "test": "test.csv", "rounds": 3,
+                      "classes": 2}, base=tmp_path)
+    # the number of classes is declared (public), never read from the source's labels
+    with pytest.raises(ConfigError, match=r"\[transfer\] classes is required"):
+        run_transfer({"source": "source.csv", "targets": ["t0.csv", "t1.csv"],
+                      "transfer": "public.csv", "test": "test.csv", "rounds": 3},
+                     base=tmp_path)
     return out
 
 
@@ -113,7 +119,8 @@ def test_transfer_fine_tuning_on_flower_gives_the_local_accuracies(tmp_path):
     pytest.importorskip("flwr", reason="the Flower runtime needs the 'flower' extra (flwr)")
     local = test_run_transfer_reports_both_accuracies(tmp_path)
     config = {"source": "source.csv", "targets": ["t0.csv", "t1.csv"],
-              "transfer": "public.csv", "test": "test.csv", "rounds": 3, "seed": 1}
+              "transfer": "public.csv", "test": "test.csv", "rounds": 3, "classes": 2,
+              "seed": 1}
     assert run_transfer(config, base=tmp_path, flower=True) == local
     with pytest.raises(ConfigError, match="local runtime only"):
         run_transfer({"protocol": "ss"}, base=tmp_path, flower=True)

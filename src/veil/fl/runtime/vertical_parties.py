@@ -424,16 +424,18 @@ class VerticalParty:
         self._test_X = X[test] if test.any() else X[~test]
         self._test_y = y[test] if test.any() else y[~test]
         epsilon = self.section.get("label_epsilon")
+        if self.model == "split":   # checked before a ledger file exists
+            from veil.fl.vertical.split import SplitTop, _mlp, split_classes
+
+            y_train = y[~test].astype(np.int64)
+            classes = split_classes(self.section.get("classes"), y_train, epsilon,
+                                    "[vertical]")
         if epsilon is not None:
             self._ledger = Ledger(epsilon=epsilon, delta=self.section.get("label_delta", 1e-5),
                                   accountant="pld" if self.model == "split" else "rdp",
                                   path=self._ledger_file)
         if self.model == "split":
-            from veil.fl.vertical.split import SplitTop, _mlp
-
             self._bottom = self._split_bottom("guest", X[~test], args, model_rng)
-            y_train = y[~test].astype(np.int64)
-            classes = int(max(2, y_train.max() + 1))
             self._party = SplitTop(
                 y_train, args["names"], _mlp([self._cut, self.section.get("hidden", 64),
                                               classes]),

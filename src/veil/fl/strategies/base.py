@@ -102,6 +102,11 @@ class Strategy(ABC):
         """True when the strategy's output is differentially private."""
         return False
 
+    @property
+    def relation(self) -> str | None:
+        """The neighbour relation its DP certificate is stated for (None: none stated)."""
+        return None
+
     def distributed_noise(self, server_round: int) -> Any:
         """The noise secure aggregation must add for ``server_round`` (None: none); see DPFedAvg."""
         return None
@@ -226,6 +231,10 @@ class StrategyWrapper(UpdateStrategy):
     @property
     def private(self) -> bool:
         return self.inner.private
+
+    @property
+    def relation(self) -> str | None:
+        return self.inner.relation
 
     def distributed_noise(self, server_round):
         return self.inner.distributed_noise(server_round)

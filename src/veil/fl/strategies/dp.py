@@ -38,16 +38,29 @@ Releasing both sums is one Gaussian mechanism with noise multiplier z when
 ``z_Delta = (z^-2 - (2 sigma_b)^-2)^(-1/2)`` (their Theorem 1: the count query has
 sensitivity 1/2, so its multiplier is 2 sigma_b); sigma_b defaults to qN/20.
 
-Privacy: with central noise each round is charged to the ledger as
-``PoissonSampled(q, Gaussian(z))`` (for q = 1 just ``Gaussian(z)``): amplification by
-sampling holds against everyone who does not see which clients were sampled, i.e. against
-the users of the released model, with the server trusted. With local noise the guarantee
-is meant to hold against the server too, and the server does the sampling: it knows (and
-may choose) which rounds a client takes part in, so there is no amplification. A client
-sampled in K of the T rounds releases K Gaussian(z) answers, K <= T, and the server may
-make K = T; each round is therefore charged as an unsampled ``Gaussian(z)``, and
-:meth:`DPFedAvg.from_budget` calibrates local noise at sampling rate 1. The ledger's
-accountant certifies the composition over rounds; ``z`` comes from
+Privacy, and the neighbour relation each certificate names (:attr:`DPFedAvg.relation`):
+
+* central and distributed noise: **add/remove of one client's data** (user level, McMahan
+  et al. 2018): the clipped updates' sum moves by at most C, so each round is
+  ``PoissonSampled(q, Gaussian(z))`` (for q = 1 just ``Gaussian(z)``; SecAgg prices the
+  distributed noise); amplification by sampling holds against everyone who does not see
+  which clients were sampled, i.e. against the users of the released model, with the
+  server trusted.
+* local noise: **replace-one, any two inputs of one client** (the convention of local DP,
+  Kasiviswanathan, Lee, Nissim, Raskhodnikova & Smith 2011; Dwork & Roth 2014, Sec. 12.1):
+  the guarantee holds against the server, which sees each client's noisy update on its
+  own. Two clipped updates u, u' with ||u||, ||u'|| <= C differ by up to 2C in L2 norm, so
+  N(0, (z C)^2) on one update is a Gaussian mechanism of multiplier z C / (2 C) = z / 2
+  (Dwork & Roth 2014, Thm. A.1; Balle & Wang 2018 for the exact curve the accountant
+  uses). The server does the sampling: it knows (and may choose) which rounds a client
+  takes part in, so there is no amplification; a client sampled in K of the T rounds
+  releases K answers, K <= T, and the server may make K = T. Each round is therefore
+  charged as an unsampled ``Gaussian(z / 2)``, and :meth:`DPFedAvg.from_budget`
+  calibrates local noise for that event (z twice the add/remove calibration). (Charging
+  ``Gaussian(z)``, add/remove of a whole update, certified 3.998 for a target of 4 where
+  the replace-one epsilon against the server is 9.08.)
+
+The ledger's accountant certifies the composition over rounds; ``z`` comes from
 :func:`veil.dp.accounting.calibrate_noise` for a target (epsilon, delta) over the planned
 rounds.
 """
@@ -80,6 +93,19 @@ __all__ = ["DPFedAvg", "DistributedNoise"]
 
 _NOISE = ("central", "local", "distributed")
 _UNCLIPPED = "unclipped"
+#: noise -> the neighbour relation its certificate names (module docstring)
+RELATIONS = {"central": "add/remove one client's data",
+             "local": "replace-one: any two inputs of one client (against the server)",
+             "distributed": "add/remove one client's data"}
+
+
+def _charged(noise: str, sample_rate: float) -> tuple[float, float]:
+    """(sensitivity in units of C, sampling rate) that a round is charged at: local noise
+    is replace-one (2C) and claims no amplification by sampling (q = 1), distributed
+    noise is priced by SecAgg at q = 1 (module docstring)."""
+    if noise == "local":
+        return 2.0, 1.0
+    return 1.0, (sample_rate if noise == "central" else 1.0)
 
 
 @dataclass(frozen=True)
@@ -151,20 +177,21 @@ class DPFedAvg(StrategyWrapper):
     def from_budget(cls, inner: UpdateStrategy, *, epsilon: float, delta: float, rounds: int,
                     accountant: str = DEFAULT_ACCOUNTANT, **kwargs: Any) -> DPFedAvg:
         """A DPFedAvg whose z makes ``rounds`` rounds (epsilon, delta)-DP (client level),
-        calibrated with :func:`veil.dp.accounting.calibrate_noise` at the sampling rate
-        (at rate 1 for local and distributed noise, which claim no amplification by
-        sampling: the server that samples is the party they protect against), with
+        calibrated with :func:`veil.dp.accounting.calibrate_noise` for the event a round
+        is charged (the sampling rate for central noise; rate 1 for local and distributed
+        noise, which claim no amplification by sampling: the server that samples is the
+        party they protect against; local noise for replace-one, sensitivity 2C), with
         ``accountant`` (the default policy's; "rdp" for distributed noise, which SecAgg
         charges as zCDP)."""
-        q = kwargs.get("sample_rate") or getattr(inner, "fraction", 1.0)
-        if kwargs.get("noise") in ("local", "distributed"):
-            q = 1.0
-        if kwargs.get("noise") == "distributed":
+        noise = check_choice(kwargs.get("noise", "central"), "noise", _NOISE)
+        sensitivity, q = _charged(noise, kwargs.get("sample_rate")
+                                  or getattr(inner, "fraction", 1.0))
+        if noise == "distributed":
             # charged by SecAgg as zCDP, whose cost every policy takes from its Renyi curve
             # (the Gaussian's, exactly): calibrate on that curve
             accountant = "rdp"
         z = calibrate_noise(epsilon, delta, sample_rate=q, steps=rounds, accountant=accountant)
-        return cls(inner, noise_multiplier=z, **kwargs)
+        return cls(inner, noise_multiplier=sensitivity * z, **kwargs)
 
     # -- server side ---------------------------------------------------------------------
     def sample(self, server_round: int, clients: Sequence[int], rng: Generator) -> list[int]:
@@ -203,12 +230,17 @@ class DPFedAvg(StrategyWrapper):
         if self.noise == "distributed":
             raise ConfigError("noise='distributed' is accounted by secure aggregation: wrap "
                               "this strategy in SecAgg(...)")
-        q = 1.0 if self.noise == "local" else self.sample_rate  # see the module docstring
-        return subsampled_gaussian_event(self.noise_multiplier, q)
+        sensitivity, q = _charged(self.noise, self.sample_rate)  # see the module docstring
+        return subsampled_gaussian_event(self.noise_multiplier / sensitivity, q)
 
     @property
     def private(self) -> bool:
         return True
+
+    @property
+    def relation(self) -> str:
+        """The neighbour relation of this strategy's certificate (module docstring)."""
+        return RELATIONS[self.noise]
 
     @property
     def noise_at_clients(self) -> bool:

@@ -26,6 +26,8 @@ PSI, trains the model and returns a dict of results::
     seed = 0                    # simulation randomness (data split, batches); omit: secure
     label_epsilon = 1.0         # optional label DP (paillier logistic, split), with
     label_delta = 1e-5          #   a fresh ledger of that budget for the label holder
+    classes = 2                 # split: the number of classes, declared (labels 0..K-1;
+                                #   required with label_epsilon; never read from the labels)
     epsilon = 1.0               # or: noisy gradients (ss logistic), every party's rows
     delta = 1e-5                #   clipped to clip (one bound or one per party), a fresh
     clip = 1.0                  #   ledger of that budget for every party
@@ -42,8 +44,9 @@ spent: a bad one is a :class:`~veil.errors.ConfigError` naming it. ``out``: the 
 the parties' ledgers (``ledger.sqlite``, the guest's), None: ledgers in memory.
 
 ``run_transfer(config)`` takes the ``[transfer]`` section. ``protocol = "distill"`` (the
-default): source, targets, transfer and test CSVs with a label column (knowledge
-distillation, then FedAvg; see :mod:`veil.fl.vertical.transfer`). ``protocol = "he"`` or
+default): source, targets, transfer and test CSVs with a label column and ``classes = K``
+declared (labels 0..K-1: public, never read from the labels; knowledge distillation, then
+FedAvg; see :mod:`veil.fl.vertical.transfer`). ``protocol = "he"`` or
 ``"ss"``: the secure federated transfer learning of Liu et al. between a source with
 labels and a target without (:mod:`veil.fl.vertical.secure_ftl`, Paillier;
 :mod:`veil.fl.vertical.secure_ftl_ss`, secret sharing), the overlap aligned by PSI::
@@ -102,10 +105,11 @@ SECTIONS: dict[str, dict[str, tuple[type, ...]]] = {
                  "test_fraction": _NUM, "seed": (int,), "label_epsilon": _NUM,
                  "label_delta": _NUM, "epsilon": _NUM, "delta": _NUM,
                  "clip": (int, float, list), "hidden": (int,), "embedding": (int,),
+                 "classes": (int,),
                  "prefix_columns": (bool,), "decryption": (str,), "insecure_ok": (bool,),
                  "identities": (str,)},
     "transfer": {"label": (str,), "source": (str,), "targets": (list,), "transfer": (str,),
-                 "test": (str,), "teachers": (int,), "noise_multiplier": _NUM,
+                 "test": (str,), "classes": (int,), "teachers": (int,), "noise_multiplier": _NUM,
                  "epsilon": _NUM, "delta": _NUM, "max_queries": (int,), "rounds": (int,),
                  "local_epochs": (int,), "learning_rate": _NUM, "hidden": (int,),
                  "source_epochs": (int,), "seed": (int,), "protocol": (str,),
@@ -117,8 +121,8 @@ SECTIONS: dict[str, dict[str, tuple[type, ...]]] = {
 #: [transfer] protocol -> the settings only it reads ("label", "source", "test",
 #: "learning_rate", "seed" and "protocol" are common)
 TRANSFER_KEYS = {
-    "distill": ("targets", "transfer", "teachers", "noise_multiplier", "epsilon", "delta",
-                "max_queries", "rounds", "local_epochs", "hidden", "source_epochs"),
+    "distill": ("targets", "transfer", "classes", "teachers", "noise_multiplier", "epsilon",
+                "delta", "max_queries", "rounds", "local_epochs", "hidden", "source_epochs"),
     "he": ("id", "target", "dataset", "overlap", "rows", "iterations", "batch_size", "dim",
            "gamma", "lam", "key_bits"),
     "ss": ("id", "target", "dataset", "overlap", "rows", "iterations", "batch_size", "dim",
@@ -294,6 +298,11 @@ def run_vertical(config: dict, *, base: str | Path = ".", out: str | Path | None
     train_blocks, test_blocks = [b[~test] for b in blocks], [b[test] if test.any() else b[~test]
                                                              for b in blocks]
     y_train, y_test = y[~test], (y[test] if test.any() else y[~test])
+    if model_kind == "split":   # checked before a ledger file exists
+        from veil.fl.vertical.split import SplitNN, split_classes
+
+        classes = split_classes(cfg.get("classes"), y_train.astype(np.int64), label_epsilon,
+                                "[vertical]")
     ledger, ledgers = None, None
     if label_epsilon is not None:
         ledger = _ledger(out, guest, guest, label_epsilon, cfg.get("label_delta", 1e-5),
@@ -304,12 +313,11 @@ def run_vertical(config: dict, *, base: str | Path = ".", out: str | Path | None
     results: dict[str, Any] = {"aligned": alignment.size, "psi_bytes": alignment.bytes,
                                "parties": ordered, "guest": guest}
     if model_kind == "split":
-        from veil.fl.vertical.split import SplitNN
-
         model = SplitNN(learning_rate=cfg.get("learning_rate", 1e-3),
                         hidden=cfg.get("hidden", 64), embedding=cfg.get("embedding", 16),
                         label_epsilon=label_epsilon, ledger=ledger, random_state=rng.spawn(1)[0],
-                        epochs=cfg.get("epochs", 10), batch_size=cfg.get("batch_size", 256))
+                        epochs=cfg.get("epochs", 10), batch_size=cfg.get("batch_size", 256),
+                        classes=classes)
         model.fit(train_blocks, y_train.astype(np.int64))
         results["bytes"] = model.bytes_
         results["accuracy"] = model.score(test_blocks, y_test)
@@ -370,6 +378,11 @@ def run_transfer(config: dict, *, base: str | Path = ".", out: str | Path | None
     from veil.fl.strategies import FedAvg
     from veil.fl.vertical.transfer import SourceParty, _torch, transfer_learn
 
+    if "classes" not in cfg:  # public schema knowledge, never read from the labels
+        raise ConfigError("[transfer] classes is required with protocol = \"distill\": the "
+                          "number of classes K (labels 0..K-1), declared, not read from the "
+                          "source's labels")
+    classes = cfg["classes"]
     torch = _torch()
     base = Path(base)
     label = cfg.get("label", "y")
@@ -395,7 +408,6 @@ def run_transfer(config: dict, *, base: str | Path = ".", out: str | Path | None
         raise DataError(f"source, targets, transfer and test have different feature counts "
                         f"{sorted(widths)}")
     hidden = cfg.get("hidden", 32)
-    classes = int(max(ys.max(), *(c[1].max() for c in clients))) + 1
 
     def make(d: int, k: int) -> Any:
         return torch.nn.Sequential(torch.nn.Linear(d, hidden), torch.nn.ReLU(),
@@ -409,7 +421,7 @@ def run_transfer(config: dict, *, base: str | Path = ".", out: str | Path | None
     if cfg.get("noise_multiplier") is not None:
         ledger = Ledger(epsilon=cfg.get("epsilon", 3.0), delta=cfg.get("delta", 1e-5),
                         path=None if out is None else Path(out) / "ledger.sqlite")
-    source = SourceParty(Xs, ys, make, teachers=cfg.get("teachers", 1),
+    source = SourceParty(Xs, ys, make, classes=classes, teachers=cfg.get("teachers", 1),
                          epochs=cfg.get("source_epochs", 5),
                          noise_multiplier=cfg.get("noise_multiplier"), ledger=ledger,
                          max_queries=cfg.get("max_queries", max(1, transfer.shape[0])),
@@ -420,9 +432,9 @@ def run_transfer(config: dict, *, base: str | Path = ".", out: str | Path | None
     student = make(Xs.shape[1], classes)
     seed = int(rng.integers(0, 2**31))  # the same simulated rounds for both runs
     base_run, _ = transfer_learn(None, None, clients, student, strategy, rounds, test=test,
-                                 rng=seed, flower=flower)
+                                 classes=list(range(classes)), rng=seed, flower=flower)
     moved, _ = transfer_learn(source, transfer, clients, student, strategy, rounds,
-                              test=test, rng=seed, flower=flower)
+                              test=test, classes=list(range(classes)), rng=seed, flower=flower)
     results = {"accuracy_without_source": base_run.rounds[-1]["accuracy"],
                "accuracy_with_source": moved.rounds[-1]["accuracy"]}
     if ledger is not None:

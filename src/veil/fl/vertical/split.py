@@ -27,11 +27,17 @@ two-party split learning", ICLR 2022) - hence the options:
   ledger is charged one event before any label is drawn.
 * **Embedding noise** (``clip``, ``noise_multiplier`` at a bottom): each embedding row is
   clipped to L2 norm ``clip`` and released with Gaussian noise of standard deviation
-  ``noise_multiplier * clip`` on a grid (:func:`veil.dp.samplers.rounded_gaussian`). One
-  pass over the rows (an epoch, or the prior pass) releases each row once; replacing one
-  row moves its embedding by at most ``2 clip``, so each pass is a Gaussian mechanism with
-  noise multiplier ``noise_multiplier / 2`` and the bottom's ledger is charged one
-  ``GaussianDpEvent`` per pass, before its noise is drawn. That certificate holds for a
+  ``noise_multiplier * clip`` on a grid (:func:`veil.dp.samplers.rounded_gaussian`).
+  Neighbour relation: **replace-one row** of the bottom's features (the aligned rows, whose
+  number is known to both sides). One pass over the rows (an epoch, or the prior pass)
+  releases each row at most once - the bottom enforces it: a row the top asks for a
+  second time in a pass is refused (a ProtocolError), since k noisy copies of one row
+  average to noise sigma / sqrt(k) for one charge. Replacing one row moves its embedding
+  by at most ``2 clip`` and no other row's, so each pass is a Gaussian mechanism with
+  noise multiplier ``noise_multiplier / 2`` (Dwork & Roth 2014, Thm. A.1): the bottom's
+  ledger is charged its ``passes`` such events as one plan when the first pass begins,
+  and each pass (the top's ``(pass, epoch)``; each new one counts towards ``passes``) is
+  recorded as a step of that plan before its noise is drawn. That certificate holds for a
   *fixed* bottom network (``train=False``: a pretrained or public feature extractor):
   when f_k is trained on the same rows, later embeddings depend on other rows through
   the weights, which the per-pass accounting does not cover, so a trained bottom accepts
@@ -42,6 +48,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -61,9 +68,10 @@ from veil.fl.messages import encode
 from veil.fl.vertical._noise import grid_gaussian
 from veil.fl.vertical._wire import read_message
 from veil.fl.vertical.label_dp import label_event, randomize_labels, rr_with_prior
+from veil.learn.public import PublicFactWarning
 from veil.random import check_rng
 
-__all__ = ["SplitBottom", "SplitTop", "SplitNN", "train_split"]
+__all__ = ["SplitBottom", "SplitTop", "SplitNN", "split_classes", "train_split"]
 
 log = logging.getLogger(__name__)
 
@@ -87,14 +95,40 @@ def _array(msg: dict, name: str, shape: tuple, party: str) -> np.ndarray:
     return value
 
 
+def split_classes(classes: int | None, y: np.ndarray, label_epsilon: float | None,
+                  owner: str) -> int:
+    """K, the number of classes (labels 0..K-1) of the top network and of label DP's
+    randomized response: ``classes`` as declared (public schema knowledge; a label outside
+    0..K-1 is a DataError, before anything is charged). ``None`` reads it from the labels,
+    with a warning, and is refused under label DP: one relabelled record could widen the
+    randomized response's domain and the model's output."""
+    if classes is not None:
+        k = check_int(classes, "classes", low=2)
+        if y.size and (y.min() < 0 or y.max() >= k):    # names no label of the data
+            raise DataError(f"{owner}: y holds labels outside the declared classes={k} "
+                            f"(allowed: 0..{k - 1})")
+        return k
+    if label_epsilon is not None:
+        raise ConfigError(f"{owner}: classes=None is not allowed with label_epsilon: declare "
+                          "classes=K (labels 0..K-1, public), never read from the labels")
+    warnings.warn(f"{owner}: the number of classes is read from the labels (classes=None); "
+                  "declare classes=K to keep it out of the model", PublicFactWarning,
+                  stacklevel=3)
+    return int(max(2, y.max() + 1))
+
+
 class SplitBottom:
     """A feature holder's bottom network (sans-I/O): rows in, embeddings out, gradient in.
 
     ``module``: a torch module mapping (n, d_k) float32 features to (n, m_k) embeddings
     (copied). ``passes``: how many passes over the rows this party agreed to release
-    (its own plan: epochs, plus one for the prior pass of RRWithPrior). ``rng``: the
-    embedding noise (None: the CSPRNG; a seed only in tests).
+    (its own plan: epochs, plus one for the prior pass of RRWithPrior); each row is
+    served at most once per pass. ``rng``: the embedding noise (None: the CSPRNG; a seed
+    only in tests).
     """
+
+    #: the neighbour relation of the embedding noise's certificate (module docstring)
+    relation = "replace-one row of this party's features"
 
     def __init__(self, name: str, X: Any, module: Any, *, learning_rate: float = 1e-3,
                  train: bool = True, clip: float | None = None, noise_multiplier: float = 0.0,
@@ -118,18 +152,21 @@ class SplitBottom:
             raise ConfigError("embedding noise is certified for a fixed bottom network only "
                               "(train=False); a trained bottom may add noise without a ledger "
                               "(uncertified), see veil.fl.vertical.split")
-        if ledger is not None and not ledger.fits(de.SelfComposedDpEvent(
-                de.GaussianDpEvent(self.noise_multiplier / 2.0), self.passes)):
+        self._event = de.GaussianDpEvent(self.noise_multiplier / 2.0)  # one pass
+        if ledger is not None and not ledger.fits(de.SelfComposedDpEvent(self._event,
+                                                                         self.passes)):
             raise BudgetExceededError(f"{self.passes} passes of embedding noise with "
                                       f"noise_multiplier={noise_multiplier} do not fit the "
                                       f"ledger of {self.name!r}; nothing was charged")
         self._ledger = ledger
+        self._plan: Any = None   # the passes, planned on the ledger at the first one
         self._rng = check_rng(rng)
         self._opt = torch.optim.Adam(self.module.parameters(),
                                      lr=check_positive(learning_rate, "learning_rate")) \
             if self.train else None
         self._pass: tuple | None = None
         self._passes_seen = 0
+        self._served = np.zeros(self.n_samples, dtype=bool)  # rows released in this pass
         self._pending: tuple | None = None   # (step, output tensor, rows)
 
     @property
@@ -169,11 +206,21 @@ class SplitBottom:
                 raise ProtocolError(f"message from 'top': pass {step[:2]} is beyond the "
                                     f"{self.passes} passes {self.name!r} agreed to")
             if self._ledger is not None:
-                self._ledger.charge(de.GaussianDpEvent(self.noise_multiplier / 2.0),
-                                    label=f"split embeddings of {self.name!r}, pass "
-                                          f"{self._passes_seen}")
+                if self._plan is None:
+                    self._plan = self._ledger.plan(
+                        self._event, steps=self.passes,
+                        label=f"split embeddings of {self.name!r}, {self.passes} passes "
+                              f"({self.relation})")
+                self._plan.charge(self._event, label=f"split embeddings of {self.name!r}, "
+                                                     f"pass {self._passes_seen}")
             self._pass = step[:2]
             self._passes_seen += 1
+            self._served[:] = False
+        elif self._served[rows].any():
+            raise ProtocolError(f"message from 'top': {int(self._served[rows].sum())} of the "
+                                f"rows were already served in pass {step[:2]}; "
+                                f"{self.name!r} releases each row once per pass")
+        self._served[rows] = True
         training = step[0] == "train" and self.train
         h = self._cut(rows, training)
         released = self._noisy(h)
@@ -234,6 +281,9 @@ class SplitTop:
     docstring); ``label_prior=True``: two-stage RRWithPrior instead of plain RR. ``rng``:
     batch order (simulation); ``noise_rng``: label randomization (None: the CSPRNG).
     """
+
+    #: the neighbour relation of label DP's certificate (the features are not protected)
+    relation = "replace-one label"
 
     def __init__(self, y: Any, bottoms: Sequence[str], module: Any, *, classes: int,
                  epochs: int = 10, batch_size: int = 256, learning_rate: float = 1e-3,
@@ -395,7 +445,9 @@ class SplitNN:
     embedding``, the top ``sum of embeddings -> hidden -> classes`` (or pass ``bottom`` /
     ``top``: callables building modules from the input width). Noise options as in
     :class:`SplitBottom` (``clip``, ``noise_multiplier``, ``bottom_ledgers``, ``train_bottoms``)
-    and :class:`SplitTop` (``label_epsilon``, ``label_prior``, ``ledger``).
+    and :class:`SplitTop` (``label_epsilon``, ``label_prior``, ``ledger``). ``classes``: K,
+    the declared number of classes (labels 0..K-1; required with ``label_epsilon``,
+    :func:`split_classes`).
     """
 
     def __init__(self, *, hidden: int = 64, embedding: int = 16, epochs: int = 10,
@@ -405,7 +457,8 @@ class SplitNN:
                  label_epsilon: float | None = None, label_prior: bool = False,
                  ledger: Ledger | None = None, clip: float | None = None,
                  noise_multiplier: float = 0.0, bottom_ledgers: Sequence[Ledger] | None = None,
-                 train_bottoms: bool = True, random_state: Any = None) -> None:
+                 train_bottoms: bool = True, classes: int | None = None,
+                 random_state: Any = None) -> None:
         self.hidden = hidden
         self.embedding = embedding
         self.epochs = epochs
@@ -420,6 +473,7 @@ class SplitNN:
         self.noise_multiplier = noise_multiplier
         self.bottom_ledgers = bottom_ledgers
         self.train_bottoms = train_bottoms
+        self.classes = classes
         self.random_state = random_state
 
     def _blocks(self, X: Any) -> list[np.ndarray]:
@@ -438,7 +492,7 @@ class SplitNN:
         y = check_array(y, "y", ndim=1, dtype=np.int64)
         if y.size != blocks[0].shape[0]:
             raise DataError(f"y has {y.size} labels for {blocks[0].shape[0]} rows")
-        classes = int(max(2, y.max() + 1))
+        classes = split_classes(self.classes, y, self.label_epsilon, "SplitNN")
         rng = check_rng(self.random_state)
         seed = int(rng.integers(0, 2**31))  # network initialisation: simulation randomness
         torch.manual_seed(seed)

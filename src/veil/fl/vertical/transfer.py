@@ -19,13 +19,28 @@ PATE-style noisy aggregation (Papernot, Abadi, Erlingsson, Goodfellow & Talwar 2
 Gaussian noise as in Papernot, Song, Mironov, Raghunathan, Talwar & Erlingsson 2018):
 with ``noise_multiplier`` sigma the source answers each transfer input with the vote
 histogram of its teachers (each votes its argmax) plus N(0, sigma^2) per class, clipped at
-0 and normalized into a soft label. One source record is in one teacher's part, so it
-changes at most one vote per query: two histogram cells by 1, an L2 sensitivity of
-sqrt(2). Each query is a Gaussian mechanism of noise multiplier sigma / sqrt(2), and the
-source's :class:`~veil.dp.Ledger` is charged the composition over the queried rows before
-any noise is drawn (the data-independent bound; PATE's data-dependent analysis is
-tighter but needs smooth sensitivity to be released, not done here). Without noise the
-soft labels are the teachers' averaged class probabilities: no privacy claim.
+0 and normalized into a soft label. The width of that histogram is ``classes``, declared
+(public schema knowledge): never read from the labels, where one relabelled record could
+add a column; a label outside ``0..classes-1`` is refused before anything trains or is
+charged.
+
+**Neighbour relation: add/remove of one source record.** Each record goes to the teacher
+``H_k(record) mod teachers``, H_k a keyed hash (BLAKE2b keyed with k drawn once from
+``rng``) of the record's bytes (features and label), so where a record goes depends on
+that record alone. For neighbours D and D' = D + {x} under the same key, every record of
+D is in the same teacher's part in both, in the same order, and each teacher's training
+randomness is drawn independently of the data: only teacher H_k(x) trains on different
+data, so x changes at most one vote per query: two histogram cells by 1, an L2
+sensitivity of sqrt(2). (A permutation cut into equal slices would not do: adding one
+record moves every slice boundary, and with it records between teachers.) Each query is
+then a Gaussian mechanism of noise multiplier sigma / sqrt(2) for every key, hence also
+for the random key; the source's :class:`~veil.dp.Ledger` is charged the composition over
+the queried rows before any noise is drawn (the data-independent bound; PATE's
+data-dependent analysis is tighter but needs smooth sensitivity to be released, not done
+here). Replace-one (a record changed in place) is two such steps: twice the sensitivity,
+not what is charged. A teacher's part holds n / teachers records in expectation and may
+be empty (that teacher votes with its initial weights). Without noise the soft labels are
+the teachers' averaged class probabilities: no privacy claim.
 
 The secure federated transfer learning of Liu, Kang, Xing, Chen & Yang (2018), a shared
 representation learned on the overlapping samples under HE or secret sharing, is in
@@ -35,6 +50,7 @@ representation learned on the overlapping samples under HE or secret sharing, is
 from __future__ import annotations
 
 import copy
+import hashlib
 import logging
 import math
 from collections.abc import Callable, Sequence
@@ -56,7 +72,7 @@ from veil.fl.messages import decode, encode
 from veil.fl.vertical._noise import grid_gaussian
 from veil.random import check_rng
 
-__all__ = ["SourceParty", "distill", "train_module", "transfer_learn"]
+__all__ = ["SourceParty", "distill", "teacher_of", "train_module", "transfer_learn"]
 
 log = logging.getLogger(__name__)
 
@@ -93,25 +109,46 @@ def train_module(module: Any, X: np.ndarray, targets: np.ndarray, *, epochs: int
     return module
 
 
+def teacher_of(X: np.ndarray, y: np.ndarray, teachers: int, key: bytes) -> np.ndarray:
+    """Each record's teacher, ``H_key(row bytes || label bytes) mod teachers`` (BLAKE2b,
+    64-bit digest; the modulo bias is below teachers / 2^64): a record's teacher depends
+    on that record and the key only (module docstring)."""
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    y = np.ascontiguousarray(y, dtype=np.int64)
+    digests = [hashlib.blake2b(X[i].tobytes() + y[i].tobytes(), key=key,
+                               digest_size=8).digest() for i in range(y.size)]
+    hashes = np.frombuffer(b"".join(digests), dtype=">u8").astype(np.uint64)
+    return (hashes % np.uint64(teachers)).astype(np.int64)
+
+
 class SourceParty:
     """The data-rich party: trains ``teachers`` models on disjoint parts of its data and
     answers transfer queries with soft labels (module docstring).
 
-    ``make_module(d, K)`` builds a network; ``max_queries``: the most transfer rows it will
-    label (its own plan; with ``noise_multiplier`` the whole plan must fit ``ledger``).
-    ``rng``: simulation randomness; ``noise_rng``: the vote noise (None: the CSPRNG).
+    ``make_module(d, K)`` builds a network; ``classes``: K, the declared number of classes
+    (labels ``0..K-1``; public, never read from ``y``); ``max_queries``: the most transfer
+    rows it will label (its own plan; with ``noise_multiplier`` the whole plan must fit
+    ``ledger``). ``rng``: simulation randomness (the teachers' hash key, their training);
+    ``noise_rng``: the vote noise (None: the CSPRNG).
     """
 
+    #: the neighbour relation of the noisy soft labels' certificate (module docstring)
+    relation = "add/remove one source record"
+
     def __init__(self, X: Any, y: Any, make_module: Callable[[int, int], Any], *,
-                 teachers: int = 1, epochs: int = 10, batch_size: int = 128,
+                 classes: int, teachers: int = 1, epochs: int = 10, batch_size: int = 128,
                  learning_rate: float = 1e-3, noise_multiplier: float | None = None,
                  ledger: Ledger | None = None, max_queries: int = 10_000,
                  rng: Any = None, noise_rng: Any = None) -> None:
+        self.classes = check_int(classes, "classes", low=2)
         X = check_array(X, "X of the source", ndim=2)
         y = check_array(y, "y of the source", ndim=1, dtype=np.int64)
-        if y.size != X.shape[0] or y.min() < 0:
-            raise DataError("y of the source must hold one label 0..K-1 per row")
-        self.teachers = check_int(teachers, "teachers", low=1, high=max(1, X.shape[0] // 10))
+        if y.size != X.shape[0]:
+            raise DataError(f"y of the source has {y.size} labels for {X.shape[0]} rows of X")
+        if np.any((y < 0) | (y >= self.classes)):  # names no label of the data
+            raise DataError(f"y of the source holds labels outside the declared classes="
+                            f"{self.classes} (allowed: 0..{self.classes - 1})")
+        self.teachers = check_int(teachers, "teachers", low=1)
         self.max_queries = check_int(max_queries, "max_queries", low=1)
         self.noise_multiplier = None if noise_multiplier is None else \
             check_positive(noise_multiplier, "noise_multiplier")
@@ -123,15 +160,14 @@ class SourceParty:
                                           f"noise_multiplier={noise_multiplier} do not fit the "
                                           "source's ledger; nothing was charged")
         self._ledger = ledger
-        self._rng = check_rng(rng)              # teachers' parts and batch order
+        self._rng = check_rng(rng)              # the teachers' hash key and training
         self._noise_rng = check_rng(noise_rng)  # the vote noise: the CSPRNG unless tests
-        self.classes = int(y.max()) + 1
         self.n_features = X.shape[1]
-        parts = np.array_split(self._rng.permutation(y.size), self.teachers)
-        self.models = [train_module(make_module(X.shape[1], self.classes), X[p], y[p],
-                                    epochs=epochs, batch_size=batch_size,
+        owner = teacher_of(X, y, self.teachers, self._rng.bytes(32))
+        self.models = [train_module(make_module(X.shape[1], self.classes), X[owner == t],
+                                    y[owner == t], epochs=epochs, batch_size=batch_size,
                                     learning_rate=learning_rate, rng=r)
-                       for p, r in zip(parts, self._rng.spawn(self.teachers))]
+                       for t, r in enumerate(self._rng.spawn(self.teachers))]
         self._answered = 0
 
     def _event(self, rows: int) -> de.DpEvent:
@@ -161,7 +197,7 @@ class SourceParty:
             soft = np.mean([torch.softmax(o, 1).numpy() for o in outs], axis=0)
         else:
             self._ledger.charge(self._event(X.shape[0]),
-                                label=f"transfer soft labels, {X.shape[0]} rows")
+                                label=f"transfer soft labels, {X.shape[0]} rows ({self.relation})")
             votes = np.zeros((X.shape[0], self.classes))
             for o in outs:
                 votes[np.arange(X.shape[0]), o.argmax(1).numpy()] += 1
@@ -194,13 +230,15 @@ def distill(module: Any, X: Any, answer: bytes, *, epochs: int = 20, batch_size:
 def transfer_learn(source: SourceParty | None, transfer_X: Any, clients: Sequence[tuple[Any, Any]],
                    student: Any, strategy: Any, rounds: int, *, distill_epochs: int = 20,
                    learning_rate: float = 1e-3, test: tuple[Any, Any] | None = None,
-                   ledger: Ledger | None = None, rng: Any = None,
+                   classes: Sequence[Any] | None = None, ledger: Ledger | None = None,
+                   rng: Any = None,
                    flower: bool = False) -> tuple[Any, Any]:
     """The whole recipe: query, distill, then federated fine-tuning.
 
     ``student``: the target's torch module. ``source=None``: no transfer (the baseline: the
     targets fine-tune ``student`` from its initial weights). Returns the Federation's
-    history and the starting module. ``ledger``: for a DP federated strategy. ``flower``:
+    history and the starting module. ``classes``: the targets' declared label set
+    (:class:`veil.fl.Federation`'s). ``ledger``: for a DP federated strategy. ``flower``:
     the fine-tuning on Flower's simulation engine, a node per target
     (:func:`veil.fl.runtime.flower.simulate`; the same model as in this process for a
     seeded run); the source answers its one query where it lives.
@@ -216,7 +254,7 @@ def transfer_learn(source: SourceParty | None, transfer_X: Any, clients: Sequenc
         student = distill(student, transfer_X, answer, epochs=distill_epochs,
                           learning_rate=learning_rate, rng=rng.spawn(1)[0])
     fed = Federation(clients, TorchModel(student), strategy, rounds, test=test,
-                     ledger=ledger, rng=rng.spawn(1)[0])
+                     classes=classes, ledger=ledger, rng=rng.spawn(1)[0])
     if flower:
         from veil.fl.runtime.flower import simulate
 
