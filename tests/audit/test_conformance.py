@@ -142,3 +142,34 @@ def test_the_neighbour_table_lists_every_registered_path(doc):
         name, relation = (c.strip() for c in line.strip("|").split("|"))
         rows[name.strip("`")] = relation
     assert rows == {c.name: c.relation for c in cf.cases()}
+
+
+def test_cli_prints_the_table_and_json(capsys):
+    import json
+
+    from veil.cli.main import main
+
+    assert main(["audit", "conformance", "--only", "dp.Laplace", "--seed", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "dp.Laplace" in out and "add/remove one unit" in out and "pass" in out
+    assert main(["audit", "conformance", "--only", "dp.DiscreteLaplace", "--json",
+                 "--seed", "1"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    (path,) = data["paths"]
+    assert path["name"] == "dp.DiscreteLaplace" and path["verdict"] == "pass"
+    assert 0.0 <= path["lower_bound"] <= path["epsilon"] == 1.0
+
+
+def test_cli_exits_nonzero_when_a_path_fails(monkeypatch, capsys):
+    from veil.audit.conformance import registry
+    from veil.cli.main import main
+
+    def run(value, rng):
+        return Ledger(1.0).release(Laplace(1.0), value, rng=rng)
+
+    bad = cf.Case("zz mis-scaled", cf.ADD_REMOVE, 1.0, 0.0, run,
+                  lambda: [cf.Pair("answers 4 apart", 0.0, 4.0)], float, trials=1000)
+    monkeypatch.setitem(registry._REGISTRY, bad.name, bad)
+    assert main(["audit", "conformance", "--only", "zz mis-scaled", "--seed", "3"]) == 1
+    assert "FAIL" in capsys.readouterr().out
+    assert main(["audit", "conformance", "--only", "no such path"]) == 2
