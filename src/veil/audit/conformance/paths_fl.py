@@ -297,15 +297,17 @@ def _split_pass(X, rng):
 
 @register("fl.split embedding noise, a top repeating one row", relation=REPLACE,
           epsilon=_certified(de.GaussianDpEvent(_Z / 2.0)), delta=DELTA,
-          pairs=lambda: [Pair("one row replaced; the top asks for it in 32 batches",
+          pairs=lambda: [Pair("one row replaced; the top asks for it in 64 batches",
                               _rows(False), _rows(True),
                               hole="#28 item 4, fixed on branch flfixes")],
-          reduce=lambda h: float(np.mean(h)), structure=np.shape, trials=200,
+          reduce=lambda h: float(np.mean(h)), threshold=1.0, structure=np.shape, trials=200,
           needs=("torch",))
 def _split_repeat(X, rng):
-    """A malicious top: one pass, but row 0 in every batch; its mean cuts the noise."""
+    """A malicious top: one pass, but row 0 in every batch; the mean of the 64 copies has
+    noise sigma / 8, so "mean >= 1" (the clip bound: threshold fixed in advance) tells the
+    replaced row's sign."""
     bottom = _bottom(X, rng)
-    return np.array([_embed(bottom, [0], b)[0, 0] for b in range(32)])
+    return np.array([_embed(bottom, [0], b)[0, 0] for b in range(64)])
 
 
 # -- transfer by distillation ------------------------------------------------------------
