@@ -95,9 +95,8 @@ def test_noise_decay_meets_the_budget_and_decays(schedule, decay):
 
     assert spent(1.0) <= eps < spent(1 / 1.002)  # verified, and minimal to 0.1%
     # a coarser grid of orders certifies a larger epsilon: the schedule fits a default ledger
-    ledger = Ledger(eps, delta, accountant="rdp")
-    for s in sigmas:
-        ledger.charge(subsampled_gaussian_event(s, q))
+    ledger = Ledger(eps, delta, accountant="rdp")   # a schedule fixed in advance: one plan
+    ledger.plan([subsampled_gaussian_event(s, q) for s in sigmas])
     # decay=1 is a constant schedule: the calibrate_noise value, to 0.1%
     flat = noise_decay(eps, delta, rounds, decay=1.0, sample_rate=q, accountant="rdp",
                        orders=orders)

@@ -73,7 +73,9 @@ def test_exceeding_the_budget_draws_no_noise_and_records_nothing():
     assert ledger.remaining() == (pytest.approx(0.05), 0.0)
 
 
-@pytest.mark.parametrize("accountant", ["pld", "rdp", "basic"])
+# not "rdp": a Renyi filter prices the Gaussian by its RDP curve (1.1 here); taking the
+# minimum with the exact (epsilon, delta) of the release would not be a filter (RDPFilter)
+@pytest.mark.parametrize("accountant", ["pld", "basic"])
 def test_a_one_off_ledger_holds_exactly_one_calibrated_release(accountant):
     eps, delta = 1.0, 1e-5
     sigma = dpa.get_sigma_gaussian(eps, delta)  # analytic Gaussian, to the solver's tolerance
@@ -137,7 +139,7 @@ def test_every_accountant_stops_at_the_budget(accountant):
     spent, delta = ledger.spent()
     assert spent <= 3.0 and delta == 1e-5
     # the ledger's figure is the policy's figure for exactly the n admitted events
-    acc = make_policy(accountant)
+    acc = make_policy(accountant, 1e-5)
     for _ in range(n):
         acc.compose(mech.event, delta=1e-6)
     assert spent == pytest.approx(acc.get_epsilon(1e-5), rel=1e-12)
@@ -411,6 +413,8 @@ def test_every_veil_mechanism_fits_a_ledger_of_exactly_its_budget(accountant):
              (dp.DiscreteLaplace(1.0), 3), (dp.DiscreteGaussian(1.0, 1e-5), 3),
              (dp.RandomizedResponse(1.0, 3), 1), (dp.Exponential(1.0), np.array([1.0, 2.0]))]
     for mech, value in cases:
+        if accountant == "rdp" and mech.delta > 0:
+            continue  # a Renyi filter prices by the RDP curve, above the exact (eps, delta)
         ledger = Ledger(mech.epsilon, mech.delta, accountant=accountant)
         ledger.release(mech, value, rng=1)
         assert ledger.spent()[0] <= mech.epsilon * (1 + 1e-9), type(mech).__name__

@@ -3,6 +3,11 @@
 ``veil audit RUN_DIR`` reads a run directory (format in :mod:`veil.audit.rundir`) and writes
 ``report.json`` and ``report.html`` (into ``RUN_DIR/audit`` unless ``--out`` says otherwise).
 
+``veil audit conformance`` runs the privacy conformance suite (:mod:`veil.audit.conformance`):
+every registered release path against its neighbouring inputs; a table of path, neighbour
+relation, certified epsilon, empirical lower bound and verdict (``--json``; ``--deep`` for
+8x more trials); the exit code is 1 when any path fails.
+
 ``veil audit --model MODEL --members TRAIN.npz --nonmembers HOLDOUT.npz`` attacks a fitted
 classifier (anything with ``predict_proba``) on records it was / was not trained on (``.npz``
 files holding arrays ``X`` and ``y``) and reports the same way. MODEL is a veil model file
@@ -89,8 +94,39 @@ def _model_run(model_path, members, nonmembers, population, attack, n_shadow, le
     return Run(name=str(model_path.name), kind="other", records=[record])
 
 
+def conformance(*, deep: bool = False, confidence: float = 0.99, seed: int | None = None,
+                json_: bool = False, only: str | None = None) -> None:
+    """``veil audit conformance``: audit every registered release path (module docstring);
+    ``confidence`` is per path (Bonferroni over its pairs), ``seed`` seeds the releases
+    (default: the CSPRNG)."""
+    from veil.audit import conformance as cf
+
+    chosen = [c for c in cf.cases() if only is None or only in c.name]
+    if not chosen:
+        raise ConfigError(f"--only={only!r} matches no registered release path")
+    verdicts = []
+    with progress("conformance", total=len(chosen)) as update:
+        for i, case in enumerate(chosen):
+            update(i, what=case.name)
+            verdicts.append(cf.audit(case, deep=deep, confidence=confidence, rng=seed))
+        update(len(chosen))
+    if json_:
+        print_json({"confidence": confidence, "deep": deep,
+                    "paths": [v.to_dict() for v in verdicts]})
+    else:
+        rows = [(v.name, v.relation, f"{v.epsilon:.4g}",
+                 "-" if v.skipped else f"{v.lower_bound:.3f}",
+                 v.verdict if not v.skipped else f"skipped ({v.skipped})") for v in verdicts]
+        print_table(rows, ["path", "neighbours", "certified eps",
+                           f"eps >= ({confidence:g})", "verdict"],
+                    title="veil privacy conformance")
+    if not all(v.passed for v in verdicts):
+        raise typer.Exit(1)
+
+
 def audit(
-    run_dir: Annotated[Path | None, typer.Argument(help="A run directory holding run.json.")]
+    run_dir: Annotated[Path | None, typer.Argument(
+        help="A run directory holding run.json, or 'conformance' (the conformance suite).")]
     = None,
     model: Annotated[Path | None, typer.Option(
         "--model", help="A fitted classifier with predict_proba: a veil model file "
@@ -120,12 +156,19 @@ def audit(
     json_: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     force: Annotated[bool, typer.Option(
         "--force", help="Write into a folder that already holds a report.")] = False,
+    deep: Annotated[bool, typer.Option(
+        "--deep", help="conformance: 8x more trials per neighbouring pair.")] = False,
+    only: Annotated[str | None, typer.Option(
+        "--only", help="conformance: only the paths whose name contains this.")] = None,
 ) -> None:
     """Audit a training run (RUN_DIR) or a saved model (--model): certified epsilon, empirical
     lower bounds, membership attack, mutual information; writes report.json + report.html."""
     from veil.audit import privacy_report
     from veil.audit.report import headline, round_bound
 
+    if run_dir is not None and str(run_dir) == "conformance" and model is None:
+        return conformance(deep=deep, confidence=confidence, seed=seed, json_=json_,
+                           only=only)
     if (run_dir is None) == (model is None):
         raise ConfigError("give either RUN_DIR or --model (not both, not neither)")
     target = out or (Path("audit-report") if model is not None else Path(run_dir) / "audit")

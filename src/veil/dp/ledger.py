@@ -14,8 +14,9 @@ admitted events, including it, fits the budget, and this holds even when later c
 (their mechanisms and privacy parameters) are chosen from earlier outputs. The default
 policy ``"pld"`` (:mod:`veil.dp.accounting.filter`) makes each charge a *block* priced
 tightly by PLD at its own delta and composes blocks by basic composition (Rogers, Roth,
-Ullman & Vadhan 2016); ``"rdp"``, ``"basic"`` and ``"advanced"`` are filters too
-(Feldman & Zrnic 2021; Whitehouse, Ramdas, Rogers & Wu 2023). ``"pld-nonadaptive"``
+Ullman & Vadhan 2016); ``"rdp"`` (a Renyi filter at one order fixed by the first
+charge, Feldman & Zrnic 2021, :class:`~veil.dp.accounting.rdp.RDPFilter`), ``"basic"`` and
+``"advanced"`` are filters too (Whitehouse, Ramdas, Rogers & Wu 2023). ``"pld-nonadaptive"``
 composes all charges by PLD as if they were fixed in advance: tight, and *not* a filter
 (opt-in). The table of guarantees is in :mod:`veil.dp.accounting.registry`.
 
@@ -133,7 +134,7 @@ class Ledger:
                  path: str | os.PathLike | None = None) -> None:
         epsilon = check_epsilon(epsilon)
         delta = check_delta(delta)
-        make_policy(accountant)  # validates the name
+        make_policy(accountant, delta)  # validates the name
         if path is None:
             self._attach(_Book(accountant, None), "", epsilon, delta)
             return
@@ -212,7 +213,7 @@ class Ledger:
         self._scope = scope
         self._epsilon = epsilon
         self._delta = delta
-        self._accountant: Accountant = make_policy(book.accountant)
+        self._accountant: Accountant = make_policy(book.accountant, delta)
         book.nodes[scope] = self
 
     # -- the budget ----------------------------------------------------------------

@@ -30,7 +30,7 @@ from veil.dp.accounting.events import (
 from veil.dp.accounting.filter import PLDFilter
 from veil.dp.accounting.gdp import GDPAccountant
 from veil.dp.accounting.pld import PLDAccountant
-from veil.dp.accounting.rdp import RDPAccountant
+from veil.dp.accounting.rdp import RDPAccountant, RDPFilter
 from veil.dp.accounting.registry import (
     ACCOUNTANTS,
     CERTIFIED,
@@ -45,7 +45,7 @@ from veil.dp.accounting.skellam import SkellamDpEvent
 
 __all__ = [
     "Accountant", "PLDAccountant", "RDPAccountant", "BasicAccountant", "AdvancedAccountant",
-    "GDPAccountant", "ACCOUNTANTS", "CERTIFIED", "make_accountant", "PLDFilter",
+    "GDPAccountant", "ACCOUNTANTS", "CERTIFIED", "make_accountant", "PLDFilter", "RDPFilter",
     "DEFAULT_ACCOUNTANT", "NOT_A_FILTER", "POLICIES", "make_policy",
     "calibrate_noise", "epsilon_for", "calibrate",
     "ParallelDpEvent", "SkellamDpEvent", "parallel", "subsampled_gaussian_event", "describe",

@@ -10,16 +10,17 @@ policy               guarantee                                                  
 ==================== ========================================================== ==========
 ``"pld"`` (default)  blocks (one release, or a planned schedule) priced by PLD,  valid
                      composed by basic composition (:mod:`.filter`)
-``"rdp"``            Renyi-DP curves added over all charges, converted at the   valid [1]
-                     end (Feldman & Zrnic 2021); for many adaptive Gaussians
+``"rdp"``            Renyi-DP curves added over all charges, converted at one   valid [1]
+                     order fixed by the first charge (:class:`.RDPFilter`)
 ``"basic"``          sum of per-charge (epsilon, delta) (delta= required)       valid
 ``"advanced"``       Dwork-Rothblum-Vadhan over per-charge (epsilon, delta)     valid
 ``"pld-nonadaptive"`` PLD of the whole sequence: tight only if every charge's    **no**
                      parameters were fixed before the first one (opt-in)
 ==================== ========================================================== ==========
 
-[1] at a fixed Renyi order (Feldman & Zrnic 2021, Thm. 3.1); veil converts at the best
-order of a grid, as every RDP accountant does.
+[1] at a Renyi order fixed in advance (Feldman & Zrnic 2021, Thm. 3.1): the first charge,
+chosen before any output, fixes it; the best order of the grid *at the end* would not be a
+filter (the order that admits a charge could depend on earlier outputs).
 
 :data:`DEFAULT_ACCOUNTANT` is the one default of the Ledger, of calibration and of every
 entry point that calibrates or charges (make_private, DPFedAvg.from_budget, noise_decay,
@@ -38,7 +39,7 @@ from veil.dp.accounting.basic import BasicAccountant
 from veil.dp.accounting.filter import PLDFilter
 from veil.dp.accounting.gdp import GDPAccountant
 from veil.dp.accounting.pld import PLDAccountant
-from veil.dp.accounting.rdp import RDPAccountant
+from veil.dp.accounting.rdp import RDPAccountant, RDPFilter
 from veil.errors import ConfigError
 
 __all__ = ["ACCOUNTANTS", "CERTIFIED", "DEFAULT_ACCOUNTANT", "NOT_A_FILTER", "POLICIES",
@@ -56,7 +57,7 @@ ACCOUNTANTS: dict[str, type[Accountant]] = {
 CERTIFIED: tuple[str, ...] = tuple(n for n, c in ACCOUNTANTS.items() if c.certified)
 #: ledger policies (the table above)
 POLICIES: dict[str, type[Accountant]] = {
-    "pld": PLDFilter, "rdp": RDPAccountant, "basic": BasicAccountant,
+    "pld": PLDFilter, "rdp": RDPFilter, "basic": BasicAccountant,
     "advanced": AdvancedAccountant, NOT_A_FILTER: PLDAccountant}
 
 
@@ -76,10 +77,12 @@ def make_accountant(name: str, *, certified_only: bool = True, **options: Any) -
                           f"{exc}") from None
 
 
-def make_policy(name: str) -> Accountant:
-    """A fresh ledger accountant for policy ``name`` (ConfigError naming the policies)."""
+def make_policy(name: str, delta: float) -> Accountant:
+    """A fresh ledger accountant for policy ``name`` on a ledger of this delta (the "rdp"
+    filter fixes its order at it); ConfigError naming the policies."""
     if name in ACCOUNTANTS and name not in CERTIFIED:
         raise ConfigError(f"accountant={name!r} is not allowed for a budget: it is an "
                           f"approximation; choose one of {', '.join(POLICIES)}")
     check_choice(name, "accountant", tuple(POLICIES))
-    return POLICIES[name]()
+    policy = POLICIES[name]
+    return policy(delta) if policy is RDPFilter else policy()

@@ -117,7 +117,9 @@ class PrivateOptimizer(torch.optim.Optimizer):
     def __repr__(self) -> str:
         return (f"PrivateOptimizer({type(self.original_optimizer).__name__}, "
                 f"noise_multiplier={self.plan.noise_multiplier:.4g}, "
-                f"max_grad_norm={self.plan.max_grad_norm:g})")
+                f"max_grad_norm={self.plan.max_grad_norm:g})"
+                + (" [simulation: seeded noise, epsilon not certified]"
+                   if self.plan.simulated else ""))
 
     # -- the step ------------------------------------------------------------------------
     def zero_grad(self, set_to_none: bool = True) -> None:

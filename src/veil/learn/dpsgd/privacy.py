@@ -15,6 +15,12 @@ ledger's own accountant (or the epsilon of a given ``sigma`` is computed by
   post-processing of at most the charged steps);
 * one charge of a self-composed event is accounted in one PLD/RDP composition, where
   thousands of per-step charges would re-compose the history each time.
+
+Seeds (``rng=<int>`` or a seeded :class:`~veil.random.Generator`) make a run reproducible:
+its sampling *and its noise* come from the seed, so the run is a labelled simulation, as a
+federation with ``simulate_noise`` is (:mod:`veil.random`: seeds never reach certified
+noise). Its plan says ``simulated=True`` / ``certified=False``, its ledger charge and its
+``repr`` say "simulation: seeded noise, epsilon not certified", and a warning is logged.
 """
 
 from __future__ import annotations
@@ -59,6 +65,8 @@ log = logging.getLogger(__name__)
 __all__ = ["make_private", "PrivacyPlan", "PrivateModel"]
 
 _SAMPLING = {"poisson": "poisson", "fixed": "without_replacement"}
+#: appended to the label of the charge (and the repr of the plan) of a seeded run
+SIMULATION = " (simulation: seeded noise, epsilon not certified)"
 
 
 @dataclass(frozen=True)
@@ -76,6 +84,19 @@ class PrivacyPlan:
     epsilon: float          #: certified epsilon of the whole schedule at ``delta``
     delta: float
     accountant: str
+    #: the noise came from a seed (``rng=``): a simulation, its epsilon not certified
+    simulated: bool = False
+
+    @property
+    def certified(self) -> bool:
+        """Whether :attr:`epsilon` is a certified guarantee (False for a seeded simulation)."""
+        return not self.simulated
+
+    def __str__(self) -> str:
+        return (f"DP-SGD: {self.steps} steps, q={self.sample_rate:.4g}, sigma="
+                f"{self.noise_multiplier:.4g}, C={self.max_grad_norm:g}: epsilon="
+                f"{self.epsilon:.4g} at delta={self.delta:g} ({self.accountant})"
+                + (SIMULATION if self.simulated else ""))
 
     @property
     def steps(self) -> int:
@@ -203,8 +224,9 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data: Any, 
         "skip" (drop examples whose gradient is NaN/inf, counted in ``optimizer.skipped``)
         or "raise".
     rng:
-        Randomness for sampling and noise (default: the secure generator; an int seeds a
-        reproducible one, for tests only).
+        Randomness for sampling and noise (default: the secure generator). An int (or a
+        seeded Generator) seeds both: a reproducible *simulation* whose epsilon is not
+        certified (the plan, the charge and the log say so; for tests only).
     dataset_size:
         The public size N that sets ``q = batch_size / N``, the step count and sigma
         (:mod:`veil.learn.public`: under add/remove neighbours the true size is private).
@@ -299,7 +321,7 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data: Any, 
         sigma = check_positive(noise_multiplier, "noise_multiplier")
     spent = epsilon_for(sigma, delta, q, steps, accountant, sampling=mode, dataset_size=n)
     plan = PrivacyPlan(sampling, n, q, batch, epochs, steps_per_epoch, sigma, max_grad_norm,
-                       spent, delta, accountant)
+                       spent, delta, accountant, simulated=generator.seeded)
 
     # -- attach (validates the layers), then charge ----------------------------------------
     params = [p for g in optimizer.param_groups for p in g["params"] if p.requires_grad]
@@ -323,12 +345,15 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data: Any, 
         # the whole run is one planned block, priced at the delta sigma was calibrated for
         # (veil.dp.accounting.filter); an early stop still pays for it
         ledger.charge(plan.event, delta=delta, label=f"dpsgd: {steps} steps, q={q:.4g}, "
-                                                     f"sigma={sigma:.4g}, C={max_grad_norm:g}")
+                      f"sigma={sigma:.4g}, C={max_grad_norm:g}"
+                      + (SIMULATION if plan.simulated else ""))
     except BaseException:
         engine.detach()
         raise
-    log.info("DP-SGD plan: %d steps, q=%.4g, sigma=%.4g, epsilon=%.4g at delta=%g (%s)",
-             steps, q, sigma, spent, delta, accountant)
+    log.info("%s", plan)
+    if plan.simulated:
+        log.warning("make_private(rng=%r): the DP-SGD noise comes from the seed; this run is "
+                    "a simulation and its epsilon=%.4g is not certified", rng, spent)
     counter = StepCounter(steps)
     # independent streams for the sampling and the noise, so that drawing either for several
     # steps at once leaves a seeded run reproducible
