@@ -41,6 +41,7 @@ from veil.anon.metrics import (
 from veil.anon.microaggregation import mdav, standardize
 from veil.anon.models import KAnonymity, LDiversity, PrivacyModel, TCloseness, max_suppressed
 from veil.anon.mondrian import OrderedColumn, mondrian_partition, release_partitions
+from veil.anon.risk import SampleModel
 from veil.errors import ConfigError, DataError
 from veil.random import RngLike
 
@@ -113,7 +114,7 @@ def _validate(df: Any, quasi_identifiers: Any, sensitive: str | None,
     for model in models:
         if not isinstance(model, PrivacyModel):
             raise ConfigError(f"models: {model!r} is not a privacy model (KAnonymity, "
-                              "LDiversity, TCloseness)")
+                              "LDiversity, TCloseness, ... from veil.anon)")
         if model.needs_sensitive and sensitive is None:
             raise ConfigError(f"{model} needs a sensitive attribute: pass sensitive=<column>")
     return qis
@@ -161,7 +162,8 @@ def anonymize(df: pd.DataFrame, quasi_identifiers: Mapping[str, Any] | Sequence[
     algorithm : ``"optimal"``, ``"mondrian"``, ``"mdav"`` or ``"anatomy"``.
     suppression_limit : share of records that may be suppressed (``"optimal"`` only).
     metric : objective of ``"optimal"``: ``"entropy"`` (non-uniform entropy, ARX's),
-        ``"discernibility"`` (DM*), ``"aecs"``, ``"loss"`` (LM/NCP) or ``"precision"``.
+        ``"discernibility"`` (DM*), ``"aecs"``, ``"loss"`` (LM/NCP), ``"precision"`` or
+        ``"arx_loss"`` (ARX's loss metric, geometric mean over attributes).
     monotonic : ARX's monotonic variant of ``"entropy"`` and ``"discernibility"`` under
         suppression: a suppressed record costs what it would cost in its class, as if it
         were kept (ARX's ``createEntropyMetric(true)`` and ``MetricSDDiscernability``).
@@ -182,9 +184,9 @@ def anonymize(df: pd.DataFrame, quasi_identifiers: Mapping[str, Any] | Sequence[
         raise ConfigError(f"metric={metric!r} is not allowed: choose one of "
                           f"{', '.join(map(repr, OBJECTIVES))}")
     if isinstance(suppression_limit, bool) or not isinstance(
-            suppression_limit, (int, float)) or not 0 <= suppression_limit < 1:
+            suppression_limit, (int, float)) or not 0 <= suppression_limit <= 1:
         raise ConfigError(f"suppression_limit={suppression_limit!r} is not allowed: must be "
-                          "a share in [0, 1)")
+                          "a share in [0, 1]")
     if suppression_limit and algorithm != "optimal":
         raise ConfigError(f"suppression_limit={suppression_limit!r} is not allowed with "
                           f"algorithm={algorithm!r}: only 'optimal' suppresses records")
@@ -197,6 +199,14 @@ def anonymize(df: pd.DataFrame, quasi_identifiers: Mapping[str, Any] | Sequence[
     risk_from_sizes(np.ones(1), risk_threshold)  # validates the threshold
     qis = _validate(df, quasi_identifiers, sensitive, models)
     models = tuple(models)
+    if algorithm != "optimal":
+        for model in models:
+            if isinstance(model, SampleModel) or not model.monotone:
+                raise ConfigError(f"{model} is not allowed with algorithm={algorithm!r}: "
+                                  "it needs algorithm='optimal' (it is not a monotone "
+                                  "model of each class)")
+    for model in models:
+        model.prepare(len(df))
     _check_possible(df, sensitive, models)
     runner = {"optimal": _optimal, "mondrian": _mondrian, "mdav": _mdav,
               "anatomy": _anatomy}[algorithm]
@@ -260,7 +270,8 @@ def _optimal(df, qis, sensitive, models, *, suppression_limit, metric, monotonic
                             for j, col in enumerate(enc.columns)})
     classes["size"] = table.counts[kept]
     metrics = {name: OBJECTIVES[name](enc, monotonic=monotonic and name == metric).loss(
-        ev.levels, table, kept) for name in ("entropy", "discernibility", "aecs", "loss")}
+        ev.levels, table, kept) for name in ("entropy", "discernibility", "aecs", "loss",
+                                             "arx_loss")}
     metrics["discernibility"] = int(metrics["discernibility"])
     metrics["precision"] = 1.0 - OBJECTIVES["precision"](enc).loss(ev.levels, table, kept)
     sizes = table.counts[kept]

@@ -38,8 +38,9 @@ from veil.anon.encoding import SensitiveDomain
 from veil.anon.hierarchy import Hierarchy
 from veil.errors import ConfigError, DataError
 
-__all__ = ["PrivacyModel", "KAnonymity", "LDiversity", "TCloseness", "entropy_l",
-           "recursive_c", "distinct_l"]
+__all__ = ["PrivacyModel", "KAnonymity", "LDiversity", "TCloseness", "BasicBetaLikeness",
+           "EnhancedBetaLikeness", "DeltaDisclosure", "KMap", "entropy_l", "recursive_c",
+           "distinct_l"]
 
 #: relative slack for floating-point comparisons of entropies and distances; a uniform
 #: class over l values has entropy exactly log l, which floating point may miss by ulps.
@@ -47,10 +48,19 @@ _TOL = 1e-12
 
 
 class PrivacyModel(ABC):
-    """A privacy model: which equivalence classes satisfy it."""
+    """A privacy model: which equivalence classes satisfy it.
+
+    ``monotone``: a union of classes that satisfy it satisfies it (so without suppression
+    every generalization of an anonymous transformation is anonymous);
+    ``monotone_with_suppression``: the same holds with a suppression limit (the
+    suppressed records can only shrink). The search prunes only on what a model declares.
+    ``min_class_size``: every kept class holds at least this many records.
+    """
 
     needs_sensitive = False
+    monotone = True
     monotone_with_suppression = False
+    min_class_size = 1
 
     @abstractmethod
     def satisfied(self, counts: np.ndarray, hist: np.ndarray | None,
@@ -59,6 +69,9 @@ class PrivacyModel(ABC):
 
     def bind(self, domain: SensitiveDomain | None) -> None:  # noqa: B027 - optional hook
         """Check the model against the sensitive attribute before any work starts."""
+
+    def prepare(self, n: int) -> None:  # noqa: B027 - optional hook
+        """Derive what depends on the table's size (n records) before any work starts."""
 
     def assess(self, counts: np.ndarray, hist: np.ndarray | None,
                domain: SensitiveDomain | None) -> tuple[np.ndarray, np.ndarray]:
@@ -79,6 +92,7 @@ class KAnonymity(PrivacyModel):
 
     def __init__(self, k: int) -> None:
         self.k = check_int(k, "k", low=1)
+        self.min_class_size = self.k
 
     def satisfied(self, counts, hist, domain):
         return counts >= self.k
@@ -250,6 +264,146 @@ class TCloseness(PrivacyModel):
 
     def __str__(self) -> str:
         return f"{self.t:g}-closeness ({self.distance} EMD)"
+
+
+def _check_attribute(model: PrivacyModel, domain: SensitiveDomain | None) -> None:
+    if domain is None or domain.name != model.attribute:
+        raise ConfigError(f"{model!r} protects attribute {model.attribute!r}, but the "
+                          f"sensitive attribute is {None if domain is None else domain.name!r}"
+                          f": pass sensitive={model.attribute!r}")
+
+
+class _Likeness(PrivacyModel):
+    """A bound on how much more likely each sensitive value is in a class than in the
+    table: ``(p_E(s) - q(s)) / q(s) <= bound(s)`` for every value s present in E, p_E the
+    class's distribution and q the table's (Cao & Karras, PVLDB 2012). p_E of a union of
+    classes is a weighted mean of theirs, so the model is monotone under generalization
+    (not under suppression, as ARX declares)."""
+
+    needs_sensitive = True
+
+    def __init__(self, attribute: str, beta: float) -> None:
+        self.attribute = str(attribute)
+        self.beta = check_positive(beta, "beta")
+
+    def bind(self, domain):
+        _check_attribute(self, domain)
+
+    def bounds(self, q: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def satisfied(self, counts, hist, domain):
+        p = hist / np.maximum(counts, 1)[:, None]
+        gain = (p - domain.q) / domain.q
+        return ((gain <= self.bounds(domain.q) + _TOL) | (hist == 0)).all(axis=1)
+
+
+class BasicBetaLikeness(_Likeness):
+    """Basic beta-likeness: every value's relative gain is at most beta."""
+
+    def bounds(self, q):
+        return np.full_like(q, self.beta)
+
+    def __repr__(self) -> str:
+        return f"BasicBetaLikeness({self.attribute!r}, {self.beta})"
+
+    def __str__(self) -> str:
+        return f"basic {self.beta:g}-likeness"
+
+
+class EnhancedBetaLikeness(_Likeness):
+    """Enhanced beta-likeness: the gain of a value of table frequency q is at most
+    ``min(beta, -ln q)``, so that ``p_E(s) <= q (1 - ln q) < 1``: no class reveals a
+    value with certainty."""
+
+    def bounds(self, q):
+        return np.minimum(self.beta, -np.log(q))
+
+    def __repr__(self) -> str:
+        return f"EnhancedBetaLikeness({self.attribute!r}, {self.beta})"
+
+    def __str__(self) -> str:
+        return f"enhanced {self.beta:g}-likeness"
+
+
+class DeltaDisclosure(PrivacyModel):
+    """delta-disclosure privacy (Brickell & Shmatikov, KDD 2008): ``|log2(p_E(s) / q(s))|
+    < delta`` for every sensitive value s present in class E. Not monotone (a union may
+    hold a value rarely that some part lacks), as ARX declares."""
+
+    needs_sensitive = True
+    monotone = False
+
+    def __init__(self, attribute: str, delta: float) -> None:
+        self.attribute = str(attribute)
+        self.delta = check_positive(delta, "delta")
+
+    def bind(self, domain):
+        _check_attribute(self, domain)
+
+    def satisfied(self, counts, hist, domain):
+        p = hist / np.maximum(counts, 1)[:, None]
+        with np.errstate(divide="ignore"):
+            ratio = np.abs(np.log2(np.where(hist > 0, p, domain.q) / domain.q))
+        return (ratio < self.delta).all(axis=1)
+
+    def __repr__(self) -> str:
+        return f"DeltaDisclosure({self.attribute!r}, {self.delta})"
+
+    def __str__(self) -> str:
+        return f"{self.delta:g}-disclosure privacy"
+
+
+KMAP_ESTIMATORS = ("poisson", "zero-truncated-poisson")
+
+
+class KMap(PrivacyModel):
+    """k-map (Sweeney 2002): every released class matches at least k people of the
+    population the sample was drawn from.
+
+    Without a population table the population class size F of a sample class of size f
+    is estimated (El Emam & Dankar, JAMIA 2008), as ARX does: with sampling fraction
+    ``pi = n / population_size`` and ``lambda = pi k``, the smallest class size k' such
+    that a class of k' sample records has fewer than k population members with
+    probability at most ``significance`` under the estimator (Poisson(lambda), or
+    Poisson(lambda) truncated at zero) is derived (:func:`veil.anon.population.kmap_k`),
+    and k-map becomes k'-anonymity (k' <= k). Monotone like k-anonymity.
+    """
+
+    monotone_with_suppression = True
+
+    def __init__(self, k: int, *, estimator: str = "zero-truncated-poisson",
+                 population_size: int, significance: float = 0.01) -> None:
+        self.k = check_int(k, "k", low=1)
+        self.estimator = check_choice(estimator, "estimator", KMAP_ESTIMATORS)
+        self.population_size = check_int(population_size, "population_size", low=1)
+        if isinstance(significance, bool) or not isinstance(significance, numbers.Real) \
+                or not 0 <= significance <= 1:
+            raise ConfigError(f"significance={significance!r} is not allowed: must be a "
+                              "probability in [0, 1]")
+        self.significance = float(significance)
+        self.derived_k: int | None = None
+
+    def prepare(self, n: int) -> None:
+        """Derive k' for a sample of n records (before any search)."""
+        from veil.anon.population import kmap_k
+
+        if n > self.population_size:
+            raise DataError(f"population_size={self.population_size} is not allowed: the "
+                            f"sample holds {n} records, more than the population")
+        self.derived_k = min(self.k, kmap_k(self.k, n / self.population_size,
+                                            self.significance, self.estimator), n)
+        self.min_class_size = self.derived_k
+
+    def satisfied(self, counts, hist, domain):
+        return counts >= self.min_class_size
+
+    def __repr__(self) -> str:
+        return (f"KMap({self.k}, estimator={self.estimator!r}, "
+                f"population_size={self.population_size}, significance={self.significance})")
+
+    def __str__(self) -> str:
+        return f"{self.k}-map ({self.estimator})"
 
 
 def max_suppressed(limit: float, n: int) -> int:
