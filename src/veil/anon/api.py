@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -41,7 +41,7 @@ from veil.anon.metrics import (
 from veil.anon.microaggregation import mdav, standardize
 from veil.anon.models import KAnonymity, LDiversity, PrivacyModel, TCloseness, max_suppressed
 from veil.anon.mondrian import OrderedColumn, mondrian_partition, release_partitions
-from veil.anon.risk import SampleModel
+from veil.anon.risk import RiskAnalysis, SampleModel, analyze_risk
 from veil.errors import ConfigError, DataError
 from veil.random import RngLike
 
@@ -62,7 +62,9 @@ class AnonymizationResult:
     equivalence class (released quasi-identifiers and ``size``). ``levels``: the
     generalization level per quasi-identifier (optimal only). ``metrics``: utility, risk
     and the privacy achieved. ``sensitive_table``: anatomy's (group, value, count) table.
-    ``search``: lattice size, nodes checked and seconds (optimal only).
+    ``search``: lattice size, nodes checked and seconds (optimal only). ``risk``: the
+    re-identification risks (:func:`veil.anon.risk.analyze_risk`) of the input
+    (``"before"``) and of the released table (``"after"``).
     """
 
     table: pd.DataFrame
@@ -76,6 +78,7 @@ class AnonymizationResult:
     suppressed: int = 0
     sensitive_table: pd.DataFrame | None = None
     search: dict[str, float] = field(default_factory=dict)
+    risk: dict[str, RiskAnalysis] = field(default_factory=dict)
 
 
 def _hierarchy(column: str, value: Any) -> Hierarchy | None:
@@ -150,7 +153,8 @@ def anonymize(df: pd.DataFrame, quasi_identifiers: Mapping[str, Any] | Sequence[
               sensitive: str | None = None, models: Sequence[PrivacyModel] = (), *,
               algorithm: str = "optimal", suppression_limit: float = 0.0,
               metric: str = "entropy", monotonic: bool = False, strict: bool = False,
-              risk_threshold: float = 0.2, rng: RngLike = None) -> AnonymizationResult:
+              risk_threshold: float = 0.2, population_size: float | None = None,
+              rng: RngLike = None) -> AnonymizationResult:
     """Anonymize ``df`` so that every model in ``models`` holds.
 
     Parameters
@@ -171,6 +175,8 @@ def anonymize(df: pd.DataFrame, quasi_identifiers: Mapping[str, Any] | Sequence[
         :mod:`veil.anon.metrics` states both. Without suppression they coincide.
     strict : Mondrian's strict (non-overlapping) cuts instead of relaxed ones.
     risk_threshold : records whose prosecutor risk exceeds it count as at risk.
+    population_size : the size of the population the table was sampled from: the risk
+        analysis before and after (``result.risk``) then estimates population uniqueness.
     rng : randomness of anatomy (:mod:`veil.random`; secure by default).
 
     Raises DataError when the models cannot be met (within the suppression limit), with
@@ -208,11 +214,16 @@ def anonymize(df: pd.DataFrame, quasi_identifiers: Mapping[str, Any] | Sequence[
     for model in models:
         model.prepare(len(df))
     _check_possible(df, sensitive, models)
+    before = analyze_risk(df, list(qis), threshold=risk_threshold,
+                          population_size=population_size)
     runner = {"optimal": _optimal, "mondrian": _mondrian, "mdav": _mdav,
               "anatomy": _anatomy}[algorithm]
-    return runner(df, qis, sensitive, models, suppression_limit=suppression_limit,
-                  metric=metric, monotonic=monotonic, strict=strict,
-                  risk_threshold=risk_threshold, rng=rng)
+    result = runner(df, qis, sensitive, models, suppression_limit=suppression_limit,
+                    metric=metric, monotonic=monotonic, strict=strict,
+                    risk_threshold=risk_threshold, rng=rng)
+    after = analyze_risk(result.table, list(qis), threshold=risk_threshold,
+                         population_size=population_size)
+    return replace(result, risk={"before": before, "after": after})
 
 
 def _check_possible(df: pd.DataFrame, sensitive: str | None,

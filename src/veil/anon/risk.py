@@ -230,6 +230,7 @@ def analyze_risk(table: pd.DataFrame, quasi_identifiers: Sequence[str], *,
     ``population_size``: the number of people the table was sampled from (for
     population uniqueness); ``population``: a population table holding the
     quasi-identifiers, generalized like ``table`` (for journalist and marketer risk).
+    A table whose records are all ``*`` discloses nothing through them: every risk is 0.
     """
     qis = list(quasi_identifiers)
     if not qis:
@@ -243,10 +244,12 @@ def analyze_risk(table: pd.DataFrame, quasi_identifiers: Sequence[str], *,
     keep = np.ones(sizes.size, dtype=bool)
     keep[np.unique(ids[gone])] = False
     sizes = sizes[keep]
-    if sizes.size == 0:
-        raise DataError("every record is suppressed: there is no risk to analyze")
+    if sizes.size == 0:          # all '*': the quasi-identifiers disclose nothing
+        return RiskAnalysis(0, 0, float(threshold), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,
+                            None if population_size is None else 0.0,
+                            None if population_size is None else model)
     n = int(sizes.sum())
-    prosecutor = risk_from_sizes(sizes, _threshold(threshold) or 1e-12)
+    prosecutor = risk_from_sizes(sizes, threshold)
     journalist_highest, journalist_average = prosecutor.highest, prosecutor.average
     marketer = sizes.size / n
     if population is not None:
