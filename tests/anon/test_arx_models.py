@@ -235,3 +235,60 @@ def test_journalist_and_marketer_risk_with_a_population_table():
     assert risk.sample_uniqueness == pytest.approx(1 / 6)
     with pytest.raises(DataError, match="population"):
         analyze_risk(sample, ["zip"], population=pd.DataFrame({"zip": ["a"] * 7}))
+
+
+def test_monotone_models_run_with_mondrian(table):
+    """Beta-likeness and k-map are monotone per class: Mondrian cuts only where both
+    halves satisfy them, so every released class does."""
+    df, hierarchies = table
+    hierarchies = {**hierarchies, "age": None, "zip": None}
+    result = anonymize(df, hierarchies, "disease",
+                       [BasicBetaLikeness("disease", 3), KMap(3, population_size=4000)],
+                       algorithm="mondrian")
+    assert result.metrics["k"] >= kmap_k(3, len(df) / 4000, 0.01, "zero-truncated-poisson")
+    q = df["disease"].value_counts(normalize=True)
+    for _, values in result.table.groupby(list(hierarchies))["disease"]:
+        p = values.value_counts(normalize=True)
+        assert ((p - q[p.index]) / q[p.index]).max() <= 3 + 1e-12
+    with pytest.raises(ConfigError, match="not a monotone"):
+        anonymize(df, hierarchies, "disease", [DeltaDisclosure("disease", 2)],
+                  algorithm="mondrian")
+
+
+def _exhaustive_optimum(df, hierarchies, sensitive, models, limit, metric):
+    """The least loss (then height) over every transformation, each checked alone."""
+    from veil.anon.encoding import EncodedTable, SensitiveDomain
+    from veil.anon.lattice import LatticeSearch
+    from veil.anon.metrics import OBJECTIVES
+    from veil.anon.models import max_suppressed
+
+    domain = SensitiveDomain(sensitive, df[sensitive])
+    for model in models:
+        model.bind(domain)
+    enc = EncodedTable(df, hierarchies, domain)
+    objective = OBJECTIVES[metric](enc)
+    best = (np.inf, 0)
+    for idx in range(int(np.prod(enc.heights + 1))):
+        ev = LatticeSearch(enc, models, max_suppressed(limit, len(df)), objective).evaluate(idx)
+        if ev.anonymous:
+            best = min(best, (objective.loss(ev.levels, ev.table, ev.kept),
+                              int(ev.levels.sum())))
+    return best
+
+
+@pytest.mark.parametrize("limit", [0.0, 0.05, 0.3])
+@pytest.mark.parametrize("metric", ["entropy", "arx_loss"])
+@pytest.mark.parametrize("model", [lambda: BasicBetaLikeness("disease", 1.5),
+                                   lambda: EnhancedBetaLikeness("disease", 1.0),
+                                   lambda: DeltaDisclosure("disease", 1.2)],
+                         ids=["basic", "enhanced", "delta"])
+def test_search_is_exact_for_the_new_models(make_table, model, metric, limit):
+    """The pruning (beta-likeness's suppression bound, delta-disclosure checked node by
+    node) never loses the optimum that checking every transformation finds."""
+    df, hierarchies = make_table(n=300, seed=11)
+    models = [KAnonymity(2), model()]
+    result = anonymize(df, hierarchies, "disease", models, suppression_limit=limit,
+                       metric=metric)
+    loss, height = _exhaustive_optimum(df, hierarchies, "disease", models, limit, metric)
+    assert result.metrics[metric] == pytest.approx(loss, rel=1e-12, abs=1e-12)
+    assert sum(result.levels.values()) == height

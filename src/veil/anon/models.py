@@ -297,6 +297,18 @@ class _Likeness(PrivacyModel):
         gain = (p - domain.q) / domain.q
         return ((gain <= self.bounds(domain.q) + _TOL) | (hist == 0)).all(axis=1)
 
+    def assess(self, counts, hist, domain):
+        """A class E split into parts: the parts that pass hold at most ``a_s = (1 +
+        bound(s)) q(s)`` of their records with value s, so with f records in failing
+        parts, ``c_E(s) - f <= a_s (|E| - f)``: every specialization suppresses at least
+        ``f >= (c_E(s) - a_s |E|) / (1 - a_s)`` records of E, for each s with a_s < 1."""
+        ok = self.satisfied(counts, hist, domain)
+        cap = (1 + self.bounds(domain.q) + _TOL) * domain.q
+        room = np.where(cap < 1, 1 - cap, np.inf)
+        need = (hist - cap * counts[:, None]) / room
+        forced = np.clip(np.ceil(need.max(axis=1) - 1e-6), 0, counts)
+        return ok, np.where(ok, 0, forced).astype(counts.dtype)
+
 
 class BasicBetaLikeness(_Likeness):
     """Basic beta-likeness: every value's relative gain is at most beta."""
