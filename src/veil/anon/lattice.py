@@ -214,10 +214,7 @@ class LatticeSearch:
     def _suppression_order(self, levels: np.ndarray, table: ClassTable) -> np.ndarray:
         """Rank of each class in the order the models of the whole table suppress them
         (:func:`veil.anon.risk.class_rank`), -1 for the completely generalized class."""
-        rows = self.enc.row_classes(table, levels)
-        first = np.empty(len(table), dtype=np.int64)
-        first[rows[::-1]] = np.arange(rows.size - 1, -1, -1)
-        rank = class_rank(table.counts, self.objective.class_order(levels, table), first)
+        rank = class_rank(table.counts, self.objective.class_order(levels, table), table.first)
         complete = np.ones(len(table), dtype=bool)
         for j, level in enumerate(levels):
             complete &= table.codes[:, j] == self._top_codes[j][level]
