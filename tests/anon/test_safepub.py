@@ -64,3 +64,14 @@ def test_bad_input_is_refused_before_the_ledger_is_charged(table):
     with pytest.raises(DataError):
         SafePub(1.0, 1e-6, levels=LEVELS).release(bad, hierarchies, ledger=ledger)
     assert len(ledger.history()) == 0
+
+
+def test_release_is_a_sorted_multiset(table):
+    """Row order is canonical (sorted by value), never the input's: the proof is about
+    the multiset of released records."""
+    df, hierarchies = table
+    top = {c: h.n_levels - 1 for c, h in hierarchies.items()}
+    top["age"] = 1
+    mech = SafePub(1.0, 1e-4, levels=top)
+    out = mech.release(df, hierarchies, ledger=Ledger(10.0, 1e-2), rng=3)
+    assert out.table.equals(out.table.sort_values(list(top)).reset_index(drop=True))

@@ -21,8 +21,9 @@ beta)))`` of the remaining terms falls below it (as ARX does; floors taken downw
 which only adds protection).
 
 Neighbour relation: **add/remove one record** (unbounded DP); tables of any size. The
-output is the multiset of generalized kept records: its number of rows is part of the
-mechanism's output, covered by the guarantee. Every released column is generalized and
+output is the multiset of generalized kept records (sorted: row order carries nothing of
+the input's); its number of rows is part of the mechanism's output, covered by the
+guarantee. Every released column is generalized and
 counts in the classes; the input's other columns are not released (a raw column would be
 a quasi-identifier left out of the classes, outside the proof).
 
@@ -180,7 +181,9 @@ class SafePub:
                                  for c, v in generalized.items()})
         if len(released):
             ids, sizes = class_ids(released, list(hierarchies))
-            released = released[sizes[ids] >= self.k].reset_index(drop=True)
+            # a multiset: sorted, so that the rows' order tells nothing of the input's
+            released = released[sizes[ids] >= self.k].astype(str).sort_values(
+                list(hierarchies), kind="stable").reset_index(drop=True)
         return SafePubRelease(released, self.epsilon, self.delta, self.beta, self.k,
                               dict(self.levels), self.neighbours,
                               simulation=generator.seeded)
