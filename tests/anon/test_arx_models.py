@@ -17,7 +17,13 @@ import pytest
 
 from veil.anon import Hierarchy, KAnonymity, LDiversity, TCloseness, anonymize
 from veil.anon.metrics import class_sizes
-from veil.anon.models import BasicBetaLikeness, DeltaDisclosure, EnhancedBetaLikeness, KMap
+from veil.anon.models import (
+    BasicBetaLikeness,
+    DeltaDisclosure,
+    DeltaPresence,
+    EnhancedBetaLikeness,
+    KMap,
+)
 from veil.anon.population import kmap_k, population_uniques
 from veil.anon.risk import (
     AverageReidentificationRisk,
@@ -292,3 +298,57 @@ def test_search_is_exact_for_the_new_models(make_table, model, metric, limit):
     loss, height = _exhaustive_optimum(df, hierarchies, "disease", models, limit, metric)
     assert result.metrics[metric] == pytest.approx(loss, rel=1e-12, abs=1e-12)
     assert sum(result.levels.values()) == height
+
+
+def _research_and_population(make_table):
+    population, hierarchies = make_table(n=600, seed=5)
+    research = population.sample(200, random_state=1).reset_index(drop=True)
+    return research, population, hierarchies
+
+
+@pytest.mark.parametrize("limit", [0.0, 0.1])
+@pytest.mark.parametrize("model", [lambda p: DeltaPresence(0.0, 0.5, population=p),
+                                   lambda p: DeltaPresence(0.2, 0.5, population=p),
+                                   lambda p: KMap(10, population=p)],
+                         ids=["presence-0-0.5", "presence-0.2-0.5", "kmap-10"])
+def test_population_models_hold_against_the_population_table(make_table, model, limit):
+    """Each released class, matched to the population table by its generalized values
+    (counted here with pandas, apart from the search's encoding), has delta = |E| / |P_E|
+    in [dmin, dmax] (k-map: |P_E| >= k); and the search finds the optimum of checking
+    every transformation."""
+    research, population, hierarchies = _research_and_population(make_table)
+    m = model(population)
+    result = anonymize(research, hierarchies, "disease", [m], suppression_limit=limit)
+    qis = list(hierarchies)
+    generalized = pd.DataFrame({c: hierarchies[c].generalize(population[c], lv)
+                                for c, lv in result.levels.items()}).astype(str)
+    pop_sizes = generalized.value_counts()
+    released = result.table[(result.table[qis] != "*").any(axis=1)][qis].astype(str)
+    for key, size in released.value_counts().items():
+        if isinstance(m, KMap):
+            assert pop_sizes[key] >= 10
+        else:
+            assert m.dmin <= size / pop_sizes[key] <= m.dmax
+    if isinstance(m, DeltaPresence) and m.dmin > 0:
+        # no population class without research records (its delta 0 < dmin)
+        mine = pd.DataFrame({c: hierarchies[c].generalize(research[c], lv)
+                             for c, lv in result.levels.items()}).astype(str)
+        assert len(pop_sizes) == len(mine.value_counts())
+    loss, height = _exhaustive_optimum(research, hierarchies, "disease", [model(population)],
+                                       limit, "entropy")
+    assert result.metrics["entropy"] == pytest.approx(loss, rel=1e-12)
+    assert sum(result.levels.values()) == height
+
+
+def test_population_models_refuse_what_they_cannot_use(make_table):
+    research, population, hierarchies = _research_and_population(make_table)
+    with pytest.raises(DataError, match="not contained in the population"):
+        anonymize(pd.concat([research, research]), hierarchies, "disease",
+                  [DeltaPresence(0, 0.5, population=research)])
+    with pytest.raises(ConfigError, match="exactly one of population"):
+        KMap(5)
+    with pytest.raises(ConfigError, match="dmin=0.6"):
+        DeltaPresence(0.6, 0.5, population=population)
+    with pytest.raises(ConfigError, match="algorithm='mondrian'"):
+        anonymize(research, {**hierarchies, "age": None, "zip": None}, "disease",
+                  [KMap(5, population=population)], algorithm="mondrian")

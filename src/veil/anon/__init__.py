@@ -3,7 +3,7 @@
 * :class:`Hierarchy` — generalization hierarchies (ARX CSV files, intervals, masking);
 * privacy models :class:`KAnonymity`, :class:`LDiversity` (distinct, entropy, recursive),
   :class:`TCloseness` (equal, ordered and hierarchical EMD), ARX's others
-  (:class:`KMap`, :class:`BasicBetaLikeness`, :class:`EnhancedBetaLikeness`,
+  (:class:`KMap`, :class:`DeltaPresence`, :class:`BasicBetaLikeness`, :class:`EnhancedBetaLikeness`,
   :class:`DeltaDisclosure`, and on the whole table :class:`AverageReidentificationRisk`,
   :class:`SampleUniqueness`, :class:`PopulationUniqueness`), and :func:`check`, which
   reports the k, l, c and t a table achieves;
@@ -26,6 +26,7 @@ from veil.anon.metrics import RiskReport, reidentification_risk
 from veil.anon.models import (
     BasicBetaLikeness,
     DeltaDisclosure,
+    DeltaPresence,
     EnhancedBetaLikeness,
     KAnonymity,
     KMap,
@@ -45,7 +46,8 @@ from veil.anon.rules import Rule, association_rules, hide_rules
 
 __all__ = [
     "ALGORITHMS", "AnonymizationResult", "AverageReidentificationRisk", "BasicBetaLikeness",
-    "CheckReport", "DeltaDisclosure", "EnhancedBetaLikeness", "Hierarchy", "KAnonymity", "KMap",
+    "CheckReport", "DeltaDisclosure", "DeltaPresence", "EnhancedBetaLikeness", "Hierarchy",
+    "KAnonymity", "KMap",
     "LDiversity", "PopulationUniqueness", "PrivacyModel", "RiskAnalysis", "RiskReport", "Rule",
     "SampleUniqueness", "TCloseness", "add_noise", "analyze_risk", "anonymize",
     "association_rules", "check", "hide_rules", "metrics", "permute_sensitive", "perturbation",

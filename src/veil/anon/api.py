@@ -207,7 +207,8 @@ def anonymize(df: pd.DataFrame, quasi_identifiers: Mapping[str, Any] | Sequence[
     models = tuple(models)
     if algorithm != "optimal":
         for model in models:
-            if isinstance(model, SampleModel) or not model.monotone:
+            if isinstance(model, SampleModel) or not model.monotone or getattr(
+                    model, "population", None) is not None:
                 raise ConfigError(f"{model} is not allowed with algorithm={algorithm!r}: "
                                   "it needs algorithm='optimal' (it is not a monotone "
                                   "model of each class)")

@@ -154,6 +154,8 @@ class LatticeSearch:
         # a class all at the top is completely generalized, which the models of the whole
         # table leave out (as ARX does)
         self._top_codes = [_top_codes(col) for col in enc.columns]
+        for model in self.models:
+            model.attach(enc)
         # static lower bounds of the loss, a lower bound of what suppression adds to them
         # (see evaluate), and the best lower bound known: the larger of ``bound +
         # penalty`` and the bounds raised by checked nodes
@@ -186,17 +188,16 @@ class LatticeSearch:
         domain = self.enc.sensitive
         kept = np.ones(len(table), dtype=bool)
         for model in self._mono_models:
-            kept &= model.satisfied(table.counts, table.hist, domain)
+            kept &= model.check(levels, table, domain)
         mono_kept = kept.copy() if self._other_models else kept
         forced = mono_gone = suppressed = int(table.counts.sum(where=~kept))
         if self._other_models and forced <= self.max_suppressed:
             # the other models only decide among the classes the monotone ones keep
             rows = np.flatnonzero(kept)
-            hist = None if table.hist is None else table.hist[rows]
             ok = np.ones(rows.size, dtype=bool)
             least = np.zeros(rows.size, dtype=np.int64)
             for model in self._other_models:
-                ok_m, least_m = model.assess(table.counts[rows], hist, domain)
+                ok_m, least_m = model.assess_at(levels, table, rows, domain)
                 ok &= ok_m
                 least = np.maximum(least, least_m)
             kept[rows[~ok]] = False
