@@ -27,7 +27,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("veil.datasets",),                                                 # data
     ("veil.learn", "veil.anon"),                                        # models in the clear
     ("veil.dp", "veil.crypto"),                                         # primitives
-    ("veil.learn.dpsgd", "veil.mpc", "veil.he"),                        # composed protections
+    ("veil.learn.dpsgd", "veil.mpc", "veil.he", "veil.anon.safepub"),   # composed protections
     ("veil.learn.private",),                                            # private models
     ("veil.fl",),                                                       # federations
     ("veil.audit",),                                                    # what leaks

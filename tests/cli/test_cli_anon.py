@@ -87,7 +87,7 @@ def test_cli_errors_are_messages(tmp_path, capsys):
         (["anonymize", str(tmp_path / "missing.csv"), "--qi", "a", "--k", "2"],
          "not a readable CSV"),
         (["anonymize", str(table), "--qi", "zzz", "--k", "2"], "no such column"),
-        (["anonymize", str(table), "--qi", f"a={hier}"], "--k, --l or --t"),
+        (["anonymize", str(table), "--qi", f"a={hier}"], "--k, --l, --t, --beta"),
         (["anonymize", str(table), "--qi", f"a={hier}", "--k", "2"],
          "value '2' of column 'a' is missing"),
         (["anonymize", str(table), "--qi", "a", "--sensitive", "a", "--k", "1",
@@ -128,3 +128,22 @@ def test_arx_hierarchy_files_with_commas_and_other_separators(tmp_path, capsys):
     summary = json.loads(capsys.readouterr().out)
     assert summary["levels"] == {"sex": 0} and summary["suppressed"] == 30
     assert summary["discernibility"] == 60 ** 2 + 30 ** 2     # monotonic: as if kept
+
+
+def test_risk_before_and_after_and_arx_models_from_the_cli(adult_dir, capsys):
+    """``--risk`` reports prosecutor, journalist and marketer risk, sample and population
+    uniqueness before and after; ARX's k-map case (k=3, USA, 5% suppression) from the CLI."""
+    code = main(["anonymize", str(adult_dir / "adult.csv"), *_qi_args(adult_dir),
+                 "--sensitive", "occupation", "--k-map", "3", "--population-size",
+                 "317238626", "--suppress", "0.05", "--risk", "--json"])
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["entropy"] == pytest.approx(130804.5332092598, rel=1e-9)
+    risk = summary["risk"]
+    assert risk["prosecutor_highest"] == {"before": 1.0, "after": 0.5}
+    assert risk["sample_uniqueness"]["before"] > 0.2 and risk["sample_uniqueness"]["after"] == 0
+    assert risk["population_uniqueness"]["after"] < risk["population_uniqueness"]["before"]
+    assert set(risk) >= {"journalist_highest", "marketer", "prosecutor_average"}
+    assert main(["anonymize", str(adult_dir / "adult.csv"), *_qi_args(adult_dir),
+                 "--k-map", "3"]) == 2
+    assert "--k-map needs --population-size" in capsys.readouterr().err

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -41,6 +41,7 @@ from veil.anon.metrics import (
 from veil.anon.microaggregation import mdav, standardize
 from veil.anon.models import KAnonymity, LDiversity, PrivacyModel, TCloseness, max_suppressed
 from veil.anon.mondrian import OrderedColumn, mondrian_partition, release_partitions
+from veil.anon.risk import RiskAnalysis, SampleModel, analyze_risk
 from veil.errors import ConfigError, DataError
 from veil.random import RngLike
 
@@ -61,7 +62,9 @@ class AnonymizationResult:
     equivalence class (released quasi-identifiers and ``size``). ``levels``: the
     generalization level per quasi-identifier (optimal only). ``metrics``: utility, risk
     and the privacy achieved. ``sensitive_table``: anatomy's (group, value, count) table.
-    ``search``: lattice size, nodes checked and seconds (optimal only).
+    ``search``: lattice size, nodes checked and seconds (optimal only). ``risk``: the
+    re-identification risks (:func:`veil.anon.risk.analyze_risk`) of the input
+    (``"before"``) and of the released table (``"after"``).
     """
 
     table: pd.DataFrame
@@ -75,6 +78,7 @@ class AnonymizationResult:
     suppressed: int = 0
     sensitive_table: pd.DataFrame | None = None
     search: dict[str, float] = field(default_factory=dict)
+    risk: dict[str, RiskAnalysis] = field(default_factory=dict)
 
 
 def _hierarchy(column: str, value: Any) -> Hierarchy | None:
@@ -113,7 +117,7 @@ def _validate(df: Any, quasi_identifiers: Any, sensitive: str | None,
     for model in models:
         if not isinstance(model, PrivacyModel):
             raise ConfigError(f"models: {model!r} is not a privacy model (KAnonymity, "
-                              "LDiversity, TCloseness)")
+                              "LDiversity, TCloseness, ... from veil.anon)")
         if model.needs_sensitive and sensitive is None:
             raise ConfigError(f"{model} needs a sensitive attribute: pass sensitive=<column>")
     return qis
@@ -149,7 +153,8 @@ def anonymize(df: pd.DataFrame, quasi_identifiers: Mapping[str, Any] | Sequence[
               sensitive: str | None = None, models: Sequence[PrivacyModel] = (), *,
               algorithm: str = "optimal", suppression_limit: float = 0.0,
               metric: str = "entropy", monotonic: bool = False, strict: bool = False,
-              risk_threshold: float = 0.2, rng: RngLike = None) -> AnonymizationResult:
+              risk_threshold: float = 0.2, population_size: float | None = None,
+              rng: RngLike = None) -> AnonymizationResult:
     """Anonymize ``df`` so that every model in ``models`` holds.
 
     Parameters
@@ -161,7 +166,8 @@ def anonymize(df: pd.DataFrame, quasi_identifiers: Mapping[str, Any] | Sequence[
     algorithm : ``"optimal"``, ``"mondrian"``, ``"mdav"`` or ``"anatomy"``.
     suppression_limit : share of records that may be suppressed (``"optimal"`` only).
     metric : objective of ``"optimal"``: ``"entropy"`` (non-uniform entropy, ARX's),
-        ``"discernibility"`` (DM*), ``"aecs"``, ``"loss"`` (LM/NCP) or ``"precision"``.
+        ``"discernibility"`` (DM*), ``"aecs"``, ``"loss"`` (LM/NCP), ``"precision"`` or
+        ``"arx_loss"`` (ARX's loss metric, geometric mean over attributes).
     monotonic : ARX's monotonic variant of ``"entropy"`` and ``"discernibility"`` under
         suppression: a suppressed record costs what it would cost in its class, as if it
         were kept (ARX's ``createEntropyMetric(true)`` and ``MetricSDDiscernability``).
@@ -169,6 +175,8 @@ def anonymize(df: pd.DataFrame, quasi_identifiers: Mapping[str, Any] | Sequence[
         :mod:`veil.anon.metrics` states both. Without suppression they coincide.
     strict : Mondrian's strict (non-overlapping) cuts instead of relaxed ones.
     risk_threshold : records whose prosecutor risk exceeds it count as at risk.
+    population_size : the size of the population the table was sampled from: the risk
+        analysis before and after (``result.risk``) then estimates population uniqueness.
     rng : randomness of anatomy (:mod:`veil.random`; secure by default).
 
     Raises DataError when the models cannot be met (within the suppression limit), with
@@ -182,9 +190,9 @@ def anonymize(df: pd.DataFrame, quasi_identifiers: Mapping[str, Any] | Sequence[
         raise ConfigError(f"metric={metric!r} is not allowed: choose one of "
                           f"{', '.join(map(repr, OBJECTIVES))}")
     if isinstance(suppression_limit, bool) or not isinstance(
-            suppression_limit, (int, float)) or not 0 <= suppression_limit < 1:
+            suppression_limit, (int, float)) or not 0 <= suppression_limit <= 1:
         raise ConfigError(f"suppression_limit={suppression_limit!r} is not allowed: must be "
-                          "a share in [0, 1)")
+                          "a share in [0, 1]")
     if suppression_limit and algorithm != "optimal":
         raise ConfigError(f"suppression_limit={suppression_limit!r} is not allowed with "
                           f"algorithm={algorithm!r}: only 'optimal' suppresses records")
@@ -197,12 +205,26 @@ def anonymize(df: pd.DataFrame, quasi_identifiers: Mapping[str, Any] | Sequence[
     risk_from_sizes(np.ones(1), risk_threshold)  # validates the threshold
     qis = _validate(df, quasi_identifiers, sensitive, models)
     models = tuple(models)
+    if algorithm != "optimal":
+        for model in models:
+            if isinstance(model, SampleModel) or not model.monotone or getattr(
+                    model, "population", None) is not None:
+                raise ConfigError(f"{model} is not allowed with algorithm={algorithm!r}: "
+                                  "it needs algorithm='optimal' (it is not a monotone "
+                                  "model of each class)")
+    for model in models:
+        model.prepare(len(df))
     _check_possible(df, sensitive, models)
+    before = analyze_risk(df, list(qis), threshold=risk_threshold,
+                          population_size=population_size)
     runner = {"optimal": _optimal, "mondrian": _mondrian, "mdav": _mdav,
               "anatomy": _anatomy}[algorithm]
-    return runner(df, qis, sensitive, models, suppression_limit=suppression_limit,
-                  metric=metric, monotonic=monotonic, strict=strict,
-                  risk_threshold=risk_threshold, rng=rng)
+    result = runner(df, qis, sensitive, models, suppression_limit=suppression_limit,
+                    metric=metric, monotonic=monotonic, strict=strict,
+                    risk_threshold=risk_threshold, rng=rng)
+    after = analyze_risk(result.table, list(qis), threshold=risk_threshold,
+                         population_size=population_size)
+    return replace(result, risk={"before": before, "after": after})
 
 
 def _check_possible(df: pd.DataFrame, sensitive: str | None,
@@ -260,7 +282,8 @@ def _optimal(df, qis, sensitive, models, *, suppression_limit, metric, monotonic
                             for j, col in enumerate(enc.columns)})
     classes["size"] = table.counts[kept]
     metrics = {name: OBJECTIVES[name](enc, monotonic=monotonic and name == metric).loss(
-        ev.levels, table, kept) for name in ("entropy", "discernibility", "aecs", "loss")}
+        ev.levels, table, kept) for name in ("entropy", "discernibility", "aecs", "loss",
+                                             "arx_loss")}
     metrics["discernibility"] = int(metrics["discernibility"])
     metrics["precision"] = 1.0 - OBJECTIVES["precision"](enc).loss(ev.levels, table, kept)
     sizes = table.counts[kept]

@@ -54,6 +54,8 @@ class ClassTable:
         self.hist = hist
         self.blocks = blocks
         self._decode = decode
+        #: the first row of each class (kept through roll-ups when the bottom has it)
+        self.first: np.ndarray | None = None
 
     @property
     def codes(self) -> np.ndarray:
@@ -145,6 +147,17 @@ def _merge(inverse: np.ndarray, new_codes: np.ndarray | None, counts: np.ndarray
                 size, n_sensitive))
     codes = None if new_codes is None else np.asfortranarray(new_codes)
     return ClassTable(codes, new_counts, new_hist)
+
+
+def _first_of(first: np.ndarray | None, inverse: np.ndarray, size: int,
+              bins: np.ndarray | None = None) -> np.ndarray | None:
+    """The first row of each merged class: the least of its parts' (``inverse``: part ->
+    merged class, or representative part when ``bins`` lists the representatives)."""
+    if first is None:
+        return None
+    out = np.full(size, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(out, inverse, first)
+    return out if bins is None else out[bins]
 
 
 class EncodedColumn:
@@ -254,9 +267,14 @@ class EncodedTable:
         if self._bottom is None:
             codes = np.stack([c.codes0 for c in self.columns], axis=1)
             sens = self.sensitive if self.histograms else None
-            self._bottom = group(codes, self.radices(np.zeros(len(self.columns), np.int64)),
-                                 sensitive=None if sens is None else sens.codes,
-                                 n_sensitive=0 if sens is None else sens.size)
+            inverse, new_codes = classify(codes, self.radices(np.zeros(len(self.columns),
+                                                                       np.int64)))
+            self._bottom = _merge(inverse, new_codes, None, None,
+                                  None if sens is None else sens.codes,
+                                  0 if sens is None else sens.size)
+            first = np.empty(len(self._bottom), dtype=np.int64)
+            first[inverse[::-1]] = np.arange(self.n - 1, -1, -1)
+            self._bottom.first = first
         return self._bottom
 
     def radices(self, levels: np.ndarray) -> np.ndarray:
@@ -270,7 +288,10 @@ class EncodedTable:
             for j, (a, b) in enumerate(zip(source, target)):
                 if a != b:
                     codes[:, j] = self.columns[j].lift(int(a), int(b))[codes[:, j]]
-            return group(codes, radices, table.counts, table.hist)
+            inverse, new_codes = classify(codes, radices)
+            merged = _merge(inverse, new_codes, table.counts, table.hist, None, 0)
+            merged.first = _first_of(table.first, inverse, len(merged))
+            return merged
         # the key of a class's lifted codes, block by block: a block's code at the
         # source levels is looked up in its lift table (scaled by the block's place
         # value), giving its digit of the mixed-radix key at the target levels
@@ -291,6 +312,7 @@ class EncodedTable:
         representative, first = self._group_keys(key, radices)
         levels = target.copy()
         merged = _merge(representative, None, table.counts, table.hist, None, 0, bins=first)
+        merged.first = _first_of(table.first, representative, len(table), first)
         merged.blocks = [lift.take(codes.take(first)) for lift, codes in zip(lifts, blocks)]
         merged._decode = lambda blocks: self._decode(blocks, levels)
         return merged

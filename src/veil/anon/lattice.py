@@ -53,9 +53,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from veil.anon.encoding import ClassTable, EncodedTable
+from veil.anon.encoding import ClassTable, EncodedColumn, EncodedTable
 from veil.anon.metrics import Objective
-from veil.anon.models import KAnonymity, PrivacyModel
+from veil.anon.models import PrivacyModel
+from veil.anon.risk import SampleModel, class_rank, enforce
 from veil.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,12 @@ class Unsatisfiable(Exception):  # noqa: N818 - internal signal, turned into a D
         self.top = top
 
 
+def _top_codes(col: EncodedColumn) -> np.ndarray:
+    top = str(col.hierarchy.labels(col.hierarchy.n_levels - 1)[0])
+    return np.array([int(np.flatnonzero(labels == top)[0]) if (labels == top).any() else -1
+                     for labels in col.labels])
+
+
 class LatticeSearch:
     """One search over the lattice of an encoded table."""
 
@@ -129,11 +136,26 @@ class LatticeSearch:
         # that stay monotone under the suppression limit (monotone: always safe to tag)
         self.status = np.zeros(size, dtype=np.int8)
         self.monotone = np.zeros(size, dtype=np.int8)
-        self._mono_models = [m for m in self.models if self.max_suppressed == 0
-                             or m.monotone_with_suppression]
-        self._other_models = [m for m in self.models if m not in self._mono_models]
-        self.tagging = not self._other_models
-        self.k = max([m.k for m in self.models if isinstance(m, KAnonymity)], default=1)
+        # models are monotone as they declare (PrivacyModel.monotone without suppression,
+        # monotone_with_suppression with it); the models of the whole table (SampleModel)
+        # act after the others, so they count as monotone only after monotone ones
+        def monotone(model: PrivacyModel) -> bool:
+            return model.monotone_with_suppression if self.max_suppressed else model.monotone
+
+        self._sample_models = [m for m in self.models if isinstance(m, SampleModel)]
+        per_class = [m for m in self.models if not isinstance(m, SampleModel)]
+        self._mono_models = [m for m in per_class if monotone(m)]
+        self._other_models = [m for m in per_class if not monotone(m)]
+        self._sample_monotone = not self._other_models and all(
+            monotone(m) for m in self._sample_models)
+        self.tagging = not self._other_models and self._sample_monotone
+        self.k = max(m.min_class_size for m in self.models)
+        # per attribute and level, the code of the hierarchy's top label (-1 if absent):
+        # a class all at the top is completely generalized, which the models of the whole
+        # table leave out (as ARX does)
+        self._top_codes = [_top_codes(col) for col in enc.columns]
+        for model in self.models:
+            model.attach(enc)
         # static lower bounds of the loss, a lower bound of what suppression adds to them
         # (see evaluate), and the best lower bound known: the larger of ``bound +
         # penalty`` and the bounds raised by checked nodes
@@ -166,23 +188,39 @@ class LatticeSearch:
         domain = self.enc.sensitive
         kept = np.ones(len(table), dtype=bool)
         for model in self._mono_models:
-            kept &= model.satisfied(table.counts, table.hist, domain)
+            kept &= model.check(levels, table, domain)
         mono_kept = kept.copy() if self._other_models else kept
         forced = mono_gone = suppressed = int(table.counts.sum(where=~kept))
         if self._other_models and forced <= self.max_suppressed:
             # the other models only decide among the classes the monotone ones keep
             rows = np.flatnonzero(kept)
-            hist = None if table.hist is None else table.hist[rows]
             ok = np.ones(rows.size, dtype=bool)
             least = np.zeros(rows.size, dtype=np.int64)
             for model in self._other_models:
-                ok_m, least_m = model.assess(table.counts[rows], hist, domain)
+                ok_m, least_m = model.assess_at(levels, table, rows, domain)
                 ok &= ok_m
                 least = np.maximum(least, least_m)
             kept[rows[~ok]] = False
             forced += int(least.sum())
             suppressed = int(table.counts.sum(where=~kept))
+        if self._sample_models and suppressed <= self.max_suppressed:
+            kept = enforce(self._sample_models, table.counts, kept,
+                           self._suppression_order(levels, table), self.max_suppressed)
+            suppressed = int(table.counts.sum(where=~kept))
+            if self._sample_monotone:
+                mono_gone = suppressed
+                forced = max(forced, suppressed)
         return table, kept, mono_kept, mono_gone, suppressed, forced
+
+    def _suppression_order(self, levels: np.ndarray, table: ClassTable) -> np.ndarray:
+        """Rank of each class in the order the models of the whole table suppress them
+        (:func:`veil.anon.risk.class_rank`), -1 for the completely generalized class."""
+        rank = class_rank(table.counts, self.objective.class_order(levels, table), table.first)
+        complete = np.ones(len(table), dtype=bool)
+        for j, level in enumerate(levels):
+            complete &= table.codes[:, j] == self._top_codes[j][level]
+        rank[complete] = -1
+        return rank
 
     def _cache(self, idx: int, ev: Evaluation) -> None:
         """Keep ``ev``'s table as a roll-up source, dropping the largest ones over budget."""

@@ -22,6 +22,10 @@ Utility (lower is better unless said):
   ``(max - min) / (column max - column min)`` of the original values a released numeric
   value stands for, or ``(v - 1) / (V - 1)`` for a categorical one that stands for v of
   the column's V values; ``*`` costs 1. In [0, 1].
+* **ARX's loss** (``arx_loss``, ARX's ``createLossMetric()``): per attribute, the share of
+  its hierarchy's rows each released value stands for (1 for a suppressed record),
+  summed over records and normalized to [0, 1]; the geometric mean over attributes
+  (``_ArxLoss`` states it).
 * **precision** (Sweeney 2002): ``1 - mean over cells of level / height``, suppressed
   cells at full height; higher is better, 1 for the original table.
 * **information loss** of microaggregation (Domingo-Ferrer & Mateo-Sanz 2002):
@@ -288,6 +292,12 @@ class Objective:
     def loss(self, levels: np.ndarray, table: ClassTable, kept: np.ndarray) -> float:
         raise NotImplementedError
 
+    def class_order(self, levels: np.ndarray, table: ClassTable) -> np.ndarray | None:
+        """A loss per class that orders classes of equal size for suppression (ARX orders
+        them by the metric's loss of the class alone, except for metrics where that loss
+        is the class size); None: by size, then first record."""
+        return None
+
 
 class _Entropy(Objective):
     """Non-uniform entropy. With suppression (non-monotonic) the suppressed records add
@@ -454,5 +464,71 @@ class _AECS(Objective):
         return self.enc.n / (int(kept.sum()) + (0 if kept.all() else 1))
 
 
+class _ArxLoss(Objective):
+    """ARX's loss metric (``Metric.createLossMetric()``, ``MetricMDNMLoss`` with its
+    defaults: generalization and suppression weighted equally, geometric mean).
+
+    A value g of attribute j at some level stands for the share ``s(g)`` of the rows of
+    its hierarchy that generalize to g (1/|H_j| at level 0, 1 for ``*``). Attribute j's
+    loss sums ``|E| s(g_E)`` over kept classes and 1 per suppressed record, normalized:
+    ``L_j = max(0, (sum - n/|H_j|) / (n - n/|H_j|))``, truncated to 10 decimals; the
+    table's loss is the geometric mean ``prod_j (1 + L_j)^(1/q) - 1`` (q attributes).
+
+    Bounds: suppressing a record raises its term from s <= 1 to 1, and the geometric mean
+    grows with every L_j, so the geometric mean of the no-suppression values (monotone
+    under generalization: shares only grow) bounds every node's loss from below.
+    ``class_order``: ARX orders classes of equal size for suppression by this loss of
+    the class alone (``|E| s(g)`` per attribute, geometric mean).
+    """
+
+    name = "arx_loss"
+
+    def __init__(self, enc, *, monotonic=False):
+        super().__init__(enc, monotonic=monotonic)
+        self._shares: list[list[np.ndarray]] = []
+        self._plain: list[np.ndarray] = []
+        for col in enc.columns:
+            h = col.hierarchy
+            per_level = []
+            for level in range(col.height + 1):
+                names, counts = np.unique(h.labels(level).astype(str), return_counts=True)
+                share = dict(zip(names.tolist(), (counts / len(h)).tolist()))
+                per_level.append(np.array([share[str(v)] for v in col.labels[level]]))
+            self._shares.append(per_level)
+            self._plain.append(np.array([self._normalize(float(c @ s), len(h))
+                                         for c, s in zip(col.counts, per_level)]))
+
+    def _normalize(self, total: float, size: int) -> float:
+        low = self.enc.n / size
+        span = self.enc.n - low
+        return _truncate(max((total - low) / span, 0.0)) if span > 0 else 0.0
+
+    @staticmethod
+    def _mean(values: np.ndarray) -> np.ndarray:
+        """Geometric mean of ``1 + L_j`` minus 1 over the last axis."""
+        q = values.shape[-1]
+        return np.prod((values + 1.0) ** (1.0 / q), axis=-1) - 1.0
+
+    def static_bounds(self, nodes, k, max_suppressed):
+        return self._mean(np.stack([b[nodes[:, j]] for j, b in enumerate(self._plain)],
+                                   axis=1))
+
+    def loss(self, levels, table, kept):
+        values = []
+        for j, level in enumerate(levels):
+            if kept.all():
+                values.append(self._plain[j][level])
+                continue
+            s = self._shares[j][level][table.codes[kept, j]]
+            total = float(table.counts[kept] @ s) + float(table.counts[~kept].sum())
+            values.append(self._normalize(total, len(self.enc.columns[j].hierarchy)))
+        return float(self._mean(np.array(values)))
+
+    def class_order(self, levels, table):
+        return self._mean(np.stack([table.counts * self._shares[j][level][table.codes[:, j]]
+                                    for j, level in enumerate(levels)], axis=1))
+
+
 #: objective name -> class
-OBJECTIVES = {cls.name: cls for cls in (_Entropy, _Discernibility, _AECS, _Loss, _Precision)}
+OBJECTIVES = {cls.name: cls for cls in (_Entropy, _Discernibility, _AECS, _Loss, _Precision,
+                                        _ArxLoss)}

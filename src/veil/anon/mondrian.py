@@ -30,7 +30,7 @@ import pandas as pd
 
 from veil.anon.encoding import SensitiveDomain
 from veil.anon.hierarchy import Hierarchy, value_keys
-from veil.anon.models import KAnonymity, PrivacyModel
+from veil.anon.models import PrivacyModel
 from veil.errors import ConfigError, DataError
 
 __all__ = ["OrderedColumn", "mondrian_partition", "release_partitions"]
@@ -88,7 +88,7 @@ def mondrian_partition(columns: Sequence[OrderedColumn], models: Sequence[Privac
     n = X.shape[0]
     scale = X.max(axis=0) - X.min(axis=0)
     scale[scale == 0] = 1.0
-    k = max([m.k for m in models if isinstance(m, KAnonymity)], default=1)
+    k = max(m.min_class_size for m in models)
     sens = None if domain is None else domain.codes
     m = 0 if domain is None else domain.size
 

@@ -23,10 +23,17 @@ from typer.core import TyperGroup
 from veil._io import atomic_write
 from veil.anon import (
     ALGORITHMS,
+    AverageReidentificationRisk,
+    BasicBetaLikeness,
+    DeltaDisclosure,
+    EnhancedBetaLikeness,
     Hierarchy,
     KAnonymity,
+    KMap,
     LDiversity,
+    PopulationUniqueness,
     PrivacyModel,
+    SampleUniqueness,
     TCloseness,
     anonymize,
     check,
@@ -102,7 +109,13 @@ def parse_qis(specs: list[str], table: pd.DataFrame,
 
 
 def _models(k: int | None, l: int | None, l_variant: str, c: float | None, t: float | None,
-            t_distance: str, sensitive_hierarchy: Hierarchy | None) -> list[PrivacyModel]:
+            t_distance: str, sensitive_hierarchy: Hierarchy | None, *,
+            sensitive: str | None = None, beta: float | None = None,
+            beta_variant: str = "basic", delta: float | None = None,
+            k_map: int | None = None, average_risk: float | None = None,
+            sample_uniqueness: float | None = None,
+            population_uniqueness: float | None = None, population_size: int | None = None,
+            population_model: str = "dankar") -> list[PrivacyModel]:
     models: list[PrivacyModel] = []
     if k is not None:
         models.append(KAnonymity(k))
@@ -110,9 +123,43 @@ def _models(k: int | None, l: int | None, l_variant: str, c: float | None, t: fl
         models.append(LDiversity(l, variant=l_variant, c=c))
     if t is not None:
         models.append(TCloseness(t, distance=t_distance, hierarchy=sensitive_hierarchy))
+    if beta is not None:
+        kind = {"basic": BasicBetaLikeness, "enhanced": EnhancedBetaLikeness}.get(beta_variant)
+        if kind is None:
+            raise ConfigError(f"--beta-variant={beta_variant!r} is not allowed: basic or "
+                              "enhanced")
+        models.append(kind(sensitive, beta))
+    if delta is not None:
+        models.append(DeltaDisclosure(sensitive, delta))
+    needs_population = [flag for flag, value in (("--k-map", k_map),
+                        ("--population-uniqueness", population_uniqueness)) if value is not None]
+    if needs_population and population_size is None:
+        raise ConfigError(f"{needs_population[0]} needs --population-size")
+    if k_map is not None:
+        models.append(KMap(k_map, population_size=population_size))
+    if average_risk is not None:
+        models.append(AverageReidentificationRisk(average_risk))
+    if sample_uniqueness is not None:
+        models.append(SampleUniqueness(sample_uniqueness))
+    if population_uniqueness is not None:
+        models.append(PopulationUniqueness(population_uniqueness, population_model,
+                                           population_size=population_size))
     if not models:
-        raise ConfigError("give at least one privacy model: --k, --l or --t")
+        raise ConfigError("give at least one privacy model: --k, --l, --t, --beta, --delta, "
+                          "--k-map, --average-risk, --sample-uniqueness or "
+                          "--population-uniqueness")
     return models
+
+
+def _risk_rows(result) -> dict[str, object]:
+    """The risk analysis before and after, one row per estimate."""
+    before, after = result.risk["before"], result.risk["after"]
+    rows: dict[str, object] = {}
+    for key, value in before.as_dict().items():
+        if key in ("threshold", "population_model") or value is None:
+            continue
+        rows[key] = {"before": value, "after": getattr(after, key)}
+    return rows
 
 
 def _fmt(value: object) -> object:
@@ -161,11 +208,32 @@ def run(
     monotonic: Annotated[bool, typer.Option(
         "--monotonic", help="ARX's monotonic entropy / discernibility under suppression: "
                             "suppressed records cost as if kept.")] = False,
+    beta: Annotated[float | None, typer.Option(
+        "--beta", help="beta-likeness of the sensitive column.")] = None,
+    beta_variant: Annotated[str, typer.Option(
+        "--beta-variant", help="basic or enhanced beta-likeness.")] = "basic",
+    delta: Annotated[float | None, typer.Option(
+        "--delta", help="delta-disclosure privacy of the sensitive column.")] = None,
+    k_map: Annotated[int | None, typer.Option(
+        "--k-map", help="k-map, estimated (needs --population-size).")] = None,
+    average_risk: Annotated[float | None, typer.Option(
+        "--average-risk", help="Highest average re-identification risk.")] = None,
+    sample_uniqueness: Annotated[float | None, typer.Option(
+        "--sample-uniqueness", help="Highest share of records unique in the table.")] = None,
+    population_uniqueness: Annotated[float | None, typer.Option(
+        "--population-uniqueness", help="Highest estimated share of population uniques "
+                                        "(needs --population-size).")] = None,
+    population_size: Annotated[int | None, typer.Option(
+        "--population-size", help="People the table was sampled from.")] = None,
+    population_model: Annotated[str, typer.Option(
+        "--population-model", help="dankar, pitman, zayatz or snb.")] = "dankar",
+    risk: Annotated[bool, typer.Option(
+        "--risk", help="Show the re-identification risks before and after.")] = False,
     json_: Json = False,
 ) -> None:
     """Anonymize IN.csv and print a summary (levels, classes, metrics)."""
-    if not 0 <= suppress < 1:
-        raise ConfigError(f"--suppress={suppress!r} is not allowed: must be a share in [0, 1)")
+    if not 0 <= suppress <= 1:
+        raise ConfigError(f"--suppress={suppress!r} is not allowed: must be a share in [0, 1]")
     if out is not None:
         if out.is_dir():
             raise DataError(f"--out={str(out)!r} is a directory; expected a file name")
@@ -176,11 +244,16 @@ def run(
     qis = parse_qis(qi, table, hierarchy_sep)
     sens_h = None if sensitive_hierarchy is None else Hierarchy.from_csv(
         sensitive_hierarchy, sep=hierarchy_sep, name=sensitive)
-    models = _models(k, l, l_variant, c, t, t_distance, sens_h)
+    models = _models(k, l, l_variant, c, t, t_distance, sens_h, sensitive=sensitive,
+                     beta=beta, beta_variant=beta_variant, delta=delta, k_map=k_map,
+                     average_risk=average_risk, sample_uniqueness=sample_uniqueness,
+                     population_uniqueness=population_uniqueness,
+                     population_size=population_size, population_model=population_model)
     with progress(f"anonymize ({algorithm})", transient=True):
         result = anonymize(table, qis, sensitive, models, algorithm=algorithm,
                            suppression_limit=suppress, metric=metric,
-                           monotonic=monotonic, strict=strict)
+                           monotonic=monotonic, strict=strict,
+                           population_size=population_size)
     if out is not None:
         try:
             atomic_write(out, result.table.to_csv(sep=sep, index=False))
@@ -197,14 +270,20 @@ def run(
     summary.update(result.metrics)
     if result.search:
         summary.update({f"search_{key}": value for key, value in result.search.items()})
+    if risk:
+        summary["risk"] = _risk_rows(result)
     if json_:
         print_json(summary)
         return
-    rows = dict(summary)
+    rows = {key: value for key, value in summary.items() if key != "risk"}
     if result.levels is not None:
         rows["levels"] = ", ".join(f"{col}={lv}" for col, lv in result.levels.items())
     print_mapping({key: _fmt(value) for key, value in rows.items()},
                   title=f"veil anonymize ({algorithm})")
+    if risk:
+        print_mapping({key: f"{_fmt(v['before'])} -> {_fmt(v['after'])}"
+                       for key, v in summary["risk"].items()},
+                      title="re-identification risk (before -> after)")
     if out is not None:
         say(f"released table written to {out}")
 

@@ -1,0 +1,237 @@
+"""Population estimates from a sample's equivalence-class sizes.
+
+A released table is a sample of n records from a population of N people (sampling
+fraction ``pi = n / N``). From the sample's class-size histogram (``c_i`` classes of size
+i, u classes in all) these estimators give:
+
+* **k-map's derived k** (El Emam & Dankar, JAMIA 2008): the population size F of a class
+  of sample size f is modelled as ``F - f ~ Poisson(lambda)`` (or F ~ Poisson truncated at
+  zero) with ``lambda = pi k``; :func:`kmap_k` is the smallest class size whose
+  population count reaches k with probability at least ``1 - significance``, as ARX
+  computes it (capped at k).
+* **population uniques**, the number of population classes of size one:
+
+  - Zayatz (1991): ``c_1 / pi * P(1 | 1) / sum_i (c_i / u) P(1 | i)`` with ``P(1 | i)``
+    the hypergeometric probability that a population class of size i leaves exactly one
+    record in a sample of n out of N;
+  - Pitman (1996; Hoshino 2001): the sample is an exchangeable partition with parameters
+    (theta, alpha), fitted by maximum likelihood (Newton's method on the score equations
+    ``sum_{i<u} 1/(theta + i alpha) = sum_{i<n} 1/(theta + i)`` and
+    ``sum_{i<u} i/(theta + i alpha) = sum_{j>=2} c_j sum_{l<j} 1/(l - alpha)``, from the
+    moment estimates); uniques ``Gamma(theta + 1) / Gamma(theta + alpha) N^alpha``;
+  - SNB, the slide negative binomial (Chen & Keller-McNulty 1998): K non-empty
+    population classes estimated from the histogram, (alpha, beta) solved from the
+    expected numbers of sample classes of sizes one and two; uniques ``K beta^alpha``;
+  - Dankar et al. (BMC Med Inform 2012): Pitman for ``pi <= 0.1``, else the smaller of
+    Zayatz and SNB (Zayatz when SNB has no solution).
+
+An estimate that has no solution (NaN, outside [0, N]) is 0, as in ARX; a sample
+without classes of size one has no population uniques.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import optimize, special, stats
+
+from veil._validation import check_choice
+from veil.errors import ConfigError
+
+__all__ = ["POPULATION_MODELS", "kmap_k", "population_uniques"]
+
+POPULATION_MODELS = ("dankar", "pitman", "zayatz", "snb")
+#: the start values ARX's deterministic solver tries after the first
+_STARTS = [(a, b) for a in (0.0, 0.33, 0.66, 0.99) for b in (0.0, 0.33, 0.66, 0.99)]
+
+
+def kmap_k(k: int, fraction: float, significance: float, estimator: str) -> int:
+    """The sample class size k' that k-map requires (at most k)."""
+    lam = fraction * k
+    dist = stats.poisson(lam)
+    if estimator == "poisson":
+        m, value = 0, 0.0
+        while value < 1 - significance:
+            value = float(dist.cdf(m))
+            m += 1
+            if m >= k:
+                break
+        return m + 1
+    m, value, mass = 1, 0.0, float(-math.expm1(-lam))
+    while value < 1 - significance:
+        value += float(dist.pmf(m)) / mass
+        m += 1
+        if m >= k:
+            break
+    return m
+
+
+def _histogram(sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    size, count = np.unique(np.asarray(sizes, dtype=np.int64), return_counts=True)
+    return size, count.astype(np.float64)
+
+
+def _valid(x: float, population: float) -> float:
+    return x if math.isfinite(x) and 0 < x <= population else 0.0
+
+
+def _log_choose(a, b):
+    return special.gammaln(a + 1) - special.gammaln(b + 1) - special.gammaln(a - b + 1)
+
+
+def _one_drawn(size: np.ndarray, n: float, population: float) -> np.ndarray:
+    """Hypergeometric ``P(1 | i) = i C(N - i, n - 1) / C(N, n)``."""
+    i = size.astype(np.float64)
+    return np.exp(np.log(i) + _log_choose(population - i, n - 1)
+                  - _log_choose(population, n))
+
+
+def _zayatz(size, count, n, population) -> float:
+    u = count.sum()
+    c1 = count[size == 1].sum()
+    p1 = _one_drawn(size, n, population)
+    single = _one_drawn(np.ones(1), n, population)[0]
+    return float(c1 * (c1 / u * single) / np.sum(count / u * p1) / (n / population))
+
+
+def _newton(equations, start: tuple[float, float], *, per_try: int = 15,
+            accuracy: float = 1e-6, total: int = 10_000,
+            admissible=lambda x: True) -> np.ndarray:
+    """ARX's two-dimensional Newton-Raphson solver (deterministic variant), whose choice
+    of root decides which transformations pass: from ``start``, then from each of
+    :data:`_STARTS`, at most ``per_try + 1`` steps ``x <- x - J(x)^-1 F(x)`` per try, a
+    try abandoned when x leaves the admissible region or is NaN, success when
+    ``|F_1|, |F_2| <= accuracy``; NaN when the last start is reached. ``equations(x)``
+    returns F(x) and its Jacobian J(x)."""
+    x = np.array(start, dtype=np.float64)
+    tried, steps = 0, 0
+    while steps <= total:
+        taken = 0
+        while True:
+            steps += 1
+            f, jac = equations(x)
+            if abs(f[0]) <= accuracy and abs(f[1]) <= accuracy:
+                return x
+            det = jac[0, 0] * jac[1, 1] - jac[0, 1] * jac[1, 0]
+            inv = np.array([[jac[1, 1], -jac[0, 1]], [-jac[1, 0], jac[0, 0]]]) / det
+            x = x - inv @ f
+            if tried == len(_STARTS):
+                return np.full(2, np.nan)
+            if not admissible(x) or np.isnan(x).any() or taken >= per_try:
+                break
+            taken += 1
+        x = np.array(_STARTS[tried], dtype=np.float64)
+        tried += 1
+    return np.full(2, np.nan)
+
+
+def _pitman(size, count, n, population) -> float:
+    u = float(count.sum())
+    c1 = float(count[size == 1].sum())
+    c2 = float(count[size == 2].sum()) or 1.0
+    c = c1 * (c1 - 1) / c2
+    theta = (n * u * c - c1 * (n - 1) * (2 * u + c)) / (2 * c1 * u + c1 * c - n * c)
+    alpha = (theta * (c1 - n) + (n - 1) * c1) / (n * u)
+    big = size[size != 1].astype(np.float64)
+    big_count = count[size != 1]
+    psi, tri = special.digamma, lambda x: special.polygamma(1, x)
+    i_u = np.arange(1, u)
+    i_n = np.arange(1, n)
+    # sum_j c_j sum_{l<j} g(l) = sum_l w_l g(l), w_l the classes of size above l
+    ell = np.arange(1, big.max()) if big.size else np.zeros(0)
+    w = np.array([big_count[big > v].sum() for v in ell]) if big.size else np.zeros(0)
+
+    def closed(x):
+        """The score equations with digamma sums, and their Jacobian."""
+        t, a = x
+        r = t / a
+        g, g1 = psi(u + r) - psi(1 + r), tri(u + r) - tri(1 + r)
+        f = np.array([g / a - (psi(n + t) - psi(t + 1)),
+                      (a * (u - 1) - t * g) / a ** 2
+                      - np.sum(big_count * (psi(big - a) - psi(1 - a)))])
+        cross = -(a * g + t * g1) / a ** 3
+        jac = np.array([[g1 / a ** 2 + tri(t + 1) - tri(n + t), cross],
+                        [cross, -(u - 1) / a ** 2 + t * t * g1 / a ** 4 + 2 * t * g / a ** 3
+                         - np.sum(big_count * (tri(1 - a) - tri(big - a)))]])
+        return f, jac
+
+    def summed(x):
+        """The same equations as explicit sums (for where the closed form fails); where
+        every digamma argument is positive the two agree, and the closed form is used."""
+        t, a = x
+        if t >= 0 and a > 0:
+            return closed(x)
+        d = t + i_u * a
+        f = np.array([np.sum(1 / d) - np.sum(1 / (t + i_n)),
+                      np.sum(i_u / d) - np.sum(w / (ell - a))])
+        cross = -np.sum(i_u / d ** 2)
+        jac = np.array([[np.sum(1 / (t + i_n) ** 2) - np.sum(1 / d ** 2), cross],
+                        [cross, -np.sum(i_u ** 2 / d ** 2) - np.sum(w / (ell - a) ** 2)]])
+        return f, jac
+
+    with np.errstate(all="ignore"):
+        start = (theta, alpha)
+        sol = _newton(closed, start, admissible=lambda x: x[0] >= 0)
+        if np.isnan(sol).any() or np.any(np.abs(summed(sol)[0]) > 1e-6):
+            sol = _newton(summed, start, admissible=lambda x: x[0] >= 0)
+        t, a = sol
+        if np.isnan(sol).any() or a == 0:
+            return 0.0
+        log_value = special.gammaln(t + 1) - special.gammaln(t + a) + a * math.log(population)
+    if not math.isfinite(log_value) or log_value > math.log(population):
+        return 0.0
+    return _valid(math.exp(log_value), population)
+
+
+def _snb(size, count, n, population) -> float:
+    f = n / population
+    u = float(count.sum())
+    c1 = float(count[size == 1].sum())
+    c2 = float(count[size == 2].sum())
+    s = size.astype(np.float64)
+    base = (1 - f) ** s * count
+    v1 = np.sum(s * f * f * (1 - f * f) ** (s - 1) * count)
+    v2 = np.sum(base * (1 + f) ** s - 1)
+    v4 = np.sum(s * f * (1 - f) ** (s - 1) * count)
+    k = u + c1 * (v1 / v2) * (base.sum() / v4) ** 2
+
+    def equations(x):
+        a, b = x
+        d = (1 - f) * (1 - b)
+        return [k * f * (b / (1 - d)) ** a * (a * d / (1 - d) + 1) - c1,
+                k * a * b ** a * f * f * (1 - b) / 2 * (1 - d) ** (a + 2)
+                * (2 - (1 - a) * d) - c2]
+
+    with np.errstate(all="ignore"):
+        for start in _STARTS:
+            sol = optimize.root(equations, np.array(start), method="hybr")
+            a, b = sol.x
+            if sol.success and np.all(np.isfinite(sol.x)):
+                value = _valid(float(k * b ** a), population)
+                if value:
+                    return value
+    return 0.0
+
+
+def population_uniques(sizes: np.ndarray, population_size: float, model: str = "dankar") -> float:
+    """Estimated number of population uniques, from a sample's class sizes."""
+    check_choice(model, "model", POPULATION_MODELS)
+    size, count = _histogram(sizes)
+    n = float((size * count).sum())
+    if population_size < n:
+        raise ConfigError(f"population_size={population_size!r} is not allowed: the sample "
+                          f"holds {int(n)} records, more than the population")
+    if not (size == 1).any():
+        return 0.0
+    args = (size, count, n, float(population_size))
+    if model == "zayatz":
+        return _valid(_zayatz(*args), population_size)
+    if model == "pitman":
+        return _pitman(*args)
+    if model == "snb":
+        return _snb(*args)
+    if n / population_size <= 0.1:
+        return _pitman(*args)
+    zayatz, snb = _valid(_zayatz(*args), population_size), _snb(*args)
+    return min(zayatz, snb) if snb else zayatz
