@@ -8,7 +8,8 @@ neighbours (issue #28; DESIGN.md principle 1).
   :func:`uncovered` (release sites of veil that no case covers).
 * The registrations: :mod:`.paths_dp` (mechanisms, statistics, queries),
   :mod:`.paths_learn` (private models, DP-SGD), :mod:`.paths_fl` (federations, vertical,
-  split and transfer learning, hybrid). Importing this package registers them all.
+  split and transfer learning, hybrid), :mod:`.paths_anon` (SafePub). Importing this
+  package registers them all.
 
 ``veil audit conformance`` prints the table; ``tests/audit/test_conformance.py`` runs the
 fast tier in ``make test`` and the deep tier under ``-m slow``.
@@ -16,7 +17,12 @@ fast tier in ``make test`` and the deep tier under ``-m slow``.
 
 from __future__ import annotations
 
-from veil.audit.conformance import paths_dp, paths_fl, paths_learn  # noqa: E402, F401 (registers)
+from veil.audit.conformance import (  # noqa: F401 (registers)
+    paths_anon,
+    paths_dp,
+    paths_fl,
+    paths_learn,
+)
 from veil.audit.conformance.registry import (
     ADD_REMOVE,
     ADD_REMOVE_CLIENT,
