@@ -14,11 +14,10 @@ with ``--hierarchy-sep``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import pandas as pd
 import typer
-from typer.core import TyperGroup
 
 from veil._io import atomic_write
 from veil.anon import (
@@ -40,20 +39,11 @@ from veil.anon import (
 )
 from veil.anon.hierarchy import sniff_separator
 from veil.anon.metrics import OBJECTIVES
+from veil.cli._groups import DefaultGroup
 from veil.cli._output import parse_list, print_json, print_mapping, progress, say
 from veil.errors import ConfigError, DataError
 
-
-class _DefaultGroup(TyperGroup):
-    """Runs ``run`` when the first argument is not a sub-command (``veil anonymize IN.csv``)."""
-
-    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        if args and args[0] not in self.commands and not args[0].startswith("-"):
-            args = ["run", *args]
-        return super().parse_args(ctx, args)
-
-
-app = typer.Typer(cls=_DefaultGroup, no_args_is_help=True,
+app = typer.Typer(cls=DefaultGroup, no_args_is_help=True,
                   help="Anonymize a table (k-anonymity, l-diversity, t-closeness), or check "
                        "one: `veil anonymize IN.csv ...`, `veil anonymize check IN.csv ...`.")
 

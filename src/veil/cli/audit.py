@@ -24,6 +24,7 @@ from typing import Annotated
 import numpy as np
 import typer
 
+from veil.cli._groups import DefaultGroup
 from veil.cli._output import (
     check_input_file,
     check_out_dir,
@@ -94,11 +95,30 @@ def _model_run(model_path, members, nonmembers, population, attack, n_shadow, le
     return Run(name=str(model_path.name), kind="other", records=[record])
 
 
-def conformance(*, deep: bool = False, confidence: float = 0.99, seed: int | None = None,
-                json_: bool = False, only: str | None = None) -> None:
-    """``veil audit conformance``: audit every registered release path (module docstring);
-    ``confidence`` is per path (Bonferroni over its pairs), ``seed`` seeds the releases
-    (default: the CSPRNG)."""
+app = typer.Typer(cls=DefaultGroup, no_args_is_help=False,
+                  help="Audit a training run (RUN_DIR) or a saved model (--model): certified "
+                       "epsilon, empirical lower bounds, membership attack, mutual "
+                       "information; or `veil audit conformance`, the privacy conformance "
+                       "suite.")
+
+
+@app.command("conformance")
+def conformance(
+    deep: Annotated[bool, typer.Option(
+        "--deep", help="8x more trials per neighbouring pair.")] = False,
+    confidence: Annotated[float, typer.Option(
+        "--confidence", help="Confidence of each path's bound (Bonferroni over its "
+        "pairs).")] = 0.95,
+    seed: Annotated[int | None, typer.Option(
+        "--seed", help="Seed the releases: a reproducible simulation (default: the "
+        "CSPRNG).")] = None,
+    json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    only: Annotated[str | None, typer.Option(
+        "--only", help="Only the paths whose name contains this.")] = None,
+) -> None:
+    """Test every registered DP release path black-box against its neighbouring inputs
+    (veil.audit.conformance): path, relation, certified epsilon, lower bound, verdict; exit
+    status 1 when a path fails."""
     from veil.audit import conformance as cf
 
     chosen = [c for c in cf.cases() if only is None or only in c.name]
@@ -124,9 +144,10 @@ def conformance(*, deep: bool = False, confidence: float = 0.99, seed: int | Non
         raise typer.Exit(1)
 
 
+@app.command("run")
 def audit(
     run_dir: Annotated[Path | None, typer.Argument(
-        help="A run directory holding run.json, or 'conformance' (the conformance suite).")]
+        help="A run directory holding run.json.")]
     = None,
     model: Annotated[Path | None, typer.Option(
         "--model", help="A fitted classifier with predict_proba: a veil model file "
@@ -156,19 +177,12 @@ def audit(
     json_: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     force: Annotated[bool, typer.Option(
         "--force", help="Write into a folder that already holds a report.")] = False,
-    deep: Annotated[bool, typer.Option(
-        "--deep", help="conformance: 8x more trials per neighbouring pair.")] = False,
-    only: Annotated[str | None, typer.Option(
-        "--only", help="conformance: only the paths whose name contains this.")] = None,
 ) -> None:
     """Audit a training run (RUN_DIR) or a saved model (--model): certified epsilon, empirical
     lower bounds, membership attack, mutual information; writes report.json + report.html."""
     from veil.audit import privacy_report
     from veil.audit.report import headline, round_bound
 
-    if run_dir is not None and str(run_dir) == "conformance" and model is None:
-        return conformance(deep=deep, confidence=confidence, seed=seed, json_=json_,
-                           only=only)
     if (run_dir is None) == (model is None):
         raise ConfigError("give either RUN_DIR or --model (not both, not neither)")
     target = out or (Path("audit-report") if model is not None else Path(run_dir) / "audit")

@@ -35,7 +35,7 @@ typer.core.HAS_RICH = False
 #: ``veil --version`` import none of them); the help line is checked against the command's own
 #: (tests/cli/test_cli_startup.py).
 COMMANDS: dict[str, tuple[str, str, str]] = {
-    "audit": ("audit", "audit", "Audit a training run (RUN_DIR) or a saved model (--model)."),
+    "audit": ("audit", "app", "Audit a training run (RUN_DIR) or a saved model (--model)."),
     "demo": ("demo", "demo", "Hybrid private federated learning: 10 parties, Nursery tree."),
     "predict": ("predict", "predict", "Predict the class of every row of DATA.csv with a saved "
                                       "model."),
