@@ -14,7 +14,7 @@ import threading
 import dp_accounting as dpa
 import pytest
 
-from veil.dp import Ledger
+from veil.dp import Gaussian, Ledger
 from veil.dp.accounting import make_accountant, make_policy
 from veil.dp.ledger import FORMAT_VERSION
 from veil.dp.mechanism import Mechanism
@@ -421,3 +421,14 @@ def test_every_veil_mechanism_fits_a_ledger_of_exactly_its_budget(accountant):
         with pytest.raises(BudgetExceededError):
             ledger.release(mech, value, rng=2)
 
+
+
+def test_spent_names_its_delta_as_the_one_the_epsilon_is_stated_at():
+    """spent() returned a bare (epsilon, delta): printed as {'delta': 1e-05} after a 1e-6
+    query, it read as "delta spent". It is Spent(epsilon, at_delta), still a pair."""
+    ledger = Ledger(2.0, 1e-5)
+    ledger.release(Gaussian(1.0, 1e-6, sensitivity=1.0), 0.0)
+    spent = ledger.spent()
+    epsilon, at = spent
+    assert spent._asdict() == {"epsilon": epsilon, "at_delta": 1e-5} and at == spent.at_delta
+    assert ledger.spent(delta=1e-3).at_delta == 1e-3 and ledger.spent(delta=1e-3).epsilon <= epsilon

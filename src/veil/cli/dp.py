@@ -134,10 +134,9 @@ def stats_command(
                         f"{', '.join(map(str, df.columns))}")
     result = run_query(df[column], query, epsilon=epsilon, delta=delta, bounds=bounds,
                        bins=bins, categories=categories, q=q, ledger=ledger)
-    spent_eps, spent_delta = ledger.spent()
     out = {"file": str(file), "column": column, "query": query, "value": result.value,
            "epsilon": result.epsilon, "delta": result.delta, "clipped": result.clipped,
-           "ledger_spent": {"epsilon": spent_eps, "delta": spent_delta},
+           "ledger_spent": ledger.spent()._asdict(),
            "mechanism": result.mechanism, **result.details}
     if json_:
         print_json(out)
@@ -255,7 +254,7 @@ def query_command(
     result = query.run(data, epsilon=epsilon, delta=delta, ledger=ledger, noise=noise)
     table = result.table.reset_index()
     out.update({"backend": backend, "groups_released": len(table),
-                "ledger_spent": dict(zip(("epsilon", "delta"), result.ledger.spent())),
+                "ledger_spent": result.ledger.spent()._asdict(),
                 "table": table.to_dict(orient="records"),
                 "diagnostics": result.diagnostics})
     _show_query(out, json_, table)

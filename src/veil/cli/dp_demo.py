@@ -83,16 +83,16 @@ def _show(value: Any) -> str:
 def demo(json_: bool = typer.Option(False, "--json", help="Print JSON instead of tables.")):
     """Differentially private statistics of Adult, with the privacy cost of each."""
     name, ledger, rows = run_demo()
-    spent_eps, spent_delta = ledger.spent()
+    spent = ledger.spent()
     if json_:
         print_json({"data": name, "budget": {"epsilon": ledger.epsilon, "delta": ledger.delta},
-                    "spent": {"epsilon": spent_eps, "delta": spent_delta}, "statistics": rows})
+                    "spent": spent._asdict(), "statistics": rows})
         return
     print_table([(r["statistic"], _show(r["value"]), _show(r["exact"]), r["epsilon"],
                   r["delta"], r["clipped"]) for r in rows],
                 ["statistic", "DP value", "exact (not private)", "epsilon", "delta", "clipped"],
                 title=f"Differentially private statistics of {name}")
-    say(f"Total charged to one Ledger (PLD accountant): epsilon={spent_eps:.4f}, "
-        f"delta={spent_delta:g} of the budget epsilon={ledger.epsilon:g}, "
+    say(f"Total charged to one Ledger (PLD accountant): epsilon={spent.epsilon:.4f} (at "
+        f"delta={spent.at_delta:g}) of the budget epsilon={ledger.epsilon:g}, "
         f"delta={ledger.delta:g}. Each value is released through the ledger, "
         "which refuses any release that would exceed the budget.")

@@ -51,7 +51,7 @@ import os
 import sqlite3
 import threading
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from dp_accounting import dp_event as de
 
@@ -67,7 +67,7 @@ from veil.dp.mechanism import Mechanism
 from veil.errors import BudgetExceededError, ConfigError, DataError
 from veil.random import check_rng
 
-__all__ = ["Ledger", "Block", "Charge", "FORMAT_VERSION", "check_ledger", "open_ledger"]
+__all__ = ["Ledger", "Block", "Charge", "FORMAT_VERSION", "Spent", "check_ledger", "open_ledger"]
 
 logger = logging.getLogger(__name__)
 
@@ -114,6 +114,14 @@ def _covers(scope: str, charged: str) -> bool:
     """Whether a ledger at ``scope`` pays for a charge made at ``charged``."""
     return scope == "" or charged == scope or charged.startswith(scope + "/")
 
+
+
+class Spent(NamedTuple):
+    """What a ledger has spent: ``epsilon``, certified at ``at_delta`` (a pair like every
+    (epsilon, delta) in veil, named so that the delta does not read as "delta spent")."""
+
+    epsilon: float
+    at_delta: float
 
 class Ledger:
     """A privacy budget that every release is charged against (see the module docstring).
@@ -415,11 +423,12 @@ class Ledger:
             self._book.sync()
             return self._accountant
 
-    def spent(self, delta: float | None = None) -> tuple[float, float]:
-        """(epsilon, delta) spent so far: the certified epsilon at ``delta`` (default: the
-        ledger's delta)."""
+    def spent(self, delta: float | None = None) -> Spent:
+        """The epsilon spent so far, certified at ``delta`` (default: the ledger's delta):
+        ``Spent(epsilon, at_delta)``. ``at_delta`` is the delta the epsilon is stated at,
+        not an amount of delta used (the releases' own deltas are composed into it)."""
         delta = self._delta if delta is None else check_delta(delta)
-        return self._fresh().get_epsilon(delta), delta
+        return Spent(self._fresh().get_epsilon(delta), delta)
 
     def remaining(self) -> tuple[float, float]:
         """(epsilon left, delta): the budget minus the spend at the ledger's delta, for this
