@@ -88,13 +88,15 @@ class Column:
             raise DataError(f"column {self.name!r} has missing values; declare a category "
                             "for them (e.g. '?') or drop those rows")
         if self.kind == "categorical":
-            codes = pd.Categorical(values, categories=list(self.categories)).codes
-            bad = codes < 0
+            # matched as text, so a CSV's "1" is the declared category 1
+            lookup = {str(c): i for i, c in enumerate(self.categories)}
+            codes = values.astype(str).map(lookup)
+            bad = codes.isna().to_numpy()
             if bad.any():
                 shown = sorted({str(v) for v in values[bad]})[:3]
                 raise DataError(f"column {self.name!r} holds values outside its declared "
                                 f"categories (e.g. {shown}); declare them in the schema")
-            return codes.astype(np.int64)
+            return codes.to_numpy(dtype=np.int64)
         try:
             x = pd.to_numeric(values).to_numpy(dtype=np.float64)
         except (TypeError, ValueError):
