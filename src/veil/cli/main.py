@@ -21,6 +21,7 @@ from typer.core import TyperArgument
 
 import veil
 from veil.cli import anon, audit, budget, datasets, demo, dp, experiment, fl, he, mpc, net, predict
+from veil.cli import synth as synth_cli
 from veil.cli._output import print_error
 from veil.errors import VeilError
 
@@ -41,6 +42,7 @@ app.add_typer(net.app, name="net")
 app.add_typer(mpc.app, name="mpc")
 app.command("psi")(net.psi)
 app.command("keygen")(net.keygen)
+app.add_typer(synth_cli.app, name="synth")
 
 
 def _version(value: bool) -> None:

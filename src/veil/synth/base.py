@@ -121,8 +121,9 @@ class Synthesizer:
             left, at = book.remaining()
             raise BudgetExceededError(
                 f"{self.method} at epsilon={self.epsilon:g}, delta={self.delta:g} (rho="
-                f"{event.rho:.4g}) does not fit the ledger: {left:.3g} remains at delta="
-                f"{at:g}; not even the one-way marginals can be measured; nothing was charged")
+                f"{event.rho:.4g}) does not fit the ledger ({left:.3g} of its epsilon remains "
+                f"at delta={at:g}, and each fit's delta is reserved whole): not even the "
+                "one-way marginals can be measured; nothing was measured or charged")
         self.simulated_ = self.rng is not None
         if self.simulated_:
             logger.warning("%s: rng=%r seeds the privacy noise: a labelled simulation whose "
