@@ -102,11 +102,11 @@ def schema_for(real: pd.DataFrame, test: pd.DataFrame):
 
 
 def score(schema, real, synthetic, test) -> dict:
-    from veil.synth.evaluation import _ml, workload_error
+    from veil.synth.evaluation import ml_efficacy, workload_error
     codes = [schema.encode(t) for t in (real, synthetic, test)]
     sets = list(itertools.combinations(range(len(schema.names)), 3))
     out = {"workload_error": workload_error(codes[0], codes[1], schema.sizes, sets)}
-    ml = _ml({"synthetic": codes[1], "real": codes[0]}, codes[2], schema.sizes,
+    ml = ml_efficacy({"synthetic": codes[1], "real": codes[0]}, codes[2], schema.sizes,
              schema.names.index(TARGET))
     out.update({k: ml.get(k) for k in ("synthetic_accuracy", "synthetic_auc", "real_auc")})
     return out

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy import sparse
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import accuracy_score, roc_auc_score
 
@@ -40,7 +41,7 @@ from veil.random import RngLike, check_rng
 from veil.synth.model import marginal_counts
 from veil.synth.schema import Column, Schema
 
-__all__ = ["SynthEvaluation", "evaluate", "coin_split", "workload_error"]
+__all__ = ["SynthEvaluation", "evaluate", "coin_split", "ml_efficacy", "workload_error"]
 
 
 @dataclass(frozen=True)
@@ -91,13 +92,19 @@ def _hamming_close(queries: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, n
     return nearest, density
 
 
-def _ml(train: dict[str, np.ndarray], test: np.ndarray, sizes: Sequence[int],
+def ml_efficacy(train: dict[str, np.ndarray], test: np.ndarray, sizes: Sequence[int],
         target: int) -> dict[str, float]:
-    """Accuracy and AUC on ``test`` of a logistic regression trained on each table."""
+    """Accuracy and AUC on ``test`` (codes) of a logistic regression for column ``target``,
+    trained on each coded table of ``train`` (``{name: codes}``)."""
     features = [j for j in range(len(sizes)) if j != target]
 
-    def onehot(codes: np.ndarray) -> np.ndarray:
-        return np.concatenate([np.eye(sizes[j])[codes[:, j]] for j in features], axis=1)
+    offsets = np.cumsum([0] + [sizes[j] for j in features])
+
+    def onehot(codes: np.ndarray) -> sparse.csr_matrix:
+        cols = (codes[:, features] + offsets[:-1]).ravel()
+        rows = np.repeat(np.arange(len(codes)), len(features))
+        return sparse.csr_matrix((np.ones(cols.size), (rows, cols)),
+                                 shape=(len(codes), offsets[-1]))
 
     out = {}
     y_test = test[:, target]
@@ -152,7 +159,7 @@ def evaluate(real: pd.DataFrame, synthetic: pd.DataFrame, *, holdout: pd.DataFra
     if target is not None:
         if target not in names:
             raise ConfigError(f"target={target!r} is not allowed: one of {names}")
-        ml = _ml({"synthetic": coded[1], "real": coded[0]}, coded[2], sizes,
+        ml = ml_efficacy({"synthetic": coded[1], "real": coded[0]}, coded[2], sizes,
                  names.index(target))
     union = np.concatenate([coded[0], coded[2]])
     member = np.concatenate([np.ones(len(coded[0]), bool), np.zeros(len(coded[2]), bool)])

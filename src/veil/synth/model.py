@@ -12,7 +12,10 @@ over the marginal polytope. Its maximum-entropy solution is a graphical model
 Entropic mirror descent on the polytope updates the potentials with the gradient,
 ``theta_r <- theta_r - alpha dL/dmu_r``, and maps them back to marginals by belief
 propagation (their Algorithm 1); the step ``alpha`` is found by backtracking (halved until
-``L(mu') <= L(mu) - <grad, mu - mu'> / 2``, then allowed to grow by 10% a step).
+``L(mu') <= L(mu) - <grad, mu - mu'> / 2``, then allowed to grow by 10% a step). The step is
+taken from an extrapolated point ``theta + k / (k + 3) (theta - theta_prev)`` (Nesterov's
+momentum), reset to ``k = 0`` whenever the loss rises or the step is halved (adaptive
+restart, O'Donoghue & Candes 2015).
 
 Inference is exact on a junction tree: the graph joining the attributes of each measured set
 is triangulated by greedy elimination (the variable whose neighbourhood has the fewest cells
