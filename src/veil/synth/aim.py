@@ -35,7 +35,7 @@ from veil._validation import check_int, check_positive
 from veil.errors import ConfigError
 from veil.random import Generator, RngLike
 from veil.synth.base import DEFAULT_MAX_CELLS, Synthesizer, measure, select
-from veil.synth.model import GraphicalModel, JunctionTree, estimate, marginal_counts
+from veil.synth.model import GraphicalModel, estimate, marginal_counts, model_cells
 from veil.synth.schema import Schema
 
 __all__ = ["AIM", "default_workload"]
@@ -129,7 +129,7 @@ class AIM(Synthesizer):
             limit = used / rho * self.max_cells
             sets = sorted({m.attrs for m in measurements})
             candidates = [r for r in closure if model.tree.home(r) is not None
-                          or JunctionTree(sizes, sets + [r]).cells() <= limit]
+                          or model_cells(sizes, sets + [r]) <= limit]
             bias = math.sqrt(2.0 / math.pi) * sigma
             scores = np.array([w[r] * (np.abs(truth[r] - model.total * model.marginal(r)).sum()
                                         - bias * cells[r]) for r in candidates])

@@ -45,7 +45,8 @@ import numpy as np
 from veil.errors import ConfigError
 from veil.random import Generator
 
-__all__ = ["JunctionTree", "Measurement", "GraphicalModel", "estimate", "marginal_counts"]
+__all__ = ["JunctionTree", "Measurement", "GraphicalModel", "estimate", "marginal_counts",
+           "model_cells"]
 
 logger = logging.getLogger(__name__)
 
@@ -163,6 +164,11 @@ class JunctionTree:
                 down[c] = _logsumexp(b - _expand(up[c], self.separator[c], self.cliques[i]),
                                      _axes(self.separator[c], self.cliques[i]))
         return beliefs
+
+
+def model_cells(sizes: Sequence[int], sets: Sequence[Attrs]) -> int:
+    """The cells of the junction tree of ``sets`` (its cliques only: no tree is built)."""
+    return sum(math.prod(sizes[a] for a in c) for c in _maximal_cliques(tuple(sizes), sets))
 
 
 def _maximal_cliques(sizes: tuple[int, ...], sets: Sequence[Attrs]) -> list[Attrs]:
@@ -312,8 +318,8 @@ def estimate(sizes: Sequence[int], measurements: Sequence[Measurement], *, iters
         for s, t in th.items():
             pots[home[s]] = pots[home[s]] + _expand(t, s, tree.cliques[home[s]])
         logs = tree.log_marginals(pots)
-        mu = {s: np.exp(logs[home[s]]).sum(axis=_axes(s, tree.cliques[home[s]]))
-              for s in sets}
+        probs = [np.exp(lg) for lg in logs]
+        mu = {s: probs[home[s]].sum(axis=_axes(s, tree.cliques[home[s]])) for s in sets}
         loss = sum(weight[s] * float(((mu[s] - target[s]) ** 2).sum()) for s in sets)
         grad = {s: 2.0 * weight[s] * (mu[s] - target[s]) for s in sets}
         return logs, mu, loss, grad
