@@ -31,6 +31,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("veil.learn.private",),                                            # private models
     ("veil.fl",),                                                       # federations
     ("veil.audit",),                                                    # what leaks
+    ("veil.synth",),                                # DP synthetic data, audited by veil.audit
     ("veil.experiments",),                                              # applications
     ("veil.cli",),                                                      # the command
 )

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import veil.synth  # noqa: F401 (a layer above veil.audit: registers the synthesizers' cases)
 from veil.audit import conformance as cf
 from veil.audit.conformance.tester import DEEP
 from veil.dp import Laplace, Ledger

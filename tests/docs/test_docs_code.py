@@ -82,5 +82,7 @@ def test_page_code_runs(page, request, tmp_path, monkeypatch):
     for line, code in python_blocks(page):
         if "import torch" in code:
             pytest.importorskip("torch")
+        if "load_adult" in code:
+            request.getfixturevalue("adult_available")
         with no_warnings(f"{page.name}:{line}"):
             exec(compile(code, f"{page.name}:{line}", "exec"), namespace)  # noqa: S102

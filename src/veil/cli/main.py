@@ -50,6 +50,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "he": ("he", "app", "Homomorphic encryption: encrypted linear regression (CKKS)."),
     "net": ("net", "app", "Parties on different hosts: certificates for the hosts file."),
     "mpc": ("mpc", "app", "Secure multi-party computation with parties on different hosts."),
+    "synth": ("synth", "app", "DP synthetic data."),
 }
 
 
