@@ -31,8 +31,9 @@ $(VENV)/.docs: $(VENV)/.dev
 demo: $(VENV)/.core
 	$(BIN)/veil demo
 
+# one worker per core; a test file's tests stay on one worker (its module fixtures are built once)
 test: $(VENV)/.dev
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist loadfile
 
 bench: $(VENV)/.bench
 	@set -e; for script in benchmarks/bench_*.py; do \
