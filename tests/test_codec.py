@@ -99,7 +99,8 @@ def _only_veil_errors(decode, data: bytes) -> None:
 
 @st.composite
 def _mutated(draw, sample: bytes) -> bytes:
-    """A valid frame with bytes flipped, cut, inserted or replaced by large numbers."""
+    """A valid frame (or file) with bytes flipped, cut, inserted or replaced by large numbers,
+    binary (a length field) or written out (a text header's shape)."""
     data = bytearray(sample)
     for _ in range(draw(st.integers(1, 4))):
         kind = draw(st.sampled_from(["flip", "cut", "insert", "huge"]))
@@ -111,7 +112,9 @@ def _mutated(draw, sample: bytes) -> bytes:
         elif kind == "insert":
             data[pos:pos] = draw(st.binary(max_size=16))
         else:
-            data[pos:pos + 8] = (2 ** draw(st.integers(31, 63)) - 1).to_bytes(8, "little")
+            huge = 2 ** draw(st.integers(31, 63)) - 1
+            data[pos:pos + 8] = (huge.to_bytes(8, "little") if draw(st.booleans())
+                                 else str(huge).encode()[:8])
     return bytes(data)
 
 

@@ -26,6 +26,8 @@ from veil.model_format import (
     save_model,
 )
 
+from .test_codec import _mutated  # one mutation strategy for every decoder fuzzed
+
 
 @pytest.fixture(scope="module")
 def data():
@@ -306,22 +308,6 @@ def test_a_non_veil_file_gets_veils_own_message(tmp_path):
         assert "pickle" not in str(caught.value)
 
 
-@st.composite
-def _mutated(draw, sample: bytes) -> bytes:
-    """``sample`` with bytes flipped, cut, inserted or replaced by large numbers."""
-    data = bytearray(sample)
-    for _ in range(draw(st.integers(1, 4))):
-        kind = draw(st.sampled_from(["flip", "cut", "insert", "huge"]))
-        pos = draw(st.integers(0, max(0, len(data) - 1)))
-        if kind == "flip":
-            data[pos] ^= draw(st.integers(1, 255))
-        elif kind == "cut":
-            del data[pos:pos + draw(st.integers(1, 16))]
-        elif kind == "insert":
-            data[pos:pos] = draw(st.binary(max_size=16))
-        else:
-            data[pos:pos + 8] = str(2 ** draw(st.integers(31, 63)) - 1).encode()[:8]
-    return bytes(data)
 
 
 @pytest.fixture(scope="module")
