@@ -114,7 +114,7 @@ def conformance(
         "CSPRNG).")] = None,
     json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     only: Annotated[str | None, typer.Option(
-        "--only", help="Only the paths whose name contains this.")] = None,
+        "--only", help="Only the paths whose name contains this (any case).")] = None,
 ) -> None:
     """Test every registered DP release path black-box against its neighbouring inputs
     (veil.audit.conformance): path, relation, certified epsilon, lower bound, verdict; exit
@@ -122,7 +122,7 @@ def conformance(
     import veil.synth  # noqa: F401 (registers its cases: it sits above veil.audit)
     from veil.audit import conformance as cf
 
-    chosen = [c for c in cf.cases() if only is None or only in c.name]
+    chosen = [c for c in cf.cases() if only is None or only.lower() in c.name.lower()]
     if not chosen:
         raise ConfigError(f"--only={only!r} matches no registered release path")
     verdicts = []
