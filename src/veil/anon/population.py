@@ -135,25 +135,34 @@ def _pitman(size, count, n, population) -> float:
     alpha = (theta * (c1 - n) + (n - 1) * c1) / (n * u)
     big = size[size != 1].astype(np.float64)
     big_count = count[size != 1]
-    psi, tri = special.digamma, lambda x: special.polygamma(1, x)
     i_u = np.arange(1, u)
     i_n = np.arange(1, n)
     # sum_j c_j sum_{l<j} g(l) = sum_l w_l g(l), w_l the classes of size above l
     ell = np.arange(1, big.max()) if big.size else np.zeros(0)
-    w = np.array([big_count[big > v].sum() for v in ell]) if big.size else np.zeros(0)
+    above = np.r_[np.cumsum(big_count[::-1])[::-1], 0.0]     # integers: exact sums
+    w = above[np.searchsorted(big, ell, side="right")]
+    args = np.empty(5 + big.size)
 
     def closed(x):
-        """The score equations with digamma sums, and their Jacobian."""
+        """The score equations with digamma sums, and their Jacobian. Every digamma comes
+        from one call; the trigamma differences are sums by the recurrence
+        ``psi'(x) - psi'(x + 1) = 1 / x^2``: ``psi'(1 + r) - psi'(u + r) = sum_{i<u} 1 /
+        (r + i)^2`` and ``sum_j c_j (psi'(1 - a) - psi'(j - a)) = sum_l w_l / (l - a)^2``
+        (a few thousand terms at most, where ``zeta(2, .)`` of a large negative argument
+        costs milliseconds); ``psi'(t + 1) - psi'(n + t)`` is ``zeta(2, .)``."""
         t, a = x
         r = t / a
-        g, g1 = psi(u + r) - psi(1 + r), tri(u + r) - tri(1 + r)
-        f = np.array([g / a - (psi(n + t) - psi(t + 1)),
+        args[:5] = (u + r, 1 + r, n + t, t + 1, 1 - a)
+        args[5:] = big - a
+        psi, tri = special.digamma(args), special.zeta(2, args[2:4])
+        g, g1 = psi[0] - psi[1], -np.sum(1 / (r + i_u) ** 2)
+        f = np.array([g / a - (psi[2] - psi[3]),
                       (a * (u - 1) - t * g) / a ** 2
-                      - np.sum(big_count * (psi(big - a) - psi(1 - a)))])
+                      - np.sum(big_count * (psi[5:] - psi[4]))])
         cross = -(a * g + t * g1) / a ** 3
-        jac = np.array([[g1 / a ** 2 + tri(t + 1) - tri(n + t), cross],
+        jac = np.array([[g1 / a ** 2 + tri[1] - tri[0], cross],
                         [cross, -(u - 1) / a ** 2 + t * t * g1 / a ** 4 + 2 * t * g / a ** 3
-                         - np.sum(big_count * (tri(1 - a) - tri(big - a)))]])
+                         - np.sum(w / (ell - a) ** 2)]])
         return f, jac
 
     def summed(x):
