@@ -63,10 +63,12 @@ below). The masked system then costs one plaintext level, as in (a): the columns
 plaintext, and ``(G R')_ic = sum_k diag_k(i) R'_(i+k mod p), c`` puts column c in block c
 with the plaintexts P_k(c, i) = R'_(i+k mod p), c for i < D - 1 (0 elsewhere, so the
 owner decrypts exactly M and v). Same depth (2), same owner step, same E(w) = R E(u) - r.
-The trade-off (``benchmarks/bench_he.py``, RESULTS.md): ~28x fewer ciphertexts to upload
-and encrypt for d = 10, for p (D + log2(slots / 2p)) more server operations than the cell
-packing's per-8-rows multiplication (still well below column packing's D (D + 1) / 2
-products and their log2(n) rotations each). Gradient descent needs the cell packing (its
+The trade-off (``benchmarks/bench_he.py --packings``, RESULTS.md; diabetes, 442 x 10):
+the rows packing uploads 4 ciphertexts (1.3 MB) against the cells' 114 (37.8 MB) and
+column packing's 12 (4.0 MB), and the owner encrypts ~30x faster than in cells; the server
+pays (D + log2(slots / 2p)) operations per diagonal instead of one multiplication per 8
+rows: ~3x the cell packing's CPU, still ~7x less than column packing's D (D + 1) / 2
+products with log2(slots) rotations each. Gradient descent needs the cell packing (its
 iteration reads G in the cell layout).
 
 (b) Gradient descent fully under CKKS (depth 1 per iteration)

@@ -433,19 +433,19 @@ class SecAggServer(ServerRound):
         plan, n = self.plan, self._length
         total = self.masked_sum.copy()
         # the dropped clients whose mask key must be rebuilt: those a survivor masked with
+        alive = set(self.survivors)
         users = {owner: [k for k in self.partners.get(owner, ())
-                         if k in self.survivors and owner in self.used[k]]
+                         if k in alive and owner in self.used[k]]
                  for owner in self.dropped}
         wanted = [(owner, 0, "self-mask seed") for owner in self.survivors] + \
             [(owner, 1, "mask key") for owner in self.dropped if users[owner]]
         secrets = self._reconstruct_all(wanted, answers)
         for owner in self.survivors:
             total -= prg(secrets[owner, 0], n, plan.bits, plan.prg)
-        for owner in self.dropped:
-            seeds = agree_many(secrets[owner, 1], [(self.keys[k][1],
-                                                     mask_info(self.round, owner, k))
-                                                    for k in users[owner]]) \
-                if users[owner] else []
+        for owner, kind, _ in wanted[len(self.survivors):]:   # its partners' seeds s_ok
+            seeds = agree_many(secrets[owner, kind], [(self.keys[k][1],
+                                                        mask_info(self.round, owner, k))
+                                                       for k in users[owner]])
             for k, seed in zip(users[owner], seeds):
                 mask = prg(seed, n, plan.bits, plan.prg)
                 # k added +mask if k < owner, else -mask: remove it
