@@ -4,6 +4,7 @@ Run:  .venv/bin/python benchmarks/bench_he.py             (~10-15 minutes on a l
                                                            most of it TenSEAL's GD iteration)
       .venv/bin/python benchmarks/bench_he.py --skip-gd   (~2 minutes: sections 1, 3, 4)
       .venv/bin/python benchmarks/bench_he.py --large     (adds n=10,000 and d=30 sizes)
+      .venv/bin/python benchmarks/bench_he.py --packings  (section 5 only, ~3 minutes)
 
 Sections
 1. Diabetes ridge from encrypted sufficient statistics (128-bit preset depth2, N=8192).
@@ -16,6 +17,13 @@ Sections
    the ciphertext expansion factor (ciphertext bytes / 8-byte plaintext values).
 4. Paillier (3072-bit, 128-bit security) against CKKS for X^T y (and X^T X) aggregation across
    parties that each encrypt their own statistics.
+5. Packings of the training upload for the closed form (all 442 diabetes rows x 10, ridge
+   alpha = 1, preset depth2): veil's cells (one multiplication per 8 rows) and rows (each
+   row once; X^T X from its diagonals) against TenSEAL's column packing (one vector per
+   column, the statistics by products and .sum(), solved in the clear after decryption):
+   upload bytes (serialized ciphertexts), owner encryption, server CPU for the statistics
+   and the whole fit, max |coef - scikit-learn|; process CPU seconds, medians of
+   ``--repeat`` interleaved runs.
 
 Times are wall-clock seconds (time.perf_counter); "server" times exclude the owner's
 encryption and key generation. The machine is shared with other agents: treat small
@@ -202,16 +210,78 @@ def section_aggregation(parties: tuple[int, ...] = (3, 10)) -> None:
                   f"{t_c / p:>8.3f} {enc_c[0].nbytes:>8} {t_ap:>8.4f} {t_ac:>8.4f}  ({label})")
 
 
+def section_packings(repeat: int) -> None:
+    import os
+
+    print(f"== 5. packings of the training upload, diabetes 442 x 10, ridge alpha=1, preset "
+          f"depth2; CPU s, medians of {repeat} (load {os.getloadavg()[0]:.1f})")
+    X, y = load_diabetes(return_X_y=True)
+    ref = Ridge(1.0).fit(X, y)
+    ctx = CKKSContext.preset("depth2", rotations=rotations_for(10))
+    owner = DataOwner(ctx)
+    peer_ctx = tenseal_context("depth2")
+    cpu = time.process_time
+    runs: dict[str, list[tuple[float, ...]]] = {"veil cells": [], "veil rows": [],
+                                                 "TenSEAL columns": []}
+    for _ in range(repeat):
+        for packing in ("cells", "rows"):
+            t0 = cpu()
+            data = owner.encrypt_training(X, y, packing=packing)
+            t1 = cpu()
+            upload = len(data.to_bytes())
+            t2 = cpu()
+            EncryptedLinearRegression._gram(data)
+            t3 = cpu()
+            model = EncryptedLinearRegression(1.0, owner=owner).fit(data)
+            t4 = cpu()
+            runs[f"veil {packing}"].append((upload, t1 - t0, t3 - t2, t4 - t3,
+                                            np.abs(model.coef_ - ref.coef_).max()))
+        Z = np.column_stack([X / data.x_scale, np.ones(len(y)), y / data.y_scale])
+        t0 = cpu()
+        cols = [ts.ckks_vector(peer_ctx, Z[:, j].tolist()) for j in range(Z.shape[1])]
+        t1 = cpu()
+        upload = sum(len(c.serialize()) for c in cols)
+        t2 = cpu()
+        stats = [(cols[i] * cols[j]).sum() for i in range(Z.shape[1])
+                 for j in range(i, Z.shape[1])]
+        t3 = cpu()
+        G = np.zeros((Z.shape[1], Z.shape[1]))
+        G[np.triu_indices(Z.shape[1])] = [v.decrypt()[0] for v in stats]
+        G = np.triu(G) + np.triu(G, 1).T
+        d1 = Z.shape[1] - 1
+        lam = np.append(1.0 / data.x_scale ** 2, 0.0)
+        w = np.linalg.solve(G[:d1, :d1] + np.diag(lam), G[:d1, d1])
+        t4 = cpu()
+        coef = w[:-1] * data.y_scale / data.x_scale
+        runs["TenSEAL columns"].append((upload, t1 - t0, t3 - t2, t3 - t2 + t4 - t3,
+                                        np.abs(coef - ref.coef_).max()))
+    plain = X.nbytes + y.nbytes
+    print(f"  {'packing':<16} {'upload MB':>9} {'x plain':>8} {'encrypt s':>9} "
+          f"{'X^T X s':>8} {'fit s':>7} {'max |coef err|':>14}")
+    for name, rs in runs.items():
+        up, enc, gram, fit, err = (float(np.median(col)) for col in zip(*rs))
+        print(f"  {name:<16} {up / 1e6:>9.2f} {up / plain:>8.0f} {enc:>9.3f} {gram:>8.3f} "
+              f"{fit:>7.3f} {err:>14.1e}")
+    print(f"  (max |coef| {np.abs(ref.coef_).max():.0f}; {plain} plaintext bytes; TenSEAL's fit "
+          "= its statistics + decryption and the solve in the clear)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--large", action="store_true", help="add n=10,000 and d=30")
     parser.add_argument("--skip-gd", action="store_true", help="skip section 2 (~3 minutes)")
+    parser.add_argument("--packings", action="store_true", help="section 5 only")
+    parser.add_argument("--repeat", type=int, default=3, help="section 5's runs")
     args = parser.parse_args()
+    if args.packings:
+        section_packings(args.repeat)
+        return
     section_closed_form()
     if not args.skip_gd:
         section_gd()
     section_sizes(args.large)
     section_aggregation()
+    section_packings(args.repeat)
 
 
 if __name__ == "__main__":

@@ -218,3 +218,58 @@ def test_bytes_errors():
     too_big[-8:] = (2**64 - 1).to_bytes(8, "little")
     with pytest.raises(CryptoError, match="outside GF"):
         ShamirShare.from_bytes(bytes(too_big))
+
+
+def _same(a: ShamirShare, b: ShamirShare) -> bool:
+    return (a.x, a.threshold, a.tag, a.length, a.values.dtype, a.values.tolist()) == \
+        (b.x, b.threshold, b.tag, b.length, b.values.dtype, b.values.tolist())
+
+
+def test_shares_from_bytes_parses_a_batch_as_one_by_one():
+    """The batch parser (SecAgg's server reads ~9,000 shares per round) must give exactly
+    what ShamirShare.from_bytes gives for every frame, and refuse what it refuses, with its
+    error: a frame that differs from the first of its length anywhere but x, the tag and the
+    values (here: another threshold, a flipped kind byte), x = 0 or a value >= p."""
+    seeds = [sharing.split_bytes(bytes([k]) * 32, 9, 5, rng=k) for k in range(4)]
+    small = sharing.shamir_share(np.arange(6, dtype=np.uint64).reshape(2, 3), 4, 2, rng=9)
+    frames = [s.to_bytes() for dealing in seeds for s in dealing] + \
+        [s.to_bytes() for s in small] + [sharing.split_bytes(b"x", 3, 2, rng=1)[0].to_bytes()]
+    got = sharing.shares_from_bytes(frames)
+    assert len(got) == len(frames)
+    assert all(_same(g, ShamirShare.from_bytes(f)) for g, f in zip(got, frames))
+    assert sharing.combine_bytes(got[9:14]) == bytes([1]) * 32
+    other_threshold = sharing.split_bytes(bytes(32), 9, 4, rng=5)[0].to_bytes()
+    mixed = sharing.shares_from_bytes([frames[0], other_threshold])
+    assert mixed[1].threshold == 4 and _same(mixed[1], ShamirShare.from_bytes(other_threshold))
+    base = frames[1]
+    kind = bytearray(base)
+    kind[13] = 7                                   # the kind byte: neither 0 nor 1
+    zero_x = bytearray(base)
+    zero_x[5:9] = bytes(4)
+    big = bytearray(base)
+    big[-8:] = (2**64 - 1).to_bytes(8, "little")
+    for bad, match in ((kind, "kind 7"), (zero_x, "x=0"), (big, "outside GF")):
+        with pytest.raises(CryptoError, match=match):
+            ShamirShare.from_bytes(bytes(bad))
+        with pytest.raises(CryptoError, match=match):
+            sharing.shares_from_bytes([frames[0], bytes(bad)])
+    assert sharing.shares_from_bytes([]) == []
+
+
+def test_combine_bytes_many_equals_one_by_one_and_names_a_bad_dealing():
+    """Dealings at the same points are interpolated together; the result must be each
+    dealing's own, whatever the points (shared, different, in another order, more than t),
+    and a dealing with a share off its polynomial must still be refused."""
+    secrets = [bytes([k]) * 32 for k in range(6)]
+    dealings = [sharing.split_bytes(s, 12, 5, rng=k) for k, s in enumerate(secrets)]
+    picks = [d[:9] for d in dealings[:3]] + [dealings[3][2:8], dealings[4][::-1],
+                                             dealings[5][:5]]
+    assert sharing.combine_bytes_many(picks) == secrets
+    assert sharing.combine_bytes_many([]) == []
+    bad = picks[1][7].values.copy()
+    bad[0] ^= np.uint64(1)
+    picks[1] = [*picks[1][:7], ShamirShare(8, 5, bad, picks[1][7].tag, 32), picks[1][8]]
+    with pytest.raises(CryptoError, match="x=8 is not on the polynomial"):
+        sharing.combine_bytes_many(picks)
+    with pytest.raises(CryptoError, match="threshold 5 are needed"):
+        sharing.combine_bytes_many([dealings[0][:9], dealings[1][:4]])

@@ -52,6 +52,8 @@ __all__ = [
     "shamir_reconstruct",
     "split_bytes",
     "combine_bytes",
+    "combine_bytes_many",
+    "shares_from_bytes",
 ]
 
 PRIME = 2**61 - 1
@@ -62,6 +64,10 @@ _LIMB_BYTES = 7
 _TAG_BYTES = 16
 #: the wire format of a Shamir share (:meth:`ShamirShare.to_bytes`)
 SHARE_FORMAT = Format(b"VSHR", 1, error=CryptoError, name="Shamir share")
+#: where x and the tag sit in a share's frame (:meth:`ShamirShare.to_bytes`; the values are
+#: its last bytes)
+_X_AT = len(SHARE_FORMAT.magic) + 1
+_TAG_AT = _X_AT + 9
 
 
 # --- additive sharing over Z_2^64 ---------------------------------------------------------
@@ -236,6 +242,45 @@ class ShamirShare:
         return share
 
 
+def shares_from_bytes(frames: Sequence[bytes]) -> list[ShamirShare]:
+    """``[ShamirShare.from_bytes(f) for f in frames]``, the frames of one length parsed at
+    once: the first in full; each other one that equals it outside x, the tag and the
+    values (so its threshold, kind, byte length and array header are the first's) has only
+    those read, as arrays, and range-checked (x >= 1, values below p). Any other frame is
+    parsed alone, and raises what :meth:`ShamirShare.from_bytes` raises. Secure aggregation
+    receives thousands of shares of one shape per round."""
+    out: list[ShamirShare | None] = [None] * len(frames)
+    groups: dict[int, list[int]] = {}
+    for i, frame in enumerate(frames):
+        if not isinstance(frame, bytes):
+            out[i] = ShamirShare.from_bytes(frame)
+        else:
+            groups.setdefault(len(frame), []).append(i)
+    for size, index in groups.items():
+        first = out[index[0]] = ShamirShare.from_bytes(frames[index[0]])
+        rest = index[1:]
+        if not rest:
+            continue
+        raw = np.frombuffer(b"".join(frames[i] for i in rest), dtype=np.uint8).reshape(-1, size)
+        fixed = np.ones(size, dtype=bool)
+        fixed[_X_AT:_X_AT + 4] = fixed[_TAG_AT:_TAG_AT + _TAG_BYTES] = False
+        nbytes = first.values.nbytes
+        fixed[size - nbytes:] = False
+        template = np.frombuffer(frames[index[0]], dtype=np.uint8)
+        xs = raw[:, _X_AT:_X_AT + 4].copy().view("<u4")[:, 0]
+        values = raw[:, size - nbytes:].copy().view("<u8").astype(np.uint64)
+        good = np.all(raw[:, fixed] == template[fixed], axis=1) & (xs >= 1)
+        if values.size:
+            good &= np.all(values < _P, axis=1)
+        shape = first.values.shape
+        for row, i in enumerate(rest):
+            out[i] = ShamirShare(int(xs[row]), first.threshold, values[row].reshape(shape),
+                                 raw[row, _TAG_AT:_TAG_AT + _TAG_BYTES].tobytes(),
+                                 first.length) if good[row] else \
+                ShamirShare.from_bytes(frames[i])
+    return out  # type: ignore[return-value]
+
+
 def _limbs(length: int) -> int:
     return -(-length // _LIMB_BYTES)
 
@@ -294,6 +339,12 @@ def shamir_reconstruct(shares: Sequence[ShamirShare]) -> np.ndarray:
     Raises :class:`CryptoError` for too few shares, shares of different dealings, or, with
     more than ``threshold`` shares, any share that is not on the polynomial of the others.
     """
+    return _reconstruct_many([shares])[0]
+
+
+def _points(shares: Sequence[ShamirShare]) -> tuple[list[int], np.ndarray, ShamirShare]:
+    """The checked points of one dealing: their x, their values (one row per share), the
+    first share (see :func:`shamir_reconstruct` for what is checked)."""
     shares = list(shares)
     if not shares:
         raise CryptoError("no shares given: need at least the threshold")
@@ -315,15 +366,42 @@ def shamir_reconstruct(shares: Sequence[ShamirShare]) -> np.ndarray:
     if ys.size and ys.max() >= _P:
         bad = int(np.flatnonzero(ys.max(axis=1) >= _P)[0])
         raise CryptoError(f"shares[{bad}] holds values outside GF(2^61 - 1)")
-    # row 0: the secret f(0); rows 1..: f at the extra shares' points, to check them
-    base_x = tuple(xs[:t])
-    at = _dot(_lagrange(base_x, (0, *xs[t:])), ys[:t])
-    off = np.flatnonzero(np.any(at[1:] != ys[t:], axis=1))
-    if off.size:
-        raise CryptoError(f"inconsistent shares: the share at x={xs[t + off[0]]} is not on the "
-                          f"polynomial through x={list(base_x)} (a corrupted share or shares "
-                          "of different secrets)")
-    return at[0].reshape(first.values.shape)
+    return xs, ys, first
+
+
+def _reconstruct_many(dealings: Sequence[Sequence[ShamirShare]]) -> list[np.ndarray]:
+    """Each dealing's secret (:func:`shamir_reconstruct`); the dealings whose shares sit at
+    the same points (in the same order) are interpolated together: one Lagrange matrix and
+    one field product ``W @ [ys_1 | ys_2 | ...]`` for all of them. CryptoError (the reason
+    of one that fails) if any fails."""
+    points = [_points(shares) for shares in dealings]
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for k, (xs, _, _) in enumerate(points):
+        groups.setdefault(tuple(xs), []).append(k)
+    out: list[np.ndarray | None] = [None] * len(points)
+    failed: dict[int, str] = {}
+    for xs, members in groups.items():
+        t = points[members[0]][2].threshold
+        if any(points[k][2].threshold != t for k in members):  # rare: split by threshold
+            for k in members:
+                out[k] = _reconstruct_many([dealings[k]])[0]
+            continue
+        ys = np.concatenate([points[k][1] for k in members], axis=1)
+        at = _dot(_lagrange(xs[:t], (0, *xs[t:])), ys[:t])
+        column = 0
+        for k in members:
+            width = points[k][1].shape[1]
+            mine = at[:, column:column + width]
+            off = np.flatnonzero(np.any(mine[1:] != points[k][1][t:], axis=1))
+            if off.size:
+                failed[k] = (f"inconsistent shares: the share at x={xs[t + off[0]]} is not on "
+                             f"the polynomial through x={list(xs[:t])} (a corrupted share or "
+                             "shares of different secrets)")
+            out[k] = mine[0].reshape(points[k][2].values.shape)
+            column += width
+    if failed:
+        raise CryptoError(failed[min(failed)])
+    return out  # type: ignore[return-value]
 
 
 def split_bytes(secret: bytes, parties: int, threshold: int, *, rng=None) -> list[ShamirShare]:
@@ -341,14 +419,24 @@ def split_bytes(secret: bytes, parties: int, threshold: int, *, rng=None) -> lis
 
 def combine_bytes(shares: Sequence[ShamirShare]) -> bytes:
     """The byte string from at least ``threshold`` shares made by :func:`split_bytes`."""
-    shares = list(shares)
-    if shares and any(getattr(s, "length", None) is None for s in shares):
-        raise CryptoError("these shares were not made by split_bytes (no byte length)")
-    limbs = shamir_reconstruct(shares)
-    length = shares[0].length
-    if np.any(limbs >= np.uint64(1 << (8 * _LIMB_BYTES))):
-        raise CryptoError("reconstructed limbs exceed 7 bytes: the shares are not valid")
-    data = b"".join(int(v).to_bytes(_LIMB_BYTES, "little") for v in limbs)
-    if any(data[length:]):
-        raise CryptoError("reconstructed padding is not zero: the shares are not valid")
-    return data[:length]
+    return combine_bytes_many([shares])[0]
+
+
+def combine_bytes_many(dealings: Sequence[Sequence[ShamirShare]]) -> list[bytes]:
+    """``[combine_bytes(s) for s in dealings]``, the dealings with shares at the same points
+    interpolated together (:func:`shamir_reconstruct`); CryptoError (what ``combine_bytes``
+    raises for one of them) if any fails."""
+    dealings = [list(shares) for shares in dealings]
+    for shares in dealings:
+        if shares and any(getattr(s, "length", None) is None for s in shares):
+            raise CryptoError("these shares were not made by split_bytes (no byte length)")
+    out = []
+    for shares, limbs in zip(dealings, _reconstruct_many(dealings)):
+        length = shares[0].length
+        if np.any(limbs >= np.uint64(1 << (8 * _LIMB_BYTES))):
+            raise CryptoError("reconstructed limbs exceed 7 bytes: the shares are not valid")
+        data = b"".join(int(v).to_bytes(_LIMB_BYTES, "little") for v in limbs)
+        if any(data[length:]):
+            raise CryptoError("reconstructed padding is not zero: the shares are not valid")
+        out.append(data[:length])
+    return out

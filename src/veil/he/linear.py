@@ -42,6 +42,35 @@ masking therefore protects nothing from a key holder who is also the data owner 
 anyway) and is not meant to hide A from a separate key holder: for that use the Paillier
 path of :mod:`veil.he.paillier_regression`, whose modular masks hide A perfectly.
 
+(a') The light packing ``packing="rows"`` (closed form only)
+-----------------------------------------------------------
+The cell packing above uploads 4 p^2 slots per row (two ciphertexts of 2p^2): ~950x the
+plaintext for d = 10, ~10x straightforward column packing (one ciphertext per column).
+``DataOwner.encrypt_training(X, y, packing="rows")`` encrypts each row once, twice over in
+2p slots (slot (r, j) = z_r,(j mod p), j < 2p): slots / 2p rows per ciphertext, so the
+upload is 2p / D of column packing's n D slots, rounded up to whole ciphertexts (d = 10:
+4 ciphertexts for 442 rows against 12 columns). The server gets the Gram matrix by its
+generalized diagonals (Halevi & Shoup, "Algorithms in HElib", CRYPTO 2014): with
+x_k = rotate(x, k) (slot (r, j) of x_k holds z_r,(j+k mod p) for j < p),
+
+    diag_k = sum_blocks (x * x_k):   diag_k(j) = sum_r z_rj z_r,(j+k mod p) = G_j,(j+k mod p)
+
+in position j < p of every block of 2p (one ciphertext-ciphertext multiplication per
+ciphertext and k, for the k that meet G's D x D corner: k < D or k > p - D; then
+log2(slots / 2p) rotations per k for the all-reduce;
+positions p .. 2p-1 hold sums of neighbouring rows' products and are multiplied by 0
+below). The masked system then costs one plaintext level, as in (a): the columns of R' are
+plaintext, and ``(G R')_ic = sum_k diag_k(i) R'_(i+k mod p), c`` puts column c in block c
+with the plaintexts P_k(c, i) = R'_(i+k mod p), c for i < D - 1 (0 elsewhere, so the
+owner decrypts exactly M and v). Same depth (2), same owner step, same E(w) = R E(u) - r.
+The trade-off (``benchmarks/bench_he.py --packings``, RESULTS.md; diabetes, 442 x 10):
+the rows packing uploads 4 ciphertexts (1.3 MB) against the cells' 114 (37.8 MB) and
+column packing's 12 (4.0 MB), and the owner encrypts ~30x faster than in cells; the server
+pays (D + log2(slots / 2p)) operations per diagonal instead of one multiplication per 8
+rows: ~3x the cell packing's CPU, still ~7x less than column packing's D (D + 1) / 2
+products with log2(slots) rotations each. Gradient descent needs the cell packing (its
+iteration reads G in the cell layout).
+
 (b) Gradient descent fully under CKKS (depth 1 per iteration)
 -------------------------------------------------------------
 With w~ = (w, w_0, -1), the residual is Z w~ = Xw + w_0 - y, and the gradient of
@@ -113,7 +142,7 @@ from veil.errors import ConfigError, CryptoError, DataError
 from veil.he.ckks import FORMAT, Ciphertext, CKKSContext
 from veil.random import check_rng
 
-__all__ = ["DataOwner", "EncryptedTrainingSet", "EncryptedRows", "EncryptedModel",
+__all__ = ["PACKINGS", "DataOwner", "EncryptedTrainingSet", "EncryptedRows", "EncryptedModel",
            "EncryptedPredictions", "EncryptedLinearRegression", "cell_width", "gd_step",
            "rotations_for", "predict_private_model"]
 
@@ -150,10 +179,12 @@ def _pow2_scale(values: np.ndarray) -> float:
     return 2.0 ** math.ceil(math.log2(top)) if top > 0 else 1.0
 
 
-_TAG_TRAINING, _TAG_ROWS, _TAG_MODEL, _TAG_PREDICTIONS = (
+_TAG_TRAINING, _TAG_ROWS, _TAG_MODEL, _TAG_PREDICTIONS, _TAG_TRAINING_ROWS = (
     FORMAT.tag(number, what) for number, what in enumerate(
-        ("encrypted training set", "encrypted rows", "encrypted model", "encrypted predictions"),
-        start=3))
+        ("encrypted training set", "encrypted rows", "encrypted model", "encrypted predictions",
+         "encrypted training set (rows packing)"), start=3))
+#: the packings of a training set (module docstring (a) and (a'))
+PACKINGS = ("cells", "rows")
 
 
 def _pack(tag: int, numbers: list[float], cts: tuple[Ciphertext, ...]) -> bytes:
@@ -184,9 +215,10 @@ def _scales(numbers: np.ndarray, start: int, d: int, what: str) -> np.ndarray:
 
 @dataclass(frozen=True)
 class EncryptedTrainingSet:
-    """The owner's encrypted (X, y) in the U/V cell layout, with its public metadata, and
-    ``step``: E(P), the owner's gradient-descent step sizes (:func:`gd_step`) in layouts 1
-    and 2."""
+    """The owner's encrypted (X, y) with its public metadata. ``packing="cells"``: ``u``
+    and ``v`` in the U/V cell layout and ``step``, E(P), the owner's gradient-descent step
+    sizes (:func:`gd_step`) in layouts 1 and 2; ``packing="rows"``: ``u`` holds the rows
+    (module docstring (a')), ``v`` and ``step`` are empty."""
 
     u: tuple[Ciphertext, ...]
     v: tuple[Ciphertext, ...]
@@ -194,7 +226,8 @@ class EncryptedTrainingSet:
     d: int
     x_scale: np.ndarray      # public powers of two, one per feature
     y_scale: float
-    step: tuple[Ciphertext, Ciphertext]
+    step: tuple[Ciphertext, ...]
+    packing: str = "cells"
 
     @property
     def context(self) -> CKKSContext:
@@ -205,20 +238,31 @@ class EncryptedTrainingSet:
         return sum(c.nbytes for c in self.u + self.v + self.step)
 
     def to_bytes(self) -> bytes:
-        return _pack(_TAG_TRAINING, [self.n, self.d, self.y_scale, *self.x_scale],
+        tag = _TAG_TRAINING if self.packing == "cells" else _TAG_TRAINING_ROWS
+        return _pack(tag, [self.n, self.d, self.y_scale, *self.x_scale],
                      self.u + self.v + self.step)
 
     @classmethod
     def from_bytes(cls, data: bytes, context: CKKSContext) -> EncryptedTrainingSet:
-        nums, cts = _unpack(_TAG_TRAINING, data, context, "encrypted training set")
+        got, _ = FORMAT.unframe(data)
+        packing = "rows" if got == _TAG_TRAINING_ROWS else "cells"
+        nums, cts = _unpack(_TAG_TRAINING if packing == "cells" else _TAG_TRAINING_ROWS,
+                            data, context, "encrypted training set")
         n, d = int(nums[0]), int(nums[1])
         p = cell_width(d)
-        pairs = -(-n // max(1, context.slots // (2 * p * p)))
-        if len(cts) != 2 * pairs + 2 or nums.size != 3 + d or nums[2] <= 0:
+        if packing == "rows":
+            need = -(-n // max(1, context.slots // (2 * p)))
+        else:
+            pairs = -(-n // max(1, context.slots // (2 * p * p)))
+            need = 2 * pairs + 2
+        if len(cts) != need or nums.size != 3 + d or nums[2] <= 0:
             raise CryptoError(f"malformed encrypted training set: {len(cts)} ciphertexts for "
                               f"n={n}, d={d}")
-        return cls(cts[:pairs], cts[pairs:2 * pairs], n, d, _scales(nums, 3, d, "training"),
-                   float(nums[2]), (cts[-2], cts[-1]))
+        scales, y_scale = _scales(nums, 3, d, "training"), float(nums[2])
+        if packing == "rows":
+            return cls(cts, (), n, d, scales, y_scale, (), "rows")
+        return cls(cts[:pairs], cts[pairs:2 * pairs], n, d, scales, y_scale,
+                   (cts[-2], cts[-1]))
 
 
 @dataclass(frozen=True)
@@ -301,16 +345,21 @@ class DataOwner:
     def _cells(self, d: int) -> tuple[int, int]:
         p = cell_width(d)
         cell = 2 * p * p
-        if cell > self.context.slots:
+        if cell > self.context.slots:   # also for rows: E(u) of the masked solve is in cells
             raise ConfigError(f"d={d} is not allowed with {self.context.slots} slots: a row "
                               f"needs a cell of 2 p^2 = {cell} slots (use a larger "
                               "poly_modulus_degree)")
         return p, cell
 
-    def encrypt_training(self, X: Any, y: Any) -> EncryptedTrainingSet:
-        """Encrypt (X, y) in the U/V layout (module docstring); scales are powers of two.
-        The gradient-descent step sizes (:func:`gd_step`) are computed here, in the clear
-        from the owner's own data, and travel encrypted."""
+    def encrypt_training(self, X: Any, y: Any, *, packing: str = "cells"
+                         ) -> EncryptedTrainingSet:
+        """Encrypt (X, y); scales are powers of two. ``packing="cells"``: the U/V layout
+        (module docstring (a)), for both solvers; the gradient-descent step sizes
+        (:func:`gd_step`) are computed here, in the clear from the owner's own data, and
+        travel encrypted. ``packing="rows"``: each row once (module docstring (a')), ~28x
+        lighter for d = 10, closed form only."""
+        if packing not in PACKINGS:
+            raise ConfigError(f"packing={packing!r} is not allowed: choose 'cells' or 'rows'")
         X = check_array(X, "X", ndim=2)
         y = check_array(y, "y", ndim=1)
         if X.shape[0] != y.shape[0]:
@@ -323,6 +372,12 @@ class DataOwner:
         Z[:, :d] = X / x_scale
         Z[:, d] = 1.0
         Z[:, d + 1] = y / y_scale
+        if packing == "rows":
+            per_ct = self.context.slots // (2 * p)
+            cts = tuple(self.context.encrypt(np.tile(Z[s:s + per_ct], 2).ravel())
+                        for s in range(0, n, per_ct))
+            logger.info("encrypted %d x %d in %d ciphertexts (rows packing)", n, d, len(cts))
+            return EncryptedTrainingSet(cts, (), n, d, x_scale, y_scale, (), "rows")
         per_ct = self.context.slots // cell
         u, v = [], []
         for start in range(0, n, per_ct):
@@ -362,17 +417,14 @@ class DataOwner:
         return out[:predictions.n] * predictions.y_scale
 
     # -- interactive steps -------------------------------------------------------
-    def solve_masked(self, columns: list[Ciphertext], positions: list[list[int]],
+    def solve_masked(self, columns: list[Ciphertext], where: list[np.ndarray],
                      d1: int, p: int) -> Ciphertext:
         """Closed form, owner's step: decrypt M = A R and v = b + A r, return E(M^-1 v).
 
-        ``positions[g][k]``: the slot where ciphertext g holds column k's first row.
+        ``where[g][i, k]``: the slot where ciphertext g holds row i of its k-th column
+        (the columns of [M | v] in order across the ciphertexts).
         """
-        cols = []
-        for ct, pos in zip(columns, positions):
-            plain = self.context.decrypt(ct)
-            cols.extend(plain[[s + 2 * p * i for i in range(d1)]] for s in pos)
-        Mv = np.column_stack(cols)
+        Mv = np.column_stack([self.context.decrypt(ct)[at] for ct, at in zip(columns, where)])
         M, v = Mv[:, :d1], Mv[:, d1]
         try:
             u = np.linalg.solve(M, v)
@@ -399,6 +451,13 @@ class DataOwner:
     def decrypt_model(self, model: Ciphertext, d: int) -> np.ndarray:
         """w~ in layout 1 -> the first d + 1 entries (scaled coefficients and intercept)."""
         return self._read(model, 1, d + 2)[:d + 1]
+
+
+def _diagonals(d: int) -> list[int]:
+    """The generalized diagonals k of the Gram matrix the rows packing needs: those that
+    meet its (d + 2) x (d + 2) corner (module docstring (a'))."""
+    p, D = cell_width(d), d + 2
+    return [k for k in range(p) if k < D or k > p - D]
 
 
 def _layout(w: np.ndarray, layout: int, p: int, slots: int) -> np.ndarray:
@@ -452,6 +511,10 @@ class EncryptedLinearRegression:
         if self.solver not in ("closed_form", "gd"):
             raise ConfigError(f"solver={self.solver!r} is not allowed: choose 'closed_form' "
                               "or 'gd'")
+        if self.solver == "gd" and data.packing != "cells":
+            raise ConfigError(f"solver='gd' is not allowed with packing={data.packing!r}: "
+                              "gradient descent needs the cell packing "
+                              "(encrypt_training(..., packing='cells'))")
         if self.solver == "closed_form" and self.owner is None:
             raise ConfigError("solver='closed_form' needs owner= (the key holder solves the "
                               "masked system)")
@@ -486,9 +549,22 @@ class EncryptedLinearRegression:
         return lam
 
     @staticmethod
-    def _gram(data: EncryptedTrainingSet) -> Ciphertext:
+    def _gram(data: EncryptedTrainingSet) -> Ciphertext | list[Ciphertext]:
+        """E(G) in every cell (cell packing), or its p diagonals (rows packing: module
+        docstring (a'))."""
         ctx = data.context
         p = cell_width(data.d)
+        if data.packing == "rows":
+            diags: dict[int, Any] = {}
+            for x in data.u:
+                xk, at = x, 0
+                for k in _diagonals(data.d):
+                    while at < k:   # rotation keys: powers of two (rotate by 1 then, or more)
+                        step = 1 << ((k - at).bit_length() - 1)
+                        xk, at = ctx.rotate(xk, step), at + step
+                    prod = x * xk
+                    diags[k] = prod if k not in diags else diags[k] + prod
+            return [ctx.sum_blocks(dk, 2 * p, ctx.slots // (2 * p)) for dk in diags.values()]
         acc = None
         for u, v in zip(data.u, data.v):
             prod = u * v
@@ -510,31 +586,45 @@ class EncryptedLinearRegression:
         self.__dict__.pop("_coef", None)
         return self
 
-    def _masked_solve(self, G: Ciphertext, data: EncryptedTrainingSet, rng: Any) -> Ciphertext:
-        ctx = G.context
+    def _masked_solve(self, G: Ciphertext | list[Ciphertext], data: EncryptedTrainingSet,
+                      rng: Any) -> Ciphertext:
+        ctx = data.context
         d1, D, p = data.d + 1, data.d + 2, cell_width(data.d)
         cell = 2 * p * p
         cells = ctx.slots // cell
         R = _haar_orthogonal(d1, rng)
         r = rng.standard_normal(d1)
-        Rp = np.zeros((D, D))
+        Rp = np.zeros((p, p))
         Rp[:d1, :d1], Rp[:d1, d1], Rp[d1, d1] = R, r, 1.0
         lam = self._penalty(data)
         extra = lam[:, None] * np.column_stack([R, r])        # diag(lambda) R'
-        columns, positions = [], []
-        for first in range(0, D, 2 * cells):
+        columns, where = [], []
+        if data.packing == "rows":   # column c in block c (module docstring (a'))
+            blocks = ctx.slots // (2 * p)
+            rows = np.arange(d1)
+            acc = None
+            for k, diag in zip(_diagonals(data.d), G):
+                plain = np.zeros((blocks, 2 * p))
+                plain[:D, :d1] = Rp[(rows + k) % p, :D].T
+                prod = diag * plain.ravel()
+                acc = prod if acc is None else acc + prod
+            add = np.zeros((blocks, 2 * p))
+            add[:D, :d1] = extra.T
+            columns.append(acc + add.ravel())
+            where.append(rows[:, None] + 2 * p * np.arange(D)[None, :])
+        for first in range(0, D if data.packing == "cells" else 0, 2 * cells):
             mask = np.zeros((cells, p, 2, p))
             add = np.zeros((cells, p, 2, p))
             pos = []
             for k in range(first, min(D, first + 2 * cells)):
                 c, h = divmod(k - first, 2)
-                mask[c, :d1, h, :D] = Rp[:, k]
+                mask[c, :d1, h, :D] = Rp[:D, k]
                 add[c, :d1, h, 0] = extra[:, k]
                 pos.append(c * cell + h * p)
             prod = ctx.sum_blocks(G * mask.ravel(), 1, p)
             columns.append(prod + add.ravel())
-            positions.append(pos)
-        u = self.owner.solve_masked(columns, positions, d1, p)
+            where.append(2 * p * np.arange(d1)[:, None] + np.asarray(pos)[None, :])
+        u = self.owner.solve_masked(columns, where, d1, p)
         # E(w) = R E(u) - r: slot (i, j) of the plaintext holds R[j mod p, i]
         block = np.zeros((p, 2, p))
         block[:d1, 0, :d1] = R.T

@@ -140,13 +140,27 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from veil.crypto.identity import SIGNATURE, public_identity, sign, verify
-from veil.crypto.sharing import ShamirShare, combine_bytes, split_bytes
+from veil.crypto.sharing import (
+    ShamirShare,
+    combine_bytes,
+    combine_bytes_many,
+    shares_from_bytes,
+    split_bytes,
+)
 from veil.dp.ledger import Ledger
 from veil.errors import ConfigError, CryptoError, ProtocolError
 from veil.fl.messages import Message, decode, encode
 from veil.fl.party_ledger import RoundLedger
 from veil.fl.protocol import Aggregate, ClientProtocol, RoundResult, ServerRound
-from veil.fl.secagg.masks import KEY, agree, channel_info, mask_info, prg, public_key
+from veil.fl.secagg.masks import (
+    KEY,
+    agree,
+    agree_many,
+    channel_info,
+    mask_info,
+    prg,
+    public_key,
+)
 from veil.fl.secagg.ring import (
     CLIPPED,
     WEIGHT,
@@ -236,6 +250,7 @@ class SecAggServer(ServerRound):
         self.config = strategy.client_config(server_round)
         self.keys: dict[int, tuple[bytes, bytes]] = {}
         self.holders: dict[int, tuple[int, ...]] = {}    # N1(i): who holds i's shares
+        self._index: dict[int, dict[int, int]] = {}      # i -> holder -> its share's x
         self.partners: dict[int, tuple[int, ...]] = {}   # U2 and N(i): i's mask partners
         self.masked_sum: np.ndarray | None = None
         self.survivors: tuple[int, ...] = ()
@@ -298,18 +313,28 @@ class SecAggServer(ServerRound):
             raise msg.error("seed_shares", "or 'key_shares' do not answer every request")
         # parsed and checked here, so that one client's malformed share drops that client
         # (ProtocolError from _check), never the round
-        return ({j: self._share(msg, "seed_shares", j, raw) for j, raw in seeds.items()},
-                {j: self._share(msg, "key_shares", j, raw) for j, raw in keys.items()})
+        asked = [("seed_shares", j, raw) for j, raw in seeds.items()] + \
+            [("key_shares", j, raw) for j, raw in keys.items()]
+        try:   # all at once; one by one only to name a malformed one
+            parsed = shares_from_bytes([raw for _, _, raw in asked])
+        except CryptoError:
+            parsed = [None] * len(asked)
+        shares = [self._share(msg, field, j, raw, share)
+                  for (field, j, raw), share in zip(asked, parsed)]
+        return dict(zip(seeds, shares[:len(seeds)])), dict(zip(keys, shares[len(seeds):]))
 
-    def _share(self, msg: Message, field: str, owner: int, raw: bytes) -> ShamirShare:
-        """The sender's share of ``owner``'s secret: well-formed, of a 32-byte secret, at the
-        sender's own index among ``owner``'s holders (ProtocolError naming it otherwise)."""
-        try:
-            share = ShamirShare.from_bytes(raw)
-        except CryptoError as exc:
-            raise msg.error(field, f"holds a malformed share of client {owner}'s secret: "
-                                   f"{exc}") from None
-        index = self.holders[owner].index(msg.sender) + 1
+    def _share(self, msg: Message, field: str, owner: int, raw: bytes,
+               share: ShamirShare | None = None) -> ShamirShare:
+        """The sender's share of ``owner``'s secret (``share``: ``raw`` already parsed):
+        well-formed, of a 32-byte secret, at the sender's own index among ``owner``'s
+        holders (ProtocolError naming it otherwise)."""
+        if share is None:
+            try:
+                share = ShamirShare.from_bytes(raw)
+            except CryptoError as exc:
+                raise msg.error(field, f"holds a malformed share of client {owner}'s secret: "
+                                       f"{exc}") from None
+        index = self._index[owner][msg.sender]
         if share.x != index or share.length != KEY:
             raise msg.error(field, f"holds a share of client {owner}'s secret at x={share.x} "
                                    f"of {share.length} bytes; expected x={index}, {KEY} bytes")
@@ -341,6 +366,7 @@ class SecAggServer(ServerRound):
         out = []
         for i in sorted(alive):
             self.holders[i] = tuple(j for j in self.graph[i] if j in alive)
+            self._index[i] = {j: x for x, j in enumerate(self.holders[i], start=1)}
             out.append(self.request(i, keys={j: signed[j] for j in self.holders[i]}))
         return out
 
@@ -406,20 +432,22 @@ class SecAggServer(ServerRound):
     def _after_unmask(self, answers: dict[int, tuple[dict, dict]]) -> list[Message]:
         plan, n = self.plan, self._length
         total = self.masked_sum.copy()
+        # the dropped clients whose mask key must be rebuilt: those a survivor masked with
+        alive = set(self.survivors)
+        users = {owner: [k for k in self.partners.get(owner, ())
+                         if k in alive and owner in self.used[k]]
+                 for owner in self.dropped}
+        wanted = [(owner, 0, "self-mask seed") for owner in self.survivors] + \
+            [(owner, 1, "mask key") for owner in self.dropped if users[owner]]
+        secrets = self._reconstruct_all(wanted, answers)
         for owner in self.survivors:
-            seed = self._reconstruct(owner, {j: a[0][owner] for j, a in answers.items()
-                                             if owner in a[0]}, "self-mask seed")
-            total -= prg(seed, n, plan.bits, plan.prg)
-        for owner in self.dropped:
-            users = [k for k in self.partners.get(owner, ())
-                     if k in self.survivors and owner in self.used[k]]
-            if not users:  # no survivor masked with it: nothing to remove
-                continue
-            secret = self._reconstruct(owner, {j: a[1][owner] for j, a in answers.items()
-                                               if owner in a[1]}, "mask key")
-            for k in users:
-                mask = prg(agree(secret, self.keys[k][1], mask_info(self.round, owner, k)),
-                           n, plan.bits, plan.prg)
+            total -= prg(secrets[owner, 0], n, plan.bits, plan.prg)
+        for owner, kind, _ in wanted[len(self.survivors):]:   # its partners' seeds s_ok
+            seeds = agree_many(secrets[owner, kind], [(self.keys[k][1],
+                                                        mask_info(self.round, owner, k))
+                                                       for k in users[owner]])
+            for k, seed in zip(users[owner], seeds):
+                mask = prg(seed, n, plan.bits, plan.prg)
                 # k added +mask if k < owner, else -mask: remove it
                 if k < owner:
                     total -= mask
@@ -440,6 +468,22 @@ class SecAggServer(ServerRound):
             metrics["clipped_fraction"] = clipped / max(len(self.survivors), 1)
         self.result = RoundResult(params, self.survivors, metrics)
         return []
+
+    def _reconstruct_all(self, wanted: list[tuple[int, int, str]],
+                         answers: dict[int, tuple[dict, dict]]) -> dict[tuple[int, int], bytes]:
+        """The secrets ``(owner, kind, what)`` (kind 0: the self-mask seed, 1: the mask key)
+        from their holders' shares (each checked in :meth:`_check`), all interpolated at
+        once; one by one only to name the one that cannot be rebuilt."""
+        shares = [[a[kind][owner] for _, a in sorted(answers.items()) if owner in a[kind]]
+                  for owner, kind, _ in wanted]
+        if all(len(s) >= self.plan.threshold for s in shares):
+            try:
+                return dict(zip([(owner, kind) for owner, kind, _ in wanted],
+                                combine_bytes_many(shares)))
+            except CryptoError:
+                pass
+        return {(owner, kind): self._reconstruct(owner, dict(enumerate(s)), what)
+                for (owner, kind, what), s in zip(wanted, shares)}
 
     def _reconstruct(self, owner: int, parsed: dict[int, ShamirShare], what: str) -> bytes:
         """``owner``'s secret from its holders' shares (each checked in :meth:`_check`)."""
