@@ -1,9 +1,11 @@
 """Small matplotlib helpers shared by every picture veil draws (FL runs, experiments, the
 privacy report): a headless backend, a log epsilon axis with plain tick labels, titles that
-wrap instead of running off the figure, and a figure as PNG bytes."""
+wrap instead of running off the figure, and a figure as PNG bytes (or base64 text, for
+self-contained HTML)."""
 
 from __future__ import annotations
 
+import base64
 import io
 import textwrap
 from collections.abc import Iterable
@@ -54,3 +56,8 @@ def png(fig: Any, dpi: int = 110) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
     return buf.getvalue()
+
+
+def png_base64(fig: Any) -> str:
+    """The figure as base64 PNG text, for an ``<img src="data:image/png;base64,...">``."""
+    return base64.b64encode(png(fig)).decode("ascii")

@@ -73,3 +73,29 @@ def test_evaluate_reports_the_workload_error(files, capsys):
                  "--schema", str(files / "schema.toml"), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["workload_size"] == 1 and 0 <= out["workload_error"] < 0.5
+
+
+def test_fit_writes_a_report_apart_from_the_release(files, capsys):
+    report = files / "report"
+    assert _fit(files, "--budget-epsilon", "3", "--method", "mst", "--report", str(report)) == 0
+    page = (report / "report.html").read_text()
+    assert page.count("class='one-way'") == 2 and "NOT differentially private" in page
+    assert json.loads(capsys.readouterr().out)["report"] == str(report / "report.html")
+    assert "NOT differentially" not in (files / "syn.csv").read_text()
+
+
+@pytest.mark.parametrize("inside", [False, True])
+def test_a_non_empty_report_folder_needs_force_and_nothing_is_charged(files, capsys, inside):
+    """An existing report (or --out inside --report: the release beside non-private
+    marginals) is refused before the ledger is opened."""
+    report = files / "report"
+    report.mkdir()
+    (report / "old.html").write_text("an earlier report")
+    out = ["--out", str(report / "syn.csv")] if inside else []
+    assert _fit(files, "--budget-epsilon", "3", "--report", str(report), *out) == 2
+    err = capsys.readouterr().err
+    assert "--report" in err and ("--force" in err or inside)
+    assert not (files / "l.db").exists()
+    if not inside:
+        assert _fit(files, "--budget-epsilon", "3", "--report", str(report), "--force") == 0
+        assert (report / "report.html").exists() and (report / "old.html").exists()

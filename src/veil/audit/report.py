@@ -20,7 +20,6 @@ tightness, MI across epsilon, ROC curves).
 
 from __future__ import annotations
 
-import base64
 import datetime
 import html
 import json
@@ -204,7 +203,7 @@ def privacy_report(run: Run | str | os.PathLike, *, confidence: float = 0.95,
 
 # -- the HTML page ---------------------------------------------------------------------------
 def _png(fig) -> str:
-    return base64.b64encode(_plotting.png(fig)).decode("ascii")
+    return _plotting.png_base64(fig)
 
 
 def round_bound(value: float, up: bool) -> str:

@@ -1,14 +1,16 @@
 """``veil synth``: publish a table as differentially private synthetic data, and evaluate it.
 
     veil synth fit DATA.csv --schema schema.toml --epsilon 1 --delta 1e-9 --method aim \\
-        --ledger budget.db [--budget-epsilon 4] --out synthetic.csv [--force]
+        --ledger budget.db [--budget-epsilon 4] --out synthetic.csv [--report DIR] [--force]
     veil synth evaluate DATA.csv SYNTHETIC.csv [--holdout HELD.csv] [--schema schema.toml] \\
         [--target salary-class] [--json]
 
 The schema is a TOML file (:mod:`veil.synth.schema`), never read from the data. The fit is
 charged to the ledger once, before the first measurement; everything wrong with the schema,
 the data or the budget is refused before that charge. ``--out`` is never replaced without
-``--force``.
+``--force``. ``--report DIR`` writes ``DIR/report.html`` (:mod:`veil.synth.report`): the real
+marginals beside the synthetic ones, NOT private (for the data steward), so it is kept apart
+from ``--out``; a non-empty DIR needs ``--force``.
 """
 
 from __future__ import annotations
@@ -20,11 +22,19 @@ import typer
 
 from veil._io import atomic_write
 from veil._validation import check_choice
-from veil.cli._output import check_input_file, print_json, print_mapping, progress, say
+from veil.cli._output import (
+    check_input_file,
+    check_out_dir,
+    print_json,
+    print_mapping,
+    progress,
+    say,
+)
 from veil.cli.anon import read_table
 from veil.cli.dp import BudgetDelta, BudgetEpsilon, LedgerPath, open_ledger
 from veil.errors import ConfigError, DataError
 from veil.synth import METHODS, evaluate, load_schema
+from veil.synth.report import NOT_PRIVATE, fit_report
 
 app = typer.Typer(no_args_is_help=True,
                   help="DP synthetic data: `veil synth fit DATA.csv --schema S.toml ...`, "
@@ -44,7 +54,11 @@ def fit(
     budget_delta: BudgetDelta = None,
     rows: int = typer.Option(None, "--rows", help="Rows to sample (default: the model's "
                              "noisy estimate of the table's size)."),
-    force: bool = typer.Option(False, "--force", help="Replace an existing --out file."),
+    report: Annotated[Path | None, typer.Option(
+        "--report", help="A folder for report.html: real vs synthetic marginals, the "
+                         "certificate, the workload error. " + NOT_PRIVATE)] = None,
+    force: bool = typer.Option(False, "--force", help="Replace an existing --out file (and "
+                               "write into a non-empty --report folder)."),
     json_: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """Fit a DP synthesizer to DATA.csv, charge the ledger once, write the synthetic table."""
@@ -52,6 +66,11 @@ def fit(
     if out.exists() and not force:
         raise ConfigError(f"--out={str(out)!r} already exists: choose another --out, or pass "
                           "--force to replace it")
+    if report is not None:
+        check_out_dir(report, "--report", force=force)
+        if out.resolve().is_relative_to(report.resolve()):
+            raise ConfigError(f"--out={str(out)!r} is inside --report={str(report)!r}: the "
+                              "report is not private, keep the release apart from it")
     if ledger_path is None:
         raise ConfigError("a release from the CLI is charged to a persistent ledger: pass "
                           "--ledger FILE (with --budget-epsilon E to create it)")
@@ -67,6 +86,9 @@ def fit(
         update(done=1.0, what="fitted")
     synthetic = synth.sample(rows)
     atomic_write(out, synthetic.to_csv(index=False, sep=sep))
+    if report is not None:
+        report.mkdir(parents=True, exist_ok=True)
+        atomic_write(report / "report.html", fit_report(synth, table, synthetic))
     spent = ledger.spent()
     summary = {"method": method, "epsilon": epsilon, "delta": delta,
                "rho": synth.cost().rho, "rows": len(synthetic),
@@ -74,6 +96,8 @@ def fit(
                "model_cells": synth.model_.tree.cells(), "out": str(out),
                "ledger": str(ledger_path), "ledger_spent_epsilon": spent[0],
                "ledger_delta": spent[1]}
+    if report is not None:
+        summary["report"] = str(report / "report.html")
     if json_:
         print_json(summary)
     else:
