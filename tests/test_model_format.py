@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from sklearn.datasets import load_breast_cancer
 
 from veil.cli.main import main
+from veil.datasets import public_bounds
 from veil.dp import Ledger
 from veil.errors import ConfigError, DataError, VeilError
 from veil.learn import ID3Classifier, LogisticRegression, SoftmaxRegression, private
@@ -184,7 +185,9 @@ def test_fl_run_writes_a_model_that_veil_predict_applies(tmp_path, capsys):
     assert "new [records].csv" in " ".join(text.split())
     written = pd.read_csv(preds)
     assert set(written["prediction"]) <= {"malignant", "benign"} and len(written) == 40
-    expected = loaded.model.predict(bunch.frame.drop(columns="target").head(40).to_numpy())
+    # the run scaled the raw features by the data set's public bounds; so does predict
+    raw = bunch.frame.drop(columns="target").head(40).to_numpy()
+    expected = loaded.model.predict(public_bounds("breast_cancer").scale(raw))
     assert list(written["prediction"]) == [meta["labels"][i] for i in expected]
     # the same again: the output exists, so it is refused and left as it is
     before = preds.read_bytes()

@@ -36,10 +36,11 @@ architecture is code, so :func:`load_model` loads the weights into a ``module`` 
 
 ``encoding`` describes, column by column, how a raw table becomes the feature matrix
 (:func:`encode_table`): ``{"column": c, "kind": "range", "low": lo, "high": hi}`` (clip,
-then scale to [0, 1]), ``"log"`` (``log1p(clip(x, 0, high)) / log1p(high)``), ``"scale"``
-(``x * factor``), ``"onehot"`` (over ``categories``) or ``"raw"`` (the number as it is).
-The version in the header rises with any change a reader must know about; a file of a newer
-version is refused with a clear error.
+then scale to [0, 1]), ``"bounds"`` (the same, then to [-1, 1]: declared feature bounds,
+:mod:`veil.datasets.bounds`; version 2), ``"log"`` (``log1p(clip(x, 0, high)) /
+log1p(high)``), ``"scale"`` (``x * factor``), ``"onehot"`` (over ``categories``) or
+``"raw"`` (the number as it is). The version in the header rises with any change a reader
+must know about; a file of a newer version is refused with a clear error.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ __all__ = ["FORMAT", "MAX_ARRAYS", "MAX_DEPTH", "VERSION", "ModelFile", "encode_
            "encoded_names", "load_model", "register_model_class", "save_model"]
 
 FORMAT = "veil-model"
-VERSION = 1
+VERSION = 2
 #: the most arrays a model file may hold, and the deepest nesting of its JSON header
 MAX_ARRAYS = 4096
 MAX_DEPTH = 64
@@ -445,9 +446,11 @@ def encode_table(table: Any, encoding: Sequence[Mapping[str, Any]]) -> np.ndarra
             x = raw.to_numpy(dtype=np.float64)
         except (TypeError, ValueError):
             raise DataError(f"column {column!r} must be numeric for the model") from None
-        if kind == "range":
+        if kind in ("range", "bounds"):
             lo, hi = float(step["low"]), float(step["high"])
             x = (np.clip(x, lo, hi) - lo) / (hi - lo)
+            if kind == "bounds":
+                x = 2.0 * x - 1.0
         elif kind == "log":
             hi = float(step["high"])
             x = np.log1p(np.clip(x, 0.0, hi)) / np.log1p(hi)

@@ -1,12 +1,14 @@
 """``veil demo``: the hybrid approach beside its baselines (quick mode: small test key), every
 model audited and written as a run directory with its privacy report."""
 
+import html
 import json
 import re
 
 import pytest
 
 from veil.audit import read_run
+from veil.audit.report import TWO_FIGURES
 from veil.cli.main import main
 from veil.dp import Ledger
 from veil.experiments.demo import run_demo
@@ -69,7 +71,11 @@ def test_demo_cli_writes_the_privacy_report(tmp_path, capsys):
     assert data["report"]["html"] == str(out / "audit" / "report.html")
     # veil audit reads the run directory
     assert main(["audit", str(out), "--out", str(tmp_path / "again"), "--seed", "1"]) == 0
-    assert "veil privacy audit" in capsys.readouterr().out
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "veil privacy audit" in printed
+    # the table says why its two attack figures may disagree (issue 32: a positive
+    # empirical epsilon beside an AUC below 0.5, with nothing saying why)
+    assert TWO_FIGURES in printed
 
     report = json.loads((out / "audit" / "report.json").read_text())
     assert len(report["runs"]) == 10
@@ -98,6 +104,7 @@ def test_demo_cli_writes_the_privacy_report(tmp_path, capsys):
                            "Membership inference ROC"}
     assert all(len(b) > 1000 for b in images.values())
     assert "<script" not in page and "http" not in page   # self-contained
+    assert f'</table>\n<p class="note">{html.escape(TWO_FIGURES)}</p>' in page  # under the table
 
     # a rerun into the same folder is refused, --force or not, and bad input first of all:
     # the ledgers (budget spent) are never deleted
@@ -117,3 +124,4 @@ def test_full_demo_with_2048_bit_keys(tmp_path, capsys):
     assert main(["demo", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "2048 bits" in out and "privacy report:" in out
+    assert TWO_FIGURES in " ".join(out.split())

@@ -67,6 +67,13 @@ DEFINITIONS = {
                   "(eps, delta)-DP run allows",
 }
 
+#: why the table's two attack figures can disagree (printed under every audit table)
+TWO_FIGURES = ("Why a positive empirical epsilon can sit beside an attack AUC below 0.5: the "
+               "lower bound rests on the attack's most confident guesses alone (the audit "
+               "records it scores highest and lowest, as many as it chooses to guess), the "
+               "AUC on its ranking of all of them. An attack right on a few records and at "
+               "chance, or worse, on the rest has both.")
+
 
 @dataclass
 class PrivacyReport:
@@ -570,6 +577,7 @@ def _html(report: PrivacyReport) -> str:
 <p>Kind: {html.escape(d['kind'])} · generated {html.escape(d['generated'])} · each empirical
 bound holds with confidence {d['confidence']:g}.</p>
 <table><tr>{''.join(f'<th>{h}</th>' for h in _HEAD)}</tr>{rows}</table>
+<p class="note">{html.escape(TWO_FIGURES)}</p>
 {_detail_rows(d)}
 {f'<h3>Audits that could not run</h3><ul>{notes}</ul>' if notes else ''}
 <div class="plots">{plots}</div>

@@ -182,7 +182,7 @@ def audit(
     """Audit a training run (RUN_DIR) or a saved model (--model): certified epsilon, empirical
     lower bounds, membership attack, mutual information; writes report.json + report.html."""
     from veil.audit import privacy_report
-    from veil.audit.report import headline, round_bound
+    from veil.audit.report import TWO_FIGURES, headline, round_bound
 
     if (run_dir is None) == (model is None):
         raise ConfigError("give either RUN_DIR or --model (not both, not neither)")
@@ -211,5 +211,6 @@ def audit(
                      "-" if e.get("accuracy") is None else f"{e['accuracy']:.3f}"))
     print_table(rows, ["run", "certified eps", f"empirical eps >= ({confidence:g})", "AUC",
                        "sample-model MI (nats)", "accuracy"], title="veil privacy audit")
+    say(TWO_FIGURES)
     say(headline(report.data))
     say(f"report: {html_path}  ({json_path.name} beside it)")

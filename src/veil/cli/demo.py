@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from veil._validation import check_epsilon
-from veil.audit.report import round_bound
+from veil.audit.report import TWO_FIGURES, round_bound
 from veil.cli._output import check_out_dir, next_free, print_json, print_table, progress, say
 from veil.experiments.demo import KEY_BITS, METHOD_LABELS, run_demo
 
@@ -97,7 +97,7 @@ def demo(json_: bool = typer.Option(False, "--json", help="Print JSON instead of
         "one-run lower bound (Steinke, Nasr & Jagielski 2023) from the attack, which "
         f"holds with probability {CONFIDENCE:g}. A lower bound far below the "
         "certified epsilon means this attack found little, not that the model is "
-        "more private than certified.")
+        f"more private than certified. {TWO_FIGURES}")
     say(f"privacy report: {html_path} ({json_path.name} beside it)")
 
 

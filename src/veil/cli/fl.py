@@ -114,10 +114,9 @@ def _save_model(path: Path, cfg: Any, model: Any, history: Any,
     from veil.datasets.tabular import class_names, feature_encoding
     from veil.model_format import encoded_names, save_model
 
-    name = cfg["data"]["dataset"]
-    encoding = feature_encoding(name)
-    if name == "digits":  # the run scales pixel intensities 0..16 to [0, 1]
-        encoding = [{**step, "kind": "scale", "factor": 1 / 16} for step in encoding]
+    name, bounds = cfg["data"]["dataset"], cfg.bounds()
+    # the run scaled its raw features by the declared bounds ([data] bounds)
+    encoding = feature_encoding(name) if bounds is None else bounds.encoding()
     model.set_params_vector(history.params)
     return save_model(path, model, feature_names=encoded_names(encoding), encoding=encoding,
                       labels=class_names(name), dataset=name, kind=cfg.kind,

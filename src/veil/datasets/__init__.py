@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from veil.datasets import partition
+from veil.datasets.bounds import FeatureBounds, public_bounds
 from veil.datasets.census import synthetic_census
 from veil.datasets.files import fetch, locate
 from veil.datasets.tabular import (
@@ -59,7 +60,8 @@ def available(name: str) -> bool:
 
 
 __all__ = [
-    "CATALOG", "Dataset", "DatasetInfo", "SKLEARN_SETS", "available", "encode_adult",
-    "encode_nursery", "fetch", "load_adult", "load_adult_hierarchies", "load_nursery",
-    "load_sklearn", "load_xy", "partition", "synthetic_census",
+    "CATALOG", "Dataset", "DatasetInfo", "FeatureBounds", "SKLEARN_SETS", "available",
+    "encode_adult", "encode_nursery", "fetch", "load_adult", "load_adult_hierarchies",
+    "load_nursery", "load_sklearn", "load_xy", "partition", "public_bounds",
+    "synthetic_census",
 ]

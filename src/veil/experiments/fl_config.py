@@ -5,7 +5,10 @@ Sections and keys (every key optional unless marked; unknown sections or keys ar
 
     [data]      dataset* (adult | nursery | digits | breast_cancer | wine),
                 partition (iid | dirichlet | quantity), clients, alpha, min_size,
-                test_fraction (bundled sets; Adult uses UCI's own test split), path
+                test_fraction (bundled sets; Adult uses UCI's own test split), path,
+                bounds (each party scales its features into [-1, 1] from declared public
+                bounds, veil.datasets.bounds: "dataset" (default) the data set's documented
+                ranges, "none" features as loaded, or one [low, high] pair per feature)
     [model]     type (logistic_regression | softmax_regression | linear_svm), alpha
     [training]  rounds, strategy (fedavg | fedprox | hybrid), local_epochs, batch_size (0: full
                 batch), learning_rate (default 0.1; 1.0 for hybrid), server_learning_rate,
@@ -82,7 +85,7 @@ _NUM = (int, float)
 SCHEMA: dict[str, dict[str, tuple[Any, Any]]] = {
     "data": {"dataset": (str, None), "partition": (str, "iid"), "clients": (int, 10),
              "alpha": (_NUM, 0.5), "min_size": (int, 1), "test_fraction": (_NUM, 0.2),
-             "path": (str, None)},
+             "path": (str, None), "bounds": ((str, list), "dataset")},
     "model": {"type": (str, "logistic_regression"), "alpha": (_NUM, 1e-4)},
     "training": {"rounds": (int, 10), "strategy": (str, "fedavg"), "local_epochs": (int, 1),
                  "batch_size": (int, 32), "learning_rate": (_NUM, 0.1),
@@ -141,11 +144,29 @@ class FLConfig:
         return section in self.sections
 
     # -- building the run -------------------------------------------------------------------
-    def data(self, seed: int) -> tuple[list[tuple[np.ndarray, np.ndarray]],
-                                       tuple[np.ndarray, np.ndarray], np.ndarray]:
+    def bounds(self) -> Any:
+        """The ``[data] bounds`` (:class:`veil.datasets.FeatureBounds`; None: features as
+        loaded): declared, never read from the records."""
+        from veil.datasets import FeatureBounds, load_xy, public_bounds
+
+        bounds, name = self["data"]["bounds"], self["data"]["dataset"]
+        if isinstance(bounds, list):
+            return FeatureBounds(bounds, names=load_xy(name, path=self["data"]["path"])
+                                 .feature_names, where=f"{self.path}: [data] bounds")
+        check_choice(bounds, "[data] bounds", ("dataset", "none"))
+        return public_bounds(name) if bounds == "dataset" else None
+
+    def scale(self, X: np.ndarray, name: str = "X") -> np.ndarray:
+        """A party's records scaled by :meth:`bounds` (each party scales its own)."""
+        bounds = self.bounds()
+        return X if bounds is None else bounds.scale(X, name)
+
+    def data(self, seed: int, *, scaled: bool = True) -> tuple[
+            list[tuple[np.ndarray, np.ndarray]], tuple[np.ndarray, np.ndarray], np.ndarray]:
         """The clients' (X, y), the test set, partitioned with ``seed``, and the label set
         declared by the dataset's schema (``Dataset.classes``: codes ``0..k-1``), never
-        read from the clients' labels."""
+        read from the clients' labels. ``scaled``: features scaled by :meth:`bounds`
+        (False: the raw records each party would bring)."""
         from veil.datasets import load_xy, partition
 
         d = self["data"]
@@ -160,12 +181,12 @@ class FLConfig:
             full = load_xy(name, path=d["path"])
             X, y = full.X, full.y
             schema = full.classes
-            if name == "digits":
-                X = X / 16.0  # pixel intensities are public-range 0..16
             order = Generator(seed).permutation(len(y))
             cut = int(round(len(y) * (1.0 - float(d["test_fraction"]))))
             X_test, y_test = X[order[cut:]], y[order[cut:]]
             X, y = X[order[:cut]], y[order[:cut]]
+        if scaled:
+            X, X_test = self.scale(X, "the training set"), self.scale(X_test, "the test set")
         kind = check_choice(d["partition"], "data.partition", ("iid", "dirichlet", "quantity"))
         rng = seed + 1
         if kind == "iid":

@@ -172,10 +172,11 @@ def write_app_files(config: Path, out_dir: Path, results: str | os.PathLike | No
 
 def write_party_data(config: str | os.PathLike, out_dir: str | os.PathLike) -> list[Path]:
     """Each party's share of the configured data set under ``[run] seed``, as
-    ``party-I.npz`` (arrays ``X``, ``y``) in ``out_dir``: the ``data`` files of a demo or
-    test deployment (each organisation brings its own in a real one)."""
+    ``party-I.npz`` (arrays ``X``, ``y``; raw features, which each party scales by the
+    plan's ``[data] bounds``) in ``out_dir``: the ``data`` files of a demo or test
+    deployment (each organisation brings its own in a real one)."""
     cfg = load_config(config)
-    clients, _, _ = cfg.data(_seed(cfg))
+    clients, _, _ = cfg.data(_seed(cfg), scaled=False)   # raw: each party scales its own
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -316,16 +317,18 @@ class _Node:
         return plan(self.cfg, None if self.identity is None else self.identity.setup)
 
     def data(self) -> tuple[np.ndarray, np.ndarray]:
-        """The party's records: its data file, else its share of the configured set."""
+        """The party's records: its data file (raw records, scaled here by the plan's
+        ``[data] bounds``), else its share of the configured set."""
         path = self.config.get("data")
         if path is None:
             return self.cfg.data(_seed(self.cfg))[0][self.party]
         try:
             with np.load(path, allow_pickle=False) as arrays:
-                return np.asarray(arrays["X"], dtype=np.float64), np.asarray(arrays["y"])
+                X, y = np.asarray(arrays["X"], dtype=np.float64), np.asarray(arrays["y"])
         except (OSError, KeyError, ValueError) as exc:
             raise DataError(f"party {self.party}: data file {path!r} is not an .npz file "
                             f"with arrays X and y ({exc})") from None
+        return self.cfg.scale(X, f"party {self.party}'s data file"), y
 
     def build(self) -> Any:
         from veil.crypto.identity import read_key
