@@ -1,5 +1,5 @@
 """A real Flower deployment on loopback: a SuperLink and four SuperNodes as processes, TLS,
-each party with its own plan, data, key share, identity and ledger files (issue 15).
+each party with its own plan, data, key share, identity and ledger files (issues 15, 30).
 
 Four, not three: with three parties each has two SecAgg+ neighbours and the share threshold
 is 2 (``threshold`` >= 0.5 of the degree, plus one), so after one party dies a survivor's
@@ -9,10 +9,12 @@ every secret keeps two live holders."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import threading
 import time
 
+import dp_accounting
 import numpy as np
 import pytest
 
@@ -20,7 +22,8 @@ pytest.importorskip("flwr", reason="the Flower runtime needs the 'flower' extra 
 
 from veil.crypto.identity import write_identities  # noqa: E402
 from veil.dp import Ledger  # noqa: E402
-from veil.errors import ConfigError  # noqa: E402
+from veil.errors import ConfigError, ProtocolError  # noqa: E402
+from veil.experiments.fl_config import load_config  # noqa: E402
 from veil.experiments.flower_app import (  # noqa: E402
     Loopback,
     _federation,
@@ -76,19 +79,23 @@ identities = "{identities}"
 """
 
 
-def _organisations(tmp_path):
-    """Four organisations with their own folders, and the aggregator's two apps."""
+def _organisations(tmp_path, parties=4, timeout=60):
+    """``parties`` organisations with their own folders, and the aggregator's apps: hybrid
+    (trust ``parties // 2``) and, with four parties, SecAgg+; each stage waits ``timeout``
+    s for the nodes' answers."""
     runs = {}
-    # each party's SecAgg identity key, made out of band (veil fl identities)
-    table = write_identities(tmp_path / "identities", 4)
-    for name, text in (("hybrid", HYBRID), ("secagg", SECAGG.format(identities=table))):
+    texts = {"hybrid": HYBRID.replace("trust = 2", f"trust = {parties // 2}")}
+    if parties == 4:   # each party's SecAgg identity key, made out of band
+        texts["secagg"] = SECAGG.format(identities=write_identities(tmp_path / "identities", 4))
+    for name, text in texts.items():
         runs[name] = tmp_path / f"{name}.toml"
-        runs[name].write_text(text)
+        runs[name].write_text(text.replace("clients = 4", f"clients = {parties}")
+                              .replace("timeout = 60", f"timeout = {timeout}"))
     keys = tmp_path / "dealer"
-    deal(4, 2, keys, bits=512, insecure_ok=True)
-    data = write_party_data(runs["secagg"], tmp_path / "split")
+    deal(parties, parties // 2, keys, bits=512, insecure_ok=True)
+    data = write_party_data(runs["hybrid"], tmp_path / "split")
     nodes = []
-    for i in range(4):
+    for i in range(parties):
         org = tmp_path / f"org{i}"
         (org / "plans").mkdir(parents=True)
         for config in runs.values():
@@ -100,18 +107,19 @@ def _organisations(tmp_path):
                       "key-share": str(org / f"party-{i}.key"),
                       "identity": str(org / f"party-{i}.id"),
                       "identity-key": str(tmp_path / "identities" / f"identity-{i}.key")})
-    apps = {"hybrid": write_app(runs["hybrid"], tmp_path / "app-hybrid",
-                                results=tmp_path / "out-hybrid", setup=keys / "public.bin"),
-            "secagg": write_app(runs["secagg"], tmp_path / "app-secagg",
-                                results=tmp_path / "out-secagg")}
+    apps = {name: write_app(config, tmp_path / f"app-{name}", results=tmp_path / f"out-{name}",
+                            setup=keys / "public.bin" if name == "hybrid" else None)
+            for name, config in runs.items()}
     return runs, apps, nodes
 
 
 def _kill_when_asked(deployment, node, stage, log, killed):
-    """SIGKILL ``node`` as soon as its SuperNode receives a ``query.<stage>`` message."""
+    """SIGKILL ``node`` as soon as its SuperNode receives a ``query.<stage>`` message (one
+    logged after this call: not one of an earlier run)."""
+    seen = len(log.read_text(errors="replace"))
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
-        if f"query.{stage}" in log.read_text(errors="replace"):
+        if f"query.{stage}" in log.read_text(errors="replace")[seen:]:
             deployment.kill(node)
             killed.set()
             return
@@ -122,6 +130,74 @@ def _spent(path):
     return Ledger.open(path, read_only=True).spent()[0]
 
 
+def _spend(path, config):
+    """Spend epsilon ~1 of the run's budget in the ledger file ``path`` beforehand: what a
+    plan submitted again finds (its first submission charged it)."""
+    p = load_config(config)["privacy"]
+    ledger = Ledger(p["epsilon"], p["delta"], accountant=p["accountant"], path=path)
+    ledger.charge(dp_accounting.LaplaceDpEvent(1.0), label="an earlier run")
+    ledger.close()
+
+
+def _fails(deployment, app, out):
+    """Submit ``app``, which must fail: the error (what `veil fl submit` prints before it
+    exits 1) once it is checked that no model nor results were written under their final
+    names and that failure.json says why."""
+    with pytest.raises(ProtocolError, match="ended finished:failed") as failed:
+        deployment.run(app, timeout=240)
+    assert not (out / "results.json").exists() and not (out / "params.npy").exists()
+    assert json.loads((out / "failure.json").read_text())["error"] in str(failed.value)
+    return str(failed.value)
+
+
+def test_failed_deployed_runs_exit_non_zero_naming_the_party_and_the_stage(tmp_path):
+    """Issue 30: a failed run exited 0 (`flwr run` returns 0 whatever the ServerApp did: a
+    spent aggregator ledger printed a traceback and "Exit Code: 201"; a killed node ended
+    the run with exit 0, the node unnamed). Each failure now ends the run at once, makes
+    :func:`submit` (``veil fl submit``) fail with the party and the stage, and writes no
+    results.json or params.npy (two parties, so that it stays quick):
+
+    1. the aggregator's own ledger is spent: it refuses round 0 before any party is asked;
+    2. party 1's machine dies once asked to join: the hybrid sum needs every party, so the
+       round aborts, naming party 1 and the stage (after the stage's timeout).
+    """
+    runs, apps, nodes = _organisations(tmp_path, parties=2, timeout=30)
+    spent = tmp_path / "out-spent"
+    spent.mkdir()
+    _spend(spent / "ledger.sqlite", runs["hybrid"])
+    spent_app = write_app(runs["hybrid"], tmp_path / "app-spent", results=spent,
+                          setup=tmp_path / "dealer" / "public.bin")
+    with Loopback(tmp_path / "deployment", parties=2, nodes=nodes) as deployment:
+        error = _fails(deployment, spent_app, spent)
+        assert "after 0 round(s): the aggregator's ledger" in error, error
+        killed = threading.Event()
+        watcher = threading.Thread(target=_kill_when_asked, args=(
+            deployment, 1, "join", tmp_path / "deployment" / "node1.log", killed))
+        watcher.start()
+        error = _fails(deployment, apps["hybrid"], tmp_path / "out-hybrid")
+        watcher.join()
+    assert killed.is_set()
+    assert "party 1 at stage join: no answer" in error and "party 0 at" not in error, error
+
+
+@pytest.mark.slow  # ~2 min on 2 loaded cores: four parties, three stages
+def test_a_resubmitted_plan_whose_budget_every_party_spent_fails_naming_them(tmp_path):
+    """Issue 30: resubmitting a plan whose budget is spent, every party declined round 0
+    and `flwr run` exited 0. Now each party's refusal (on its own node, from its own
+    ledger, which does not move) is named with its stage, and the run fails."""
+    runs, apps, nodes = _organisations(tmp_path)
+    for i in range(4):
+        _spend(tmp_path / f"org{i}" / "ledger.sqlite", runs["hybrid"])
+    before = _spent(tmp_path / "org0" / "ledger.sqlite")
+    with Loopback(tmp_path / "deployment", parties=4, nodes=nodes) as deployment:
+        error = _fails(deployment, apps["hybrid"], tmp_path / "out-hybrid")
+    for i in range(4):
+        assert re.search(f"party {i} at stage \\w+: BudgetExceededError", error), error
+        assert _spent(tmp_path / f"org{i}" / "ledger.sqlite") == pytest.approx(before)
+
+
+@pytest.mark.slow  # ~3 min on 2 loaded cores: a hybrid round, then a SecAgg+ round that
+# waits out its stage timeout for the killed node
 def test_hybrid_and_secagg_plus_rounds_on_a_tls_deployment_with_a_node_killed(tmp_path):
     runs, apps, nodes = _organisations(tmp_path)
     with Loopback(tmp_path / "deployment", parties=4, nodes=nodes) as deployment:
