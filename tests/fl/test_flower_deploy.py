@@ -20,6 +20,7 @@ import pytest
 
 pytest.importorskip("flwr", reason="the Flower runtime needs the 'flower' extra (flwr)")
 
+from veil.cli.main import main  # noqa: E402
 from veil.crypto.identity import write_identities  # noqa: E402
 from veil.dp import Ledger  # noqa: E402
 from veil.errors import ConfigError, ProtocolError  # noqa: E402
@@ -150,14 +151,16 @@ def _fails(deployment, app, out):
     return str(failed.value)
 
 
-def test_failed_deployed_runs_exit_non_zero_naming_the_party_and_the_stage(tmp_path):
+def test_failed_deployed_runs_exit_non_zero_naming_the_party_and_the_stage(tmp_path, capsys,
+                                                                         monkeypatch):
     """Issue 30: a failed run exited 0 (`flwr run` returns 0 whatever the ServerApp did: a
     spent aggregator ledger printed a traceback and "Exit Code: 201"; a killed node ended
     the run with exit 0, the node unnamed). Each failure now ends the run at once, makes
     :func:`submit` (``veil fl submit``) fail with the party and the stage, and writes no
     results.json or params.npy (two parties, so that it stays quick):
 
-    1. the aggregator's own ledger is spent: it refuses round 0 before any party is asked;
+    1. the aggregator's own ledger is spent: it refuses round 0 before any party is asked
+       (submitted with ``veil fl submit``: exit status 1);
     2. party 1's machine dies once asked to join: the hybrid sum needs every party, so the
        round aborts, naming party 1 and the stage (after the stage's timeout).
     """
@@ -168,8 +171,12 @@ def test_failed_deployed_runs_exit_non_zero_naming_the_party_and_the_stage(tmp_p
     spent_app = write_app(runs["hybrid"], tmp_path / "app-spent", results=spent,
                           setup=tmp_path / "dealer" / "public.bin")
     with Loopback(tmp_path / "deployment", parties=2, nodes=nodes) as deployment:
-        error = _fails(deployment, spent_app, spent)
-        assert "after 0 round(s): the aggregator's ledger" in error, error
+        monkeypatch.setenv("FLWR_HOME", str(tmp_path / "deployment" / "user"))
+        assert main(["fl", "submit", str(spent_app), "veil", "--timeout", "240"]) == 1
+        error = capsys.readouterr().err
+        assert "ended finished:failed" in error and \
+            "after 0 round(s): the aggregator's ledger" in error, error
+        assert not (spent / "results.json").exists() and not (spent / "params.npy").exists()
         killed = threading.Event()
         watcher = threading.Thread(target=_kill_when_asked, args=(
             deployment, 1, "join", tmp_path / "deployment" / "node1.log", killed))
