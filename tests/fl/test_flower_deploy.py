@@ -17,6 +17,7 @@ import time
 import dp_accounting
 import numpy as np
 import pytest
+from cryptography import x509
 
 pytest.importorskip("flwr", reason="the Flower runtime needs the 'flower' extra (flwr)")
 
@@ -206,10 +207,24 @@ def test_a_resubmitted_plan_whose_budget_every_party_spent_fails_naming_them(tmp
 @pytest.mark.slow  # ~3 min on 2 loaded cores: a hybrid round, then a SecAgg+ round that
 # waits out its stage timeout for the killed node
 def test_hybrid_and_secagg_plus_rounds_on_a_tls_deployment_with_a_node_killed(tmp_path):
+    """As on real hosts (issue 30): the SuperLink listens on every interface (0.0.0.0) and
+    each organisation reaches it at its own address -- 127.0.0.2 to 127.0.0.5, loopback
+    addresses standing for the aggregator as four other machines see it (Linux routes all
+    of 127/8 to lo: no packet leaves this machine) -- which its TLS certificate names.
+    The successful runs print their rounds, accuracy and certified epsilon."""
     runs, apps, nodes = _organisations(tmp_path)
-    with Loopback(tmp_path / "deployment", parties=4, nodes=nodes) as deployment:
+    addresses = [f"127.0.0.{2 + i}" for i in range(4)]
+    with Loopback(tmp_path / "deployment", parties=4, nodes=nodes, bind="0.0.0.0",
+                  addresses=addresses) as deployment:
+        cert = x509.load_pem_x509_certificate(
+            (tmp_path / "deployment" / "tls" / "server.crt").read_bytes())
+        named = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        assert {str(a) for a in named.get_values_for_type(x509.IPAddress)} >= set(addresses)
         # one hybrid round: threshold Paillier, Skellam noise shares, keys from the files
-        deployment.run(apps["hybrid"], timeout=240)
+        log = deployment.run(apps["hybrid"], timeout=240)
+        assert re.search(r"veil round 0: ok, 4 of 4 parties aggregated, accuracy [\d.]+, "
+                         r"epsilon [\d.]+", log), log[-3000:]
+        assert re.search(r"certified epsilon [\d.]+ at delta 1e-05", log), log[-3000:]
         # one SecAgg+ round; party 3's machine dies once it is asked for its masked input
         killed = threading.Event()
         watcher = threading.Thread(target=_kill_when_asked, args=(

@@ -301,12 +301,12 @@ def server(config: str | os.PathLike) -> ServerApp:
         atomic_write(out / "params.npy", buffer.getvalue())
         atomic_write(out / "stages.json", json.dumps(runtime.timeline, indent=1))
         (out / "failure.json").unlink(missing_ok=True)
-        summary = history.to_dict()["summary"]
+        accuracy = history.to_dict()["summary"]["accuracy"]
         certified = "none (no [privacy])" if ledger is None else \
             "{:.4g} at delta {:.3g}".format(*ledger.spent())
         flower_log(logging.INFO, "veil run %s: %d round(s), accuracy %s, certified epsilon "
-                   "%s; results in %s", name, summary["rounds"],
-                   summary["accuracy"], certified, out)
+                   "%s; results in %s", name, len(history.rounds),
+                   "n/a" if accuracy is None else f"{accuracy:.4f}", certified, out)
 
     return app
 
@@ -430,20 +430,25 @@ def client(config: str | os.PathLike) -> Any:
 
 class Loopback:
     """A whole Flower deployment on this machine, for tests, benchmarks and trying a run:
-    one SuperLink and ``parties`` SuperNodes as separate processes on 127.0.0.1, with TLS
-    (a fresh self-signed CA, :mod:`veil.fl.runtime.tls`), offline, each with its own
-    ``FLWR_HOME`` under ``directory``. Use as a context manager: on exit every process
-    group is stopped (SIGTERM, then SIGKILL after ``grace`` s).
+    one SuperLink and ``parties`` SuperNodes as separate processes, with TLS (a fresh
+    self-signed CA, :mod:`veil.fl.runtime.tls`), offline, each with its own ``FLWR_HOME``
+    under ``directory``. Use as a context manager: on exit every process group is stopped
+    (SIGTERM, then SIGKILL after ``grace`` s).
 
     ``nodes[i]``: node i's node configuration (:data:`NODE_KEYS`; default ``party-id = i``
     only), written to ``node<i>.toml``; ``trust``: the CA certificate the nodes trust
-    (default the deployment's own). ``run(app_dir)`` submits an app (:func:`write_app`)
-    with ``flwr run`` and waits for it; ``kill(i)`` SIGKILLs node i and its app processes.
+    (default the deployment's own). ``bind``: the address the SuperLink listens on
+    (``"0.0.0.0"``: every interface, as on a real aggregator); ``addresses[i]``: the
+    address node i reaches it at (default 127.0.0.1; another loopback address such as
+    127.0.0.2 stands for another machine's view of the aggregator), each one in the
+    SuperLink's certificate. ``run(app_dir)`` submits an app (:func:`write_app`) with
+    ``flwr run`` and waits for it; ``kill(i)`` SIGKILLs node i and its app processes.
     """
 
     def __init__(self, directory: str | os.PathLike, parties: int, *,
                  nodes: Sequence[Mapping[str, Any]] | None = None,
-                 trust: str | os.PathLike | None = None, grace: float = 15.0) -> None:
+                 trust: str | os.PathLike | None = None, grace: float = 15.0,
+                 bind: str = "127.0.0.1", addresses: Sequence[str] | None = None) -> None:
         from veil._validation import check_int
 
         self.directory = Path(directory)
@@ -453,6 +458,12 @@ class Loopback:
         if len(self.nodes) != self.parties:
             raise ConfigError(f"nodes has {len(self.nodes)} entries; expected one node "
                               f"configuration per party ({self.parties})")
+        self.bind = bind
+        self.addresses = list(addresses) if addresses is not None else \
+            ["127.0.0.1"] * self.parties
+        if len(self.addresses) != self.parties:
+            raise ConfigError(f"addresses has {len(self.addresses)} entries; expected one "
+                              f"address per party ({self.parties})")
         self.trust = trust
         self.grace = grace
         self.processes: list[Any] = []
@@ -466,10 +477,11 @@ class Loopback:
         from veil.fl.runtime.tls import self_signed
 
         try:
-            self.tls = self_signed(self.directory / "tls")
+            self.tls = self_signed(self.directory / "tls", tuple(dict.fromkeys(
+                ["localhost", "127.0.0.1", *self.addresses])))
             self.port = _free_port()
             self._start("superlink", [
-                "flower-superlink", "--host", "127.0.0.1", "--port", str(self.port),
+                "flower-superlink", "--host", self.bind, "--port", str(self.port),
                 "--ssl-ca-certfile", str(self.tls["ca"]), "--ssl-certfile",
                 str(self.tls["cert"]), "--ssl-keyfile", str(self.tls["key"]),
                 "--disable-runtime-dependency-installation",
@@ -479,7 +491,7 @@ class Loopback:
                 node_file = self.directory / f"node{i}.toml"
                 node_file.write_text("".join(f"{k} = {_toml(v)}\n" for k, v in node.items()))
                 self._start(f"node{i}", [
-                    "flower-supernode", "--superlink", f"127.0.0.1:{self.port}",
+                    "flower-supernode", "--superlink", f"{self.addresses[i]}:{self.port}",
                     "--root-certificates", str(self.trust or self.tls["ca"]),
                     "--node-config", str(node_file), "--host", "127.0.0.1",
                     "--port", str(_free_port())])
