@@ -36,7 +36,7 @@ from veil.fl import LocalRuntime  # noqa: E402
 from veil.fl.hybrid.setup import deal  # noqa: E402
 from veil.fl.runtime.tls import self_signed  # noqa: E402
 
-from .test_flower import _Tampered  # noqa: E402
+from .test_flower import _LoopbackGrid, _Tampered, _task_identity  # noqa: E402, F401
 
 COMMON = """
 [data]
@@ -277,3 +277,59 @@ def test_a_secagg_deployment_needs_an_identity_table(tmp_path):
     config.write_text(SECAGG.replace('identities = "{identities}"\n', ""))
     with pytest.raises(ConfigError, match="identity table"):
         write_app(config, tmp_path / "app")
+
+
+PLAIN = COMMON.replace("clients = 4", "clients = 3") + """
+[training]
+rounds = 2
+learning_rate = 0.3
+"""
+
+
+def _serve(tmp_path, plans, out):
+    """The app's real ServerApp over three in-process nodes running its real ClientApp
+    (the loopback grid of test_flower), node i with the plan ``plans[i]``."""
+    from flwr.app import Context, RecordDict
+
+    from veil.experiments.flower_app import client, server
+
+    config = tmp_path / "plain.toml"
+    config.write_text(PLAIN)
+    app = write_app(config, tmp_path / "app", results=out)
+    configs = {}
+    for i, text in enumerate(plans):
+        (tmp_path / f"plans{i}").mkdir(exist_ok=True)
+        (tmp_path / f"plans{i}" / "plain.toml").write_text(text)
+        configs[1000 + i] = {"party-id": i, "plans": str(tmp_path / f"plans{i}")}
+    grid = _LoopbackGrid({n: client(app / "run.toml") for n in configs}, configs)
+    run_config = {"out": str(out), "plan": "plain.toml"}
+    for context in grid.contexts.values():
+        context.run_config = run_config
+    server(app / "run.toml")(grid, Context(run_id=1, node_id=0, node_config={},
+                                          state=RecordDict(), run_config=run_config))
+
+
+def test_the_server_app_reports_its_rounds_and_fails_naming_a_refusing_party(tmp_path,
+                                                                            caplog):
+    """The ServerApp itself, in process: a successful run logs each round and the
+    accuracy and writes results.json (veil fl run's writer: its summary and rounds) and
+    params.npy; a party whose own plan differs (a changed learning rate) stops the run
+    before its first round, by name, with failure.json written and no results."""
+    caplog.set_level("INFO", logger="flwr")
+    _serve(tmp_path, [PLAIN] * 3, tmp_path / "ok")
+    results = json.loads((tmp_path / "ok" / "results.json").read_text())
+    assert results["summary"]["rounds"] == 2 and [r["status"] for r in results["rounds"]] \
+        == ["ok", "ok"]
+    np.testing.assert_array_equal(np.load(tmp_path / "ok" / "params.npy"), results["params"])
+    assert not (tmp_path / "ok" / "failure.json").exists()
+    assert "veil round 1: ok, 3 of 3 parties aggregated, accuracy" in caplog.text
+    assert "veil run plain: 2 round(s), accuracy" in caplog.text
+    assert "certified epsilon none (no [privacy])" in caplog.text
+
+    other = PLAIN.replace("learning_rate = 0.3", "learning_rate = 3.0")
+    with pytest.raises(ProtocolError, match="before the first round: party 1 .*refuses the "
+                       "run: .*training.learning_rate: this party's 3.0, the server's 0.3"):
+        _serve(tmp_path, [PLAIN, other, PLAIN], tmp_path / "refused")
+    assert not (tmp_path / "refused" / "results.json").exists()
+    assert not (tmp_path / "refused" / "params.npy").exists()
+    assert "party 1" in json.loads((tmp_path / "refused" / "failure.json").read_text())["error"]
