@@ -24,7 +24,7 @@ pytest.importorskip("flwr", reason="the Flower runtime needs the 'flower' extra 
 from veil.cli.main import main  # noqa: E402
 from veil.crypto.identity import write_identities  # noqa: E402
 from veil.dp import Ledger  # noqa: E402
-from veil.errors import ConfigError, ProtocolError  # noqa: E402
+from veil.errors import BudgetExceededError, ConfigError, ProtocolError  # noqa: E402
 from veil.experiments.fl_config import load_config  # noqa: E402
 from veil.experiments.flower_app import (  # noqa: E402
     Loopback,
@@ -152,52 +152,54 @@ def _fails(deployment, app, out):
     return str(failed.value)
 
 
-def test_failed_deployed_runs_exit_non_zero_naming_the_party_and_the_stage(tmp_path, capsys,
-                                                                         monkeypatch):
-    """Issue 30: a failed run exited 0 (`flwr run` returns 0 whatever the ServerApp did: a
-    spent aggregator ledger printed a traceback and "Exit Code: 201"; a killed node ended
-    the run with exit 0, the node unnamed). Each failure now ends the run at once, makes
-    :func:`submit` (``veil fl submit``) fail with the party and the stage, and writes no
-    results.json or params.npy (two parties, so that it stays quick):
+def test_a_node_killed_past_the_threshold_fails_the_run_naming_it(tmp_path, capsys,
+                                                                  monkeypatch):
+    """Issue 30: a killed node ended the run with exit 0 (`flwr run` returns 0 whatever the
+    ServerApp did), the node unnamed. Party 1's machine dies once asked to join a hybrid
+    round, whose sum needs every party: the round aborts, the run ends there, `veil fl
+    submit` exits 1 naming party 1 and the stage, and no results.json or params.npy is
+    written (two parties and a 20 s stage timeout, so that it stays quick)."""
+    runs, apps, nodes = _organisations(tmp_path, parties=2, timeout=20)
+    out = tmp_path / "out-hybrid"
+    with Loopback(tmp_path / "deployment", parties=2, nodes=nodes) as deployment:
+        killed = threading.Event()
+        watcher = threading.Thread(target=_kill_when_asked, args=(
+            deployment, 1, "join", tmp_path / "deployment" / "node1.log", killed))
+        watcher.start()
+        monkeypatch.setenv("FLWR_HOME", str(tmp_path / "deployment" / "user"))
+        code = main(["fl", "submit", str(apps["hybrid"]), "veil", "--timeout", "240"])
+        watcher.join()
+    error = capsys.readouterr().err
+    assert killed.is_set() and code == 1
+    assert "ended finished:failed" in error and "party 1 at stage join: no answer" in error
+    assert not (out / "results.json").exists() and not (out / "params.npy").exists()
+    why = json.loads((out / "failure.json").read_text())["error"]
+    assert " ".join(why.split()) in " ".join(error.split())
 
-    1. the aggregator's own ledger is spent: it refuses round 0 before any party is asked
-       (submitted with ``veil fl submit``: exit status 1);
-    2. party 1's machine dies once asked to join: the hybrid sum needs every party, so the
-       round aborts, naming party 1 and the stage (after the stage's timeout).
+
+@pytest.mark.slow  # ~3 min on 2 loaded cores: four parties, two runs
+def test_spent_budgets_fail_the_run_naming_who_refused(tmp_path):
+    """Issue 30: resubmitting a plan whose budget is spent, every party declined round 0
+    and `flwr run` exited 0; with the aggregator's ledger spent, `flwr run` printed a
+    traceback and "Exit Code: 201" and returned 0. Now:
+
+    1. the aggregator's own ledger is spent: it refuses round 0 before any party is asked,
+       and says so;
+    2. every party's ledger is spent (its own budget, on its own node, which does not
+       move): each declines its query, the round aborts, and each is named with its stage.
     """
-    runs, apps, nodes = _organisations(tmp_path, parties=2, timeout=30)
+    runs, apps, nodes = _organisations(tmp_path)
+    for i in range(4):
+        _spend(tmp_path / f"org{i}" / "ledger.sqlite", runs["hybrid"])
+    before = _spent(tmp_path / "org0" / "ledger.sqlite")
     spent = tmp_path / "out-spent"
     spent.mkdir()
     _spend(spent / "ledger.sqlite", runs["hybrid"])
     spent_app = write_app(runs["hybrid"], tmp_path / "app-spent", results=spent,
                           setup=tmp_path / "dealer" / "public.bin")
-    with Loopback(tmp_path / "deployment", parties=2, nodes=nodes) as deployment:
-        monkeypatch.setenv("FLWR_HOME", str(tmp_path / "deployment" / "user"))
-        assert main(["fl", "submit", str(spent_app), "veil", "--timeout", "240"]) == 1
-        error = capsys.readouterr().err
-        assert "ended finished:failed" in error and \
-            "after 0 round(s): the aggregator's ledger" in error, error
-        assert not (spent / "results.json").exists() and not (spent / "params.npy").exists()
-        killed = threading.Event()
-        watcher = threading.Thread(target=_kill_when_asked, args=(
-            deployment, 1, "join", tmp_path / "deployment" / "node1.log", killed))
-        watcher.start()
-        error = _fails(deployment, apps["hybrid"], tmp_path / "out-hybrid")
-        watcher.join()
-    assert killed.is_set()
-    assert "party 1 at stage join: no answer" in error and "party 0 at" not in error, error
-
-
-@pytest.mark.slow  # ~2 min on 2 loaded cores: four parties, three stages
-def test_a_resubmitted_plan_whose_budget_every_party_spent_fails_naming_them(tmp_path):
-    """Issue 30: resubmitting a plan whose budget is spent, every party declined round 0
-    and `flwr run` exited 0. Now each party's refusal (on its own node, from its own
-    ledger, which does not move) is named with its stage, and the run fails."""
-    runs, apps, nodes = _organisations(tmp_path)
-    for i in range(4):
-        _spend(tmp_path / f"org{i}" / "ledger.sqlite", runs["hybrid"])
-    before = _spent(tmp_path / "org0" / "ledger.sqlite")
     with Loopback(tmp_path / "deployment", parties=4, nodes=nodes) as deployment:
+        error = _fails(deployment, spent_app, spent)
+        assert "after 0 round(s): the aggregator's ledger" in error, error
         error = _fails(deployment, apps["hybrid"], tmp_path / "out-hybrid")
     for i in range(4):
         assert re.search(f"party {i} at stage \\w+: BudgetExceededError", error), error
@@ -288,13 +290,14 @@ learning_rate = 0.3
 
 def _serve(tmp_path, plans, out):
     """The app's real ServerApp over three in-process nodes running its real ClientApp
-    (the loopback grid of test_flower), node i with the plan ``plans[i]``."""
+    (the loopback grid of test_flower), node i with the plan ``plans[i]`` (the server's:
+    ``plans[0]``)."""
     from flwr.app import Context, RecordDict
 
     from veil.experiments.flower_app import client, server
 
     config = tmp_path / "plain.toml"
-    config.write_text(PLAIN)
+    config.write_text(plans[0])
     app = write_app(config, tmp_path / "app", results=out)
     configs = {}
     for i, text in enumerate(plans):
@@ -333,3 +336,12 @@ def test_the_server_app_reports_its_rounds_and_fails_naming_a_refusing_party(tmp
     assert not (tmp_path / "refused" / "results.json").exists()
     assert not (tmp_path / "refused" / "params.npy").exists()
     assert "party 1" in json.loads((tmp_path / "refused" / "failure.json").read_text())["error"]
+
+    private = PLAIN + "\n[privacy]\nepsilon = 1.0\n"
+    (tmp_path / "spent").mkdir()
+    (tmp_path / "private.toml").write_text(private)
+    _spend(tmp_path / "spent" / "ledger.sqlite", tmp_path / "private.toml")
+    with pytest.raises(BudgetExceededError, match="after 0 round.s.: the aggregator's ledger "
+                       ".*ledger.sqlite refuses"):
+        _serve(tmp_path, [private] * 3, tmp_path / "spent")
+    assert not (tmp_path / "spent" / "results.json").exists()

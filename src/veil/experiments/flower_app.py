@@ -471,7 +471,10 @@ class Loopback:
         self._bin = bin_dir
         self._env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
                          FLWR_TELEMETRY_ENABLED="0", FLWR_DISABLE_UPDATE_CHECK="1",
-                         FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1")
+                         FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1",
+                         # the SuperExecs look for a message to start an app process for
+                         # every 0.2 s, not every 1 s (each message of a round waits for it)
+                         FLWR_SUPEREXEC_TASK_POLL_INTERVAL="0.2")
 
     def __enter__(self) -> Loopback:
         from veil.fl.runtime.tls import self_signed
