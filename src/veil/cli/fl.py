@@ -375,7 +375,7 @@ def flower_app(config: Config, out: AppOut, results: Results = None,
         where = vertical_app(config, out, results)
     else:
         where = write_app(config, out, results, setup)
-    say(f"Flower app written to {where}: flwr run {where} <connection>")
+    say(f"Flower app written to {where}: veil fl submit {where} <connection>")
 
 
 DealOut = Annotated[Path, typer.Option("--out", help="Directory for public.bin and each "

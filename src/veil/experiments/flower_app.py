@@ -1,8 +1,9 @@
 """A Flower app for a ``veil fl run`` configuration: the run on a real Flower deployment.
 
 :func:`write_app` writes an app directory (``pyproject.toml``, ``veil_app.py``, the run's
-TOML file and, for the hybrid approach, the public set-up ``public.toml``) that ``flwr run
-DIR CONNECTION`` submits to a SuperLink. Its ServerApp trains the federation described by
+TOML file and, for the hybrid approach, the public set-up ``public.toml``) that
+:func:`submit` (``veil fl submit DIR CONNECTION``: ``flwr run`` and the run's status)
+submits to a SuperLink. Its ServerApp trains the federation described by
 the TOML file, moving every round through :class:`veil.fl.runtime.flower.FlowerRuntime`;
 it never builds a party (``Federation(remote=True)``): it holds no party's data, key share,
 identity, ledger or randomness.
