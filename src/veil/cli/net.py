@@ -1,4 +1,6 @@
-"""Parties on different hosts: ``veil net certs``, ``veil psi`` and ``veil keygen``.
+"""Parties on different hosts: ``veil net ca / csr / sign`` (each party's own TLS key, a CA
+that signs requests, :mod:`veil.net.certs`), ``veil net certs`` (the single-machine demo),
+``veil psi`` and ``veil keygen``.
 
 Every command reads the same hosts file (:mod:`veil.net.hosts`: session, CA, each party's
 index, name and address) and runs *one* party on this host; the parties find each other by
