@@ -36,7 +36,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import flower_own_app  # noqa: E402
 
-from veil.errors import ConfigError  # noqa: E402
+from veil.crypto.identity import write_identities  # noqa: E402
+from veil.errors import VeilError  # noqa: E402
 from veil.experiments.flower_app import Loopback, _federation, write_app  # noqa: E402
 from veil.fl import LocalRuntime  # noqa: E402
 from veil.fl.runtime.flower import _record, simulate  # noqa: E402
@@ -98,9 +99,23 @@ def _nodes(config: Path, parties: int, work: Path) -> list[dict]:
 
 
 def _deployed(config: Path, parties: int, work: Path) -> tuple[list[dict], float, list]:
+    """veil's run on a loopback deployment; a SecAgg+ one with the parties' identity table
+    (each node names its own identity key, as on a real deployment)."""
+    keys = {}
+    if "[secagg]" in config.read_text():
+        table = write_identities(work / "identities", parties)
+        deployed = work / config.name
+        deployed.write_text(config.read_text().replace(
+            "[secagg]\n", f'[secagg]\nidentities = "{table.resolve()}"\n'))
+        config = deployed
+        keys = {i: str((work / "identities" / f"identity-{i}.key").resolve())
+                for i in range(parties)}
+    nodes = _nodes(config, parties, work)
+    for i, key in keys.items():
+        nodes[i]["identity-key"] = key
     app = write_app(config, work / "app", results=work / "results")
     began = time.perf_counter()
-    with Loopback(work / "deployment", parties, nodes=_nodes(config, parties, work)) as d:
+    with Loopback(work / "deployment", parties, nodes=nodes) as d:
         d.run(app, timeout=900)
     total = time.perf_counter() - began
     results = work / "results"
@@ -187,7 +202,7 @@ def main() -> None:
                 rounds, total, stages = _deployed(config, args.parties, work / name)
                 runs["deployed"] = (rounds, total)
                 breakdowns.append((f"veil {name}", stages))
-            except ConfigError as exc:      # e.g. the SuperLink's SQLite locked under load
+            except VeilError as exc:      # e.g. the SuperLink's SQLite locked under load
                 print(f"{name:8} deployed: failed: {str(exc)[:300]}")
         messages = float(np.mean(counting.messages))  # the same messages under Flower
         base = np.mean([r["time"] for r in local.rounds[1:] or local.rounds])
@@ -200,7 +215,7 @@ def main() -> None:
             try:
                 rounds, total, up, down, stages = _own(config, args.parties, bool(secagg),
                                                        work / name, deploy)
-            except ConfigError as exc:
+            except VeilError as exc:
                 print(f"{name:8} Flower own {where}: failed: {str(exc)[:300]}")
                 continue
             _row(name, f"Flower own {where}", float("nan"), up + down, rounds, total, base)

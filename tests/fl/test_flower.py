@@ -66,6 +66,15 @@ class _LoopbackGrid:
                 replies.append(FlowerMessage(Error(code=2, reason=str(exc)), reply_to=m))
         return replies
 
+    def push_messages(self, messages):
+        messages = list(messages)
+        self._replies = self.send_and_receive(messages)
+        return [m.metadata.message_id for m in messages]
+
+    def pull_messages(self, message_ids):
+        replies, self._replies = self._replies, []
+        return replies
+
 
 def _grid(parties, silent=(), claims=None):
     """One loopback node per party (node id 1000 + index, config party-id = index)."""

@@ -374,7 +374,7 @@ def flower_app(config: Config, out: AppOut, results: Results = None,
         where = vertical_app(config, out, results)
     else:
         where = write_app(config, out, results, setup)
-    say(f"Flower app written to {where}: flwr run {where} <connection>")
+    say(f"Flower app written to {where}: veil fl submit {where} <connection>")
 
 
 DealOut = Annotated[Path, typer.Option("--out", help="Directory for public.bin and each "
@@ -524,3 +524,28 @@ def enrol(party: PartyIndex, key_share: KeyShare,
                         insecure_ok=insecure_ok, force=force)
     _say_replaced(replaced)
     say(f"party {party}'s identity written to {out} (set-up {ident.setup.fingerprint[:16]})")
+
+
+@app.command("submit")
+def submit(app_dir: Annotated[Path, typer.Argument(help="The app folder (veil fl app --out).")],
+           connection: Annotated[str | None, typer.Argument(
+               help="A SuperLink connection of $FLWR_HOME/config.toml (default: its "
+               "default).")] = None,
+           timeout: Annotated[float | None, typer.Option(
+               "--timeout", help="Seconds to wait for the run (then it is stopped).")] = None,
+           ) -> None:
+    """Submit a Flower app (flwr run APP CONNECTION --stream), show its log, and exit 1
+    unless the SuperLink records the run as completed: `flwr run` itself exits 0 whatever
+    became of the run. A failure names the party and the stage."""
+    from veil.cli._output import print_error
+    from veil.errors import ProtocolError
+    from veil.experiments.flower_app import submit as submit_app
+
+    if not (app_dir / "pyproject.toml").is_file():
+        raise ConfigError(f"APP_DIR={str(app_dir)!r} is not allowed: it holds no "
+                          "pyproject.toml; expected a Flower app folder (veil fl app --out)")
+    try:
+        submit_app(app_dir, connection, timeout=timeout, echo=say)
+    except ProtocolError as exc:
+        print_error(str(exc))
+        raise typer.Exit(1) from None

@@ -1,4 +1,6 @@
-"""Parties on different hosts: ``veil net certs``, ``veil psi`` and ``veil keygen``.
+"""Parties on different hosts: ``veil net ca / csr / sign`` (each party's own TLS key, a CA
+that signs requests, :mod:`veil.net.certs`), ``veil net certs`` (the single-machine demo),
+``veil psi`` and ``veil keygen``.
 
 Every command reads the same hosts file (:mod:`veil.net.hosts`: session, CA, each party's
 index, name and address) and runs *one* party on this host; the parties find each other by
@@ -10,11 +12,12 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Annotated
 
 import pandas as pd
 import typer
 
-from veil.cli._output import check_input_file, print_json, print_mapping, say
+from veil.cli._output import check_input_file, print_json, print_mapping, print_table, say
 from veil.errors import ConfigError, DataError
 
 app = typer.Typer(help="Parties on different hosts: certificates for the hosts file.",
@@ -43,9 +46,10 @@ def certs(
     hosts_path: str = HOSTS,
     days: int = typer.Option(30, "--days", help="Validity of the certificates, in days."),
 ) -> None:
-    """Issue the CA (the hosts file's ``ca`` path) and a certificate + key for every party
-    (and the driver) beside it. For tests and private deployments: each key must then be
-    copied to its own host only."""
+    """Single-machine demo: issue the CA (the hosts file's ``ca`` path) and a certificate +
+    private key for every party (and the driver) beside it, all in one folder. Across
+    organisations each makes its own key instead: veil net csr, then the CA's veil net
+    sign."""
     from veil._validation import check_int
     from veil.net import load_hosts
     from veil.net.certs import issue
@@ -63,6 +67,86 @@ def certs(
     print_mapping({"ca": str(hosts.ca), **{name: str(paths[name + ".crt"])
                                           for name in identities}},
                   title=f"certificates of session {hosts.session}")
+
+
+FORCE = typer.Option(False, "--force", help="Replace an existing private key (it is named).")
+DAYS = typer.Option(30, "--days", help="Validity of the certificate(s), in days.")
+
+
+@app.command()
+def ca(hosts_path: str = HOSTS,
+       days: int = typer.Option(365, "--days", help="Validity of the CA, in days."),
+       force: bool = FORCE) -> None:
+    """The CA's operator, once: the CA certificate (the hosts file's ``ca`` path, public:
+    to every party) and its private key ca.key beside it (0600; it stays here and signs
+    the parties' requests, veil net sign). It never sees a party's private key."""
+    from veil.net import load_hosts
+    from veil.net.certs import new_ca
+
+    hosts = load_hosts(hosts_path, need_ca=False)
+    replaced = [str(p) for p in (hosts.ca, hosts.ca.with_name("ca.key")) if p.exists()]
+    paths = new_ca(hosts.ca, name=f"veil CA {hosts.session}", days=days, force=force)
+    print_mapping({"ca": str(paths["ca"]), "key (stays here)": str(paths["key"]),
+                   "fingerprint": paths["fingerprint"]},
+                  title=f"CA of session {hosts.session}")
+    _say_replaced(replaced)
+
+
+@app.command()
+def csr(name: Annotated[str, typer.Option("--name", help="This party's name (as in the "
+                                          "hosts file).")],
+        host: Annotated[list[str] | None, typer.Option(
+            "--host", help="A DNS name or IP address this party is reached at (repeat).")]
+        = None,
+        out: Annotated[Path, typer.Option("--out", help="Folder for NAME.key and "
+                                          "NAME.csr.")] = Path("."),
+        force: bool = FORCE) -> None:
+    """On this party's own machine: its private key NAME.key (0600, it never leaves this
+    machine) and NAME.csr, the signing request to hand to the CA (veil net sign); tell the
+    CA the printed fingerprint over another channel (phone, in person)."""
+    from veil.net.certs import request
+
+    replaced = [str(out / f"{name}.key")] if (out / f"{name}.key").exists() else []
+    made = request(out, name, host or (), force=force)
+    print_mapping({"key (stays here)": str(made["key"]), "request (to the CA)":
+                   str(made["csr"]), "fingerprint": made["fingerprint"]},
+                  title=f"signing request of {name}")
+    _say_replaced(replaced)
+
+
+@app.command()
+def sign(requests: Annotated[list[Path], typer.Argument(help="The parties' NAME.csr files.")],
+         hosts_path: str = HOSTS,
+         out: Annotated[Path | None, typer.Option(
+             "--out", help="Folder for NAME.crt (default: beside each request).")] = None,
+         days: int = DAYS) -> None:
+    """The CA: sign the parties' requests (veil net csr) with the hosts file's CA and its
+    ca.key. A request must name a party (or the driver) of the hosts file and carry that
+    party's address; compare each printed fingerprint with the one the party told you."""
+    from veil.net import load_hosts
+    from veil.net.certs import read_request
+    from veil.net.certs import sign as sign_request
+
+    hosts = load_hosts(hosts_path)
+    names = {h.name: (h.host,) for h in hosts.parties}
+    if hosts.driver:
+        names[hosts.driver] = ()
+    for path in requests:   # every request is checked before any is signed
+        read_request(path)
+    rows = []
+    for path in requests:
+        name = read_request(path)[0]
+        target = (out or path.parent) / f"{name}.crt"
+        done = sign_request(path, hosts.ca, names, target, days=days)
+        rows.append([name, ", ".join(done["hosts"]), done["fingerprint"], str(target)])
+    print_table(rows, ["name", "valid for", "key fingerprint", "certificate"],
+                title=f"signed by the CA of session {hosts.session}")
+
+
+def _say_replaced(replaced: list[str]) -> None:
+    if replaced:
+        from veil.cli._output import warn
+        warn(f"--force replaced {', '.join(replaced)}")
 
 
 def _read_ids(path: str, column: str) -> list[str]:

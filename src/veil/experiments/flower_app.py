@@ -1,8 +1,9 @@
 """A Flower app for a ``veil fl run`` configuration: the run on a real Flower deployment.
 
 :func:`write_app` writes an app directory (``pyproject.toml``, ``veil_app.py``, the run's
-TOML file and, for the hybrid approach, the public set-up ``public.toml``) that ``flwr run
-DIR CONNECTION`` submits to a SuperLink. Its ServerApp trains the federation described by
+TOML file and, for the hybrid approach, the public set-up ``public.toml``) that
+:func:`submit` (``veil fl submit DIR CONNECTION``: ``flwr run`` and the run's status)
+submits to a SuperLink. Its ServerApp trains the federation described by
 the TOML file, moving every round through :class:`veil.fl.runtime.flower.FlowerRuntime`;
 it never builds a party (``Federation(remote=True)``): it holds no party's data, key share,
 identity, ledger or randomness.
@@ -52,7 +53,9 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import io
 import json
+import logging
 import os
 import re
 import shutil
@@ -60,6 +63,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -69,13 +73,13 @@ from typing import Any
 import numpy as np
 
 from veil._io import atomic_write
-from veil.errors import ConfigError, DataError
+from veil.errors import BudgetExceededError, ConfigError, DataError, ProtocolError, VeilError
 from veil.experiments.fl_config import FLConfig, load_config
 from veil.fl.federation import Federation
-from veil.fl.runtime.flower import Context, FlowerRuntime, Grid, ServerApp, client_app
+from veil.fl.runtime.flower import Context, FlowerRuntime, Grid, ServerApp, client_app, lost
 
 __all__ = ["NODE_KEYS", "Loopback", "app_setup", "client", "plan", "server", "write_app",
-           "write_app_files", "write_party_data"]
+           "submit", "write_app_files", "write_party_data"]
 
 #: what a SuperNode's node configuration may name, and the type of each
 NODE_KEYS = {"party-id": int, "plans": str, "data": str, "ledger": str, "key-share": str,
@@ -234,14 +238,25 @@ def app_setup(config: str | os.PathLike) -> Any:
 
 
 def server(config: str | os.PathLike) -> ServerApp:
-    """The ServerApp of ``config``: trains, writes ``results.json``, the final model's
-    parameters ``params.npy`` and the time of every stage ``stages.json``
-    (:attr:`FlowerRuntime.timeline`) into the app config's ``out`` directory (a DP run's
-    ledger, ``ledger.sqlite``, beside them)."""
+    """The ServerApp of ``config``: trains, writes ``results.json`` (as ``veil fl run``:
+    :meth:`veil.fl.History.save_json`), the final model's parameters ``params.npy`` and the
+    time of every stage ``stages.json`` (:attr:`FlowerRuntime.timeline`) into the app
+    config's ``out`` directory (a DP run's ledger, ``ledger.sqlite``, beside them), and logs
+    every round, the accuracy and the certified epsilon (``flwr run --stream`` shows them).
+
+    A run fails at the first thing that stops it -- a party refusing the plan or its files
+    before the first round, the aggregator's ledger refusing a round, a round that aborts
+    (too few parties answered: each one lost is named with the stage it was lost at,
+    :func:`veil.fl.runtime.flower.lost`) -- and goes no further: the ServerApp logs why,
+    writes ``failure.json`` (the error and the rounds done) and raises, so Flower records
+    the run as ``finished:failed`` (:func:`submit` exits non-zero on it). ``results.json``
+    and ``params.npy`` are written only by a run whose every round completed."""
     app = ServerApp()
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
+        from flwr.common.logger import log as flower_log
+
         from veil.dp import Ledger
 
         cfg = load_config(config)
@@ -249,19 +264,63 @@ def server(config: str | os.PathLike) -> ServerApp:
         _, federation = _federation(config, seeded=False, remote=True, setup=setup)
         out = Path(str(context.run_config["out"]))
         out.mkdir(parents=True, exist_ok=True)
+        ledger = None
         if cfg.has("privacy"):
             p = cfg["privacy"]
-            federation.ledger = Ledger(p["epsilon"], p["delta"], accountant=p["accountant"],
-                                       path=out / "ledger.sqlite")
-        federation.runtime = FlowerRuntime(grid, cfg.faults(), timeout=cfg["run"]["timeout"],
-                                           plan=plan(cfg, setup))
-        federation.runtime.connect(federation.clients)
-        history = federation.run()
+            ledger = federation.ledger = Ledger(p["epsilon"], p["delta"],
+                                                accountant=p["accountant"],
+                                                path=out / "ledger.sqlite")
+        name = Path(str(context.run_config.get("plan", config))).stem
+        runtime = federation.runtime = FlowerRuntime(grid, cfg.faults(),
+                                                     timeout=cfg["run"]["timeout"],
+                                                     plan=plan(cfg, setup))
+
+        def progress(record: dict[str, Any]) -> None:
+            flower_log(logging.INFO, "veil round %s", _round_line(record))
+            if record["status"] != "ok":
+                raise ProtocolError(lost(runtime.last_report))
+
+        federation.on_progress = progress
+        try:
+            runtime.connect(federation.clients)
+            history = federation.run()
+        except VeilError as exc:
+            done = len(federation.history.rounds)
+            where = "before the first round" if runtime.nodes is None else \
+                f"after {done} round(s)"
+            if isinstance(exc, BudgetExceededError):
+                where += f": the aggregator's ledger {out / 'ledger.sqlite'} refuses"
+            message = f"veil run {name} failed {where}: {exc}"
+            flower_log(logging.ERROR, "%s (results.json and params.npy not written; "
+                       "see %s)", message, out / "failure.json")
+            atomic_write(out / "failure.json", json.dumps(
+                {"error": message, "rounds": federation.history.to_dict()["rounds"]},
+                indent=2))
+            raise type(exc)(message) from None
         history.save_json(out / "results.json")
-        np.save(out / "params.npy", history.params)
-        atomic_write(out / "stages.json", json.dumps(federation.runtime.timeline, indent=1))
+        buffer = io.BytesIO()
+        np.save(buffer, history.params)
+        atomic_write(out / "params.npy", buffer.getvalue())
+        atomic_write(out / "stages.json", json.dumps(runtime.timeline, indent=1))
+        (out / "failure.json").unlink(missing_ok=True)
+        accuracy = history.to_dict()["summary"]["accuracy"]
+        certified = "none (no [privacy])" if ledger is None else \
+            "{:.4g} at delta {:.3g}".format(*ledger.spent())
+        flower_log(logging.INFO, "veil run %s: %d round(s), accuracy %s, certified epsilon "
+                   "%s; results in %s", name, len(history.rounds),
+                   "n/a" if accuracy is None else f"{accuracy:.4f}", certified, out)
 
     return app
+
+
+def _round_line(record: Mapping[str, Any]) -> str:
+    """One round's record as a log line: status, parties, accuracy, epsilon."""
+    line = (f"{record['round']}: {record['status']}, {record['aggregated']} of "
+            f"{record['sampled']} parties aggregated")
+    for key in ("accuracy", "epsilon"):
+        if record.get(key) is not None:
+            line += f", {key} {record[key]:.4g}"
+    return line
 
 
 class _Node:
@@ -375,20 +434,25 @@ def client(config: str | os.PathLike) -> Any:
 
 class Loopback:
     """A whole Flower deployment on this machine, for tests, benchmarks and trying a run:
-    one SuperLink and ``parties`` SuperNodes as separate processes on 127.0.0.1, with TLS
-    (a fresh self-signed CA, :mod:`veil.fl.runtime.tls`), offline, each with its own
-    ``FLWR_HOME`` under ``directory``. Use as a context manager: on exit every process
-    group is stopped (SIGTERM, then SIGKILL after ``grace`` s).
+    one SuperLink and ``parties`` SuperNodes as separate processes, with TLS (a fresh
+    self-signed CA, :mod:`veil.fl.runtime.tls`), offline, each with its own ``FLWR_HOME``
+    under ``directory``. Use as a context manager: on exit every process group is stopped
+    (SIGTERM, then SIGKILL after ``grace`` s).
 
     ``nodes[i]``: node i's node configuration (:data:`NODE_KEYS`; default ``party-id = i``
     only), written to ``node<i>.toml``; ``trust``: the CA certificate the nodes trust
-    (default the deployment's own). ``run(app_dir)`` submits an app (:func:`write_app`)
-    with ``flwr run`` and waits for it; ``kill(i)`` SIGKILLs node i and its app processes.
+    (default the deployment's own). ``bind``: the address the SuperLink listens on
+    (``"0.0.0.0"``: every interface, as on a real aggregator); ``addresses[i]``: the
+    address node i reaches it at (default 127.0.0.1; another loopback address such as
+    127.0.0.2 stands for another machine's view of the aggregator), each one in the
+    SuperLink's certificate. ``run(app_dir)`` submits an app (:func:`write_app`) with
+    ``flwr run`` and waits for it; ``kill(i)`` SIGKILLs node i and its app processes.
     """
 
     def __init__(self, directory: str | os.PathLike, parties: int, *,
                  nodes: Sequence[Mapping[str, Any]] | None = None,
-                 trust: str | os.PathLike | None = None, grace: float = 15.0) -> None:
+                 trust: str | os.PathLike | None = None, grace: float = 15.0,
+                 bind: str = "127.0.0.1", addresses: Sequence[str] | None = None) -> None:
         from veil._validation import check_int
 
         self.directory = Path(directory)
@@ -398,6 +462,12 @@ class Loopback:
         if len(self.nodes) != self.parties:
             raise ConfigError(f"nodes has {len(self.nodes)} entries; expected one node "
                               f"configuration per party ({self.parties})")
+        self.bind = bind
+        self.addresses = list(addresses) if addresses is not None else \
+            ["127.0.0.1"] * self.parties
+        if len(self.addresses) != self.parties:
+            raise ConfigError(f"addresses has {len(self.addresses)} entries; expected one "
+                              f"address per party ({self.parties})")
         self.trust = trust
         self.grace = grace
         self.processes: list[Any] = []
@@ -405,16 +475,20 @@ class Loopback:
         self._bin = bin_dir
         self._env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
                          FLWR_TELEMETRY_ENABLED="0", FLWR_DISABLE_UPDATE_CHECK="1",
-                         FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1")
+                         FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1",
+                         # the SuperExecs look for a message to start an app process for
+                         # every 0.2 s, not every 1 s (each message of a round waits for it)
+                         FLWR_SUPEREXEC_TASK_POLL_INTERVAL="0.2")
 
     def __enter__(self) -> Loopback:
         from veil.fl.runtime.tls import self_signed
 
         try:
-            self.tls = self_signed(self.directory / "tls")
+            self.tls = self_signed(self.directory / "tls", tuple(dict.fromkeys(
+                ["localhost", "127.0.0.1", *self.addresses])))
             self.port = _free_port()
             self._start("superlink", [
-                "flower-superlink", "--host", "127.0.0.1", "--port", str(self.port),
+                "flower-superlink", "--host", self.bind, "--port", str(self.port),
                 "--ssl-ca-certfile", str(self.tls["ca"]), "--ssl-certfile",
                 str(self.tls["cert"]), "--ssl-keyfile", str(self.tls["key"]),
                 "--disable-runtime-dependency-installation",
@@ -424,7 +498,7 @@ class Loopback:
                 node_file = self.directory / f"node{i}.toml"
                 node_file.write_text("".join(f"{k} = {_toml(v)}\n" for k, v in node.items()))
                 self._start(f"node{i}", [
-                    "flower-supernode", "--superlink", f"127.0.0.1:{self.port}",
+                    "flower-supernode", "--superlink", f"{self.addresses[i]}:{self.port}",
                     "--root-certificates", str(self.trust or self.tls["ca"]),
                     "--node-config", str(node_file), "--host", "127.0.0.1",
                     "--port", str(_free_port())])
@@ -452,18 +526,9 @@ class Loopback:
                 stderr=subprocess.STDOUT, start_new_session=True))
 
     def run(self, app_dir: str | os.PathLike, timeout: float = 600.0) -> str:
-        """Submit the app and follow it to its end; returns flwr's output."""
-        done = subprocess.run(
-            [str(self._bin / "flwr"), "run", str(app_dir), "veil", "--stream"],
-            env=dict(self._env, FLWR_HOME=str(self.directory / "user")),
-            capture_output=True, text=True, timeout=timeout)
-        # flwr run exits 0 when the ServerApp failed: its exit code is in the log
-        codes = [int(c) for c in re.findall(r"Exit Code: (\d+)", done.stdout)]
-        if done.returncode != 0 or any(codes):
-            raise ConfigError(f"flwr run {app_dir} failed ({done.returncode}, ServerApp "
-                              f"exit codes {codes}): {done.stdout[-3000:]}"
-                              f"{done.stderr[-2000:]}")
-        return done.stdout
+        """Submit the app and follow it to its end (:func:`submit`); returns flwr's output."""
+        return submit(app_dir, "veil", timeout=timeout,
+                      env=dict(self._env, FLWR_HOME=str(self.directory / "user")))
 
     def kill(self, node: int) -> None:
         """SIGKILL node ``node`` and every process it started (a machine that dies)."""
@@ -505,6 +570,81 @@ class Loopback:
         for p in self.processes:
             p.wait()
         self.processes = []
+
+
+def submit(app_dir: str | os.PathLike, connection: str | None = None, *,
+           timeout: float | None = None, env: Mapping[str, str] | None = None,
+           echo: Any = None) -> str:
+    """Submit a Flower app (``flwr run APP [CONNECTION] --stream``), follow its log to the
+    end and return it; a :class:`~veil.errors.ProtocolError` unless the SuperLink records
+    the run as ``finished:completed`` (``flwr ls --run-id N --format json``), with the
+    reason the ServerApp gave (:func:`server`: the party and the stage).
+
+    ``flwr run`` itself exits 0 whatever became of the run (flwr 1.42: it only streams the
+    log; a failed ServerApp shows "Exit Code: 201" there): the run's status is what tells.
+    ``connection``: a SuperLink connection of ``$FLWR_HOME/config.toml`` (default: its
+    ``default``); ``timeout``: seconds to wait for the run (then it is stopped, ``flwr
+    stop``); ``env``: the environment of the ``flwr`` commands; ``echo``: called with each
+    line of the log as it arrives."""
+    flwr = str(Path(sys.executable).with_name("flwr"))
+    target = [] if connection is None else [connection]
+    env = dict(os.environ if env is None else env)
+    lines: list[str] = []
+    with subprocess.Popen([flwr, "run", str(app_dir), *target, "--stream"], env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True) as process:
+        expired = threading.Event()
+
+        def stop() -> None:
+            expired.set()
+            process.kill()
+
+        timer = None if timeout is None else threading.Timer(timeout, stop)
+        if timer is not None:
+            timer.start()
+        try:
+            for line in process.stdout:
+                lines.append(line)
+                if echo is not None:
+                    echo(line.rstrip("\n"))
+        finally:
+            if timer is not None:
+                timer.cancel()
+    output = "".join(lines)
+    started = re.search(r"Successfully started run (\d+)", output)
+    if started is None:
+        raise ProtocolError(f"flwr run {app_dir} did not start a run (exit status "
+                            f"{process.returncode}): {output[-2000:]}")
+    run_id = started.group(1)
+    if expired.is_set():
+        subprocess.run([flwr, "stop", run_id, *target], env=env, capture_output=True)
+        raise ProtocolError(f"run {run_id} of {app_dir} did not end within timeout="
+                            f"{timeout} s: stopped")
+    status, details = _run_status(flwr, run_id, target, env)
+    if status != "finished:completed":
+        reason = re.search(r"veil run \S+ failed .*", output)
+        raise ProtocolError(f"run {run_id} of {app_dir} ended {status}: "
+                            f"{reason.group(0) if reason else details or output[-2000:]}")
+    return output
+
+
+def _run_status(flwr: str, run_id: str, target: list[str], env: Mapping[str, str],
+                wait: float = 30.0) -> tuple[str, str]:
+    """A run's status and details as the SuperLink records them, once it has finished (the
+    log stream can end a moment before the status is written)."""
+    deadline = time.monotonic() + wait
+    while True:
+        done = subprocess.run([flwr, "ls", *target, "--run-id", run_id, "--format", "json"],
+                              env=env, capture_output=True, text=True)
+        try:
+            (row,) = json.loads(done.stdout)["runs"]
+            status, details = str(row["status"]), str(row.get("status-details") or "")
+        except (ValueError, KeyError, TypeError):
+            raise ProtocolError(f"flwr ls --run-id {run_id} gave no run status: "
+                                f"{(done.stdout + done.stderr)[-1000:]}") from None
+        if status.startswith("finished") or time.monotonic() > deadline:
+            return status, details
+        time.sleep(0.5)
 
 
 def _wait_listening(port: int, process: Any, log_file: Path, timeout: float = 60.0) -> None:

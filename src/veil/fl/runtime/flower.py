@@ -99,7 +99,7 @@ from veil.fl.protocol import ClientProtocol, ServerRound
 from veil.fl.runtime.local import Faults, LocalRuntime, RoundReport
 from veil.fl.runtime.workers import Served, serve
 
-__all__ = ["PARTY_STAGE", "FlowerRuntime", "client_app", "plan_differences", "simulate"]
+__all__ = ["PARTY_STAGE", "FlowerRuntime", "client_app", "lost", "plan_differences", "simulate"]
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +110,8 @@ _STATE = "veil"       # the ConfigRecord of context.state holding the pickled pa
 _PLAN = "veil-plan"   # the ConfigRecord of context.state holding the agreed plan digest
 #: the largest plan (canonical JSON) a node reads from the server
 MAX_PLAN_BYTES = 1 << 20
+#: seconds between two polls of the SuperLink for a stage's answers
+POLL = 0.2
 
 
 def _record(**fields: Any) -> RecordDict:
@@ -270,6 +272,8 @@ class FlowerRuntime(LocalRuntime):
         self.plan = None if plan is None else json.loads(canonical(plan))
         self._plan_digest = None if plan is None else _digest(self.plan)
         self.nodes: dict[int, int] | None = None   # party index -> Flower node id
+        #: the report of the latest round (:func:`lost` says why an aborted one failed)
+        self.last_report: RoundReport | None = None
 
     def connect(self, parties: Iterable[int] | None = None) -> dict[int, int]:
         """Ask every node for its party index; returns (and keeps) party -> node id.
@@ -326,6 +330,7 @@ class FlowerRuntime(LocalRuntime):
         for party in server.clients:
             if party not in self.nodes:
                 report.rejected.append((party, "no Flower node hosts this party"))
+        self.last_report = report
         return report
 
     def _execute(self, deliveries: list[tuple[int, bytes, bytes]], clients: Mapping[int, int],
@@ -341,8 +346,8 @@ class FlowerRuntime(LocalRuntime):
         began = time.perf_counter()
         replies = self._send_and_receive(sent)
         seconds = time.perf_counter() - began
-        for (cid, _, _), reply in zip(deliveries, replies):
-            out.append(_answers(cid, reply))
+        for (cid, _, _), (_, stage, _), reply in zip(deliveries, sent, replies):
+            out.append(_answers(cid, stage, reply))
         if deliveries:
             first = Message.from_bytes(deliveries[0][1])
             self.timeline.append({"round": first.round, "stage": first.stage,
@@ -352,30 +357,55 @@ class FlowerRuntime(LocalRuntime):
 
     def _send_and_receive(self, sent: list[tuple[int, str, RecordDict]]
                           ) -> list[FlowerMessage | None]:
-        """Send (node, stage, content) messages; the reply to each (None: none in time)."""
+        """Send (node, stage, content) messages; the reply to each (None: none within
+        ``timeout``). Polls the SuperLink every :data:`POLL` seconds (Flower's own
+        ``Grid.send_and_receive`` sleeps 3 s between polls, adding up to 3 s per stage)."""
         messages = [FlowerMessage(content, dst_node_id=node, message_type=f"query.{stage}")
                     for node, stage, content in sent]
-        replies = self.grid.send_and_receive(messages, timeout=self.timeout)
-        by_id = {r.metadata.reply_to_message_id: r for r in replies}
+        waiting = set(self.grid.push_messages(messages))
+        by_id: dict[str, FlowerMessage] = {}
+        deadline = time.monotonic() + self.timeout
+        while waiting:
+            for reply in self.grid.pull_messages(waiting):
+                by_id[reply.metadata.reply_to_message_id] = reply
+                waiting.discard(reply.metadata.reply_to_message_id)
+            if not waiting or time.monotonic() >= deadline:
+                break
+            time.sleep(POLL)
         return [by_id.get(m.metadata.message_id) for m in messages]
 
 
-def _answers(party: int, reply: FlowerMessage | None) -> Served:
-    """A node's reply as (answers, CPU seconds, why none): bad replies are dropouts."""
+def lost(report: RoundReport) -> str:
+    """Why a round aborted, naming every party that gave no answer and at which stage (a
+    deployed run that fails says who and where; :data:`RoundReport.rejected` reasons from
+    :meth:`FlowerRuntime._execute` carry the stage)."""
+    who = [f"party {party} {why}" for party, why in report.rejected]
+    who += [f"party {party} dropped out at stage {stage} (a simulated fault)"
+            for party, stage in report.dropped.items()]
+    return "; ".join([report.error or f"round {report.round} aborted", *who])
+
+
+def _answers(party: int, stage: str, reply: FlowerMessage | None) -> Served:
+    """A node's reply as (answers, CPU seconds, why none): bad replies are dropouts; the
+    reason names the stage (a failed run names the party and where it was lost)."""
+    answers, cpu, error = [], 0.0, None
     if reply is None:
-        return [], 0.0, "no answer from its Flower node in time"
-    if reply.has_error():
-        return [], 0.0, f"Flower error {reply.error.code}: {reply.error.reason}"
-    try:
-        answers = _field(reply.content, "answers", list)
-        cpu = _field(reply.content, "cpu", float)
-        error = reply.content.config_records[_RECORD].get("error")
-        for data in answers:
-            if Message.from_bytes(data).sender != party:
-                raise ProtocolError(f"the node of party {party} answered for another party")
-    except ProtocolError as exc:
-        return [], 0.0, f"bad answer from its Flower node: {exc}"
-    return list(answers), cpu, error if isinstance(error, str) else None
+        error = "no answer from its Flower node in time"
+    elif reply.has_error():
+        error = f"Flower error {reply.error.code}: {reply.error.reason}"
+    else:
+        try:
+            answers = list(_field(reply.content, "answers", list))
+            cpu = _field(reply.content, "cpu", float)
+            error = reply.content.config_records[_RECORD].get("error")
+            error = error if isinstance(error, str) else None
+            for data in answers:
+                if Message.from_bytes(data).sender != party:
+                    raise ProtocolError(f"the node of party {party} answered for another "
+                                        "party")
+        except ProtocolError as exc:
+            answers, cpu, error = [], 0.0, f"bad answer from its Flower node: {exc}"
+    return answers, cpu, None if error is None else f"at stage {stage}: {error}"
 
 
 # -- the simulation engine -------------------------------------------------------------
