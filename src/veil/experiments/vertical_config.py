@@ -88,8 +88,8 @@ import pandas as pd
 from veil.errors import ConfigError, DataError
 from veil.fl.vertical.parties import VerticalSettings, check_flower
 
-__all__ = ["SECTIONS", "TRANSFER_KEYS", "check_section", "flower_settings", "read_party_table",
-           "vertical_settings"]
+__all__ = ["SECTIONS", "TRANSFER_KEYS", "FILE_KEYS", "check_section", "flower_settings",
+           "read_party_table", "vertical_settings"]
 
 _NUM = (int, float)
 #: the settings of each section -> their allowed types
@@ -114,6 +114,9 @@ SECTIONS: dict[str, dict[str, tuple[type, ...]]] = {
                  "layers": (list,), "gamma": _NUM, "lam": _NUM, "key_bits": (int,),
                  "correlation": (str,)},
 }
+#: the [vertical] keys about files and data sets, read by the run (every other key is a
+#: field of VerticalSettings)
+FILE_KEYS = frozenset({"parties", "dataset", "overlap", "rows", "identities"})
 #: [transfer] protocol -> the settings only it reads ("label", "source", "test",
 #: "learning_rate", "seed" and "protocol" are common)
 TRANSFER_KEYS = {
@@ -160,8 +163,7 @@ def vertical_settings(section: Any) -> VerticalSettings:
     of ``parties = { name = "file.csv" }`` in the file's order (none for ``dataset``: its
     tables name their parties)."""
     cfg = check_section(section, "vertical")
-    fields = set(VerticalSettings.__dataclass_fields__) - {"parties"}
-    given = {k: v for k, v in cfg.items() if k in fields}
+    given = {k: v for k, v in cfg.items() if k not in FILE_KEYS}
     if isinstance(given.get("clip"), list):
         given["clip"] = tuple(given["clip"])
     parties = cfg.get("parties")

@@ -57,3 +57,15 @@ def test_a_party_checks_its_table_against_the_settings():
     table = pd.DataFrame({"id": ["a", "b"], "x": [1.0, 2.0]})
     with pytest.raises(ConfigError, match="not one of the run's parties"):
         VerticalParty("telco", settings, table)
+
+
+def test_every_key_of_the_section_is_a_setting_or_a_file():
+    """One schema: a [vertical] key the settings do not hold (and that names no file or
+    data set) would be checked, then silently dropped."""
+    from dataclasses import fields
+
+    from veil.experiments.vertical_config import FILE_KEYS, SECTIONS
+
+    settings = {f.name for f in fields(VerticalSettings)} - {"parties"}
+    assert set(SECTIONS["vertical"]) == settings | FILE_KEYS
+    assert not settings & FILE_KEYS
