@@ -14,7 +14,7 @@ import time
 import tomllib
 from pathlib import Path
 
-from veil.fl.vertical.run import run_vertical
+from veil.experiments.vertical_run import run_vertical
 
 
 def main(argv: list[str] | None = None) -> int:

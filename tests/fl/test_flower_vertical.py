@@ -31,17 +31,17 @@ from veil.experiments.flower_vertical_app import (  # noqa: E402
     client,
     vertical_app,
 )
-from veil.fl.messages import decode, encode  # noqa: E402
-from veil.fl.runtime.flower_vertical import (  # noqa: E402
-    VerticalParty,
-    VerticalRelay,
-    client_app,
-    train,
-    vertical_plan,
+from veil.experiments.vertical_config import (  # noqa: E402
+    flower_settings,
+    vertical_settings,
 )
+from veil.experiments.vertical_run import run_vertical  # noqa: E402
+from veil.fl.messages import decode, encode  # noqa: E402
+from veil.fl.runtime.flower_vertical import VerticalRelay, client_app  # noqa: E402
 from veil.fl.secagg.masks import public_key  # noqa: E402
 from veil.fl.vertical import VerticalLogisticRegression  # noqa: E402
-from veil.fl.vertical.run import held_out, run_vertical, schedule  # noqa: E402
+from veil.fl.vertical.data import held_out  # noqa: E402
+from veil.fl.vertical.parties import VerticalParty, train  # noqa: E402
 from veil.random import check_rng  # noqa: E402
 
 from .test_flower import _LoopbackGrid, _task_identity  # noqa: E402, F401
@@ -135,7 +135,7 @@ def _relay(config, nodes, apps=None):
     for context in grid.contexts.values():
         context.run_config = {"plan": "run.toml"}
     grid.relayed = []
-    return VerticalRelay(grid, vertical_plan(load_config(config)["vertical"]), timeout=30)
+    return VerticalRelay(grid, flower_settings(load_config(config)["vertical"]), timeout=30)
 
 
 def _local_model(config):
@@ -150,7 +150,8 @@ def _local_model(config):
     rng = check_rng(section["seed"])
     test = held_out(y.size, section["test_fraction"], rng)
     model = VerticalLogisticRegression("paillier", key_bits=512, insecure_ok=True,
-                                       random_state=rng.spawn(1)[0], **schedule(section))
+                                       random_state=rng.spawn(1)[0],
+                                       **vertical_settings(section).schedule())
     return model.fit([b[~test] for b in blocks], y[~test])
 
 
@@ -203,7 +204,7 @@ def _altered(config, nodes, name, cls, **attributes):
         party.__dict__.update(attributes)
         return party
 
-    apps = {name: client_app(build, lambda c: vertical_plan(_own_plan(c)[1]))}
+    apps = {name: client_app(build, lambda c: flower_settings(_own_plan(c)[1]))}
     relay = _relay(config, nodes, apps)
     relay.connect()
     return relay
@@ -316,9 +317,9 @@ def test_what_flower_cannot_run_is_refused_before_anything_runs(tmp_path):
         with pytest.raises(ConfigError, match=match):
             vertical_app(config, tmp_path / "app")
     with pytest.raises(ConfigError, match="protocol='ss' does not run on Flower"):
-        vertical_plan({"protocol": "ss", "parties": {"a": "a.csv", "b": "b.csv"}})
+        flower_settings({"protocol": "ss", "parties": {"a": "a.csv", "b": "b.csv"}})
     with pytest.raises(ConfigError, match="may not name a party 'arbiter'"):
-        vertical_plan({"parties": {"arbiter": "a.csv", "b": "b.csv"}})
+        flower_settings({"parties": {"arbiter": "a.csv", "b": "b.csv"}})
 
 
 @pytest.mark.slow  # Flower's simulation engine (Ray) starts in ~20 s
@@ -396,7 +397,8 @@ def test_three_organisations_align_on_the_ids_all_of_them_hold(tmp_path):
     rng = check_rng(section["seed"])
     test = held_out(y.size, section["test_fraction"], rng)
     model = VerticalLogisticRegression("paillier", key_bits=512, insecure_ok=True,
-                                       random_state=rng.spawn(1)[0], **schedule(section))
+                                       random_state=rng.spawn(1)[0],
+                                       **vertical_settings(section).schedule())
     model.fit([b[~test] for b in blocks], y[~test])
     for name, coef in (("insurer", model.coefs_[1]), ("telco", model.coefs_[2])):
         np.testing.assert_array_equal(np.load(tmp_path / f"org-{name}" / "model" /

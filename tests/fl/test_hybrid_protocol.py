@@ -87,7 +87,7 @@ def test_smc_sum_is_exact_and_equals_the_simulation(primes):
     data = _data(integer=True)
     for packed in (True, False):
         agg = HybridAggregator(data, _agreement("smc", trust=2, packed=packed),
-                               keys=keys_for(primes, 2))
+                               runtime=LocalRuntime(), keys=keys_for(primes, 2))
         answer = agg.aggregate(SumQuery(integer=True).next_query(), SumQuery(integer=True),
                                party_noise=None, server_noise=None, rng=1)
         assert np.array_equal(answer.values, _truth(data))
@@ -98,7 +98,8 @@ def test_smc_sum_is_exact_and_equals_the_simulation(primes):
         assert np.array_equal(answer.values, sim.values)
     # packing: one ciphertext for the three values instead of three
     assert agg.reports[-1].bytes_up > 0
-    packed_agg = HybridAggregator(data, _agreement("smc", trust=2), keys=keys_for(primes, 2))
+    packed_agg = HybridAggregator(data, _agreement("smc", trust=2), runtime=LocalRuntime(),
+                                  keys=keys_for(primes, 2))
     packed_agg.aggregate(SumQuery().next_query(), SumQuery(), party_noise=None,
                          server_noise=None, rng=1)
     assert packed_agg.reports[-1].bytes_up < agg.reports[-1].bytes_up
@@ -128,7 +129,7 @@ def test_t_equal_n_is_central_dp_and_t_one_is_local_dp(primes):
                                 ("central", "central", None), ("local", "local", None)):
         agreement = _agreement(method, trust=trust)
         keys = keys_for(primes, trust) if agreement.encrypted else None
-        agg = HybridAggregator(data, agreement, keys=keys)
+        agg = HybridAggregator(data, agreement, runtime=LocalRuntime(), keys=keys)
         runs[name] = (_noisy_sums(agg, agreement, 150, seed=len(name)) - truth).ravel()
     assert stats.kstest(runs["t=n"], stats.norm(scale=sigma).cdf).pvalue > 1e-3
     assert stats.kstest(runs["t=1"], stats.norm(scale=sigma * math.sqrt(N)).cdf).pvalue > 1e-3
@@ -145,7 +146,8 @@ def test_protocol_and_noise_only_simulation_have_the_same_distribution(primes):
     data = _data(integer=True)
     learner = SumQuery(integer=True)
     agreement = _agreement("hybrid", trust=2, noise="skellam", z=3.0)
-    real = _noisy_sums(HybridAggregator(data, agreement, keys=keys_for(primes, 2)), agreement,
+    real = _noisy_sums(HybridAggregator(data, agreement, runtime=LocalRuntime(),
+                                        keys=keys_for(primes, 2)), agreement,
                        150, seed=5, learner=learner).ravel()
     sim = _noisy_sums(SimulatedAggregator(data), agreement, 150, seed=6,
                       learner=learner).ravel()
@@ -210,7 +212,7 @@ def test_wrong_partial_decryption_is_caught_named_and_replaced(primes):
     keys = keys_for(primes, 2)            # t_bar = 3 of 4: one spare party
     agreement = _agreement("smc", trust=2)
     for liar in range(N):
-        agg = HybridAggregator(data, agreement, keys=keys)
+        agg = HybridAggregator(data, agreement, runtime=LocalRuntime(), keys=keys)
         X, y = data[liar]
         agg.clients[liar] = LyingClient(liar, X, y, agg.agreement, key_share=keys.shares[liar],
                                         identity=agg.clients[liar]._identity)
@@ -223,7 +225,7 @@ def test_wrong_partial_decryption_is_caught_named_and_replaced(primes):
     # the liar is named when it was among the first asked; run until it is
     found = False
     for seed in range(20):
-        agg = HybridAggregator(data, agreement, keys=keys)
+        agg = HybridAggregator(data, agreement, runtime=LocalRuntime(), keys=keys)
         agg.clients[0] = LyingClient(0, *data[0], agg.agreement, key_share=keys.shares[0],
                                      identity=agg.clients[0]._identity)
         query, learner = SumQuery(integer=True).next_query(), SumQuery(integer=True)
@@ -255,7 +257,7 @@ def test_a_ciphertext_under_another_key_is_rejected(primes):
     data = _data(integer=True)
     keys = keys_for(primes, 2)
     other, _ = paillier.keygen(BITS, insecure_ok=True, rng=7)
-    agg = HybridAggregator(data, _agreement("smc", trust=2), keys=keys)
+    agg = HybridAggregator(data, _agreement("smc", trust=2), runtime=LocalRuntime(), keys=keys)
     agg.clients[1] = ForeignKeyClient(1, *data[1], agg.agreement, key_share=keys.shares[1],
                                       identity=agg.clients[1]._identity, other_key=other)
     args = (SumQuery(integer=True).next_query(), SumQuery(integer=True))
@@ -270,7 +272,7 @@ def test_answers_beyond_the_bound_are_clipped_and_counted(primes, caplog):
     data = _data(integer=True)
     data[2] = (data[2][0] + 50, data[2][1])           # party 2's sums exceed the bound 100
     agreement = _agreement("smc", trust=2)
-    agg = HybridAggregator(data, agreement, keys=keys_for(primes, 2))
+    agg = HybridAggregator(data, agreement, runtime=LocalRuntime(), keys=keys_for(primes, 2))
     learner = SumQuery(bound=100.0, integer=True)
     answer = agg.aggregate(learner.next_query(), learner, party_noise=None, server_noise=None,
                            rng=1)
@@ -328,7 +330,8 @@ def test_fit_queries_through_the_protocol_matches_the_simulation(primes):
     data = [(X[p], y[p]) for p in parts]
     agreement = _agreement("smc", trust=3)
     real = fit_queries(ID3Queries([3] * 4, [0, 1], max_depth=3),
-                       HybridAggregator(data, agreement, keys=keys_for(primes, 3)),
+                       HybridAggregator(data, agreement, runtime=LocalRuntime(),
+                                        keys=keys_for(primes, 3)),
                        method="smc")
     sim = fit_queries(ID3Queries([3] * 4, [0, 1], max_depth=3), SimulatedAggregator(data),
                       method="smc")
@@ -356,7 +359,8 @@ def _answered(primes, agreement_kw=None, learner=None):
     """Four parties that answered round 0's query, the aggregator's server, the replies."""
     data = _data(integer=True)
     agg = HybridAggregator(data, _agreement("hybrid", trust=2, noise="skellam",
-                                            **(agreement_kw or {})), keys=keys_for(primes, 2))
+                                            **(agreement_kw or {})),
+                           runtime=LocalRuntime(), keys=keys_for(primes, 2))
     learner = learner or SumQuery(integer=True)
     for c in agg.clients.values():
         c.learner = learner
@@ -414,7 +418,7 @@ def test_a_party_takes_the_query_from_its_own_plan(primes):
     queries beyond its plan."""
     data = _data(integer=True)
     agg = HybridAggregator(data, _agreement("hybrid", trust=2, noise="skellam"),
-                           keys=keys_for(primes, 2))
+                           runtime=LocalRuntime(), keys=keys_for(primes, 2))
     learner = SumQuery(integer=True)
     party = agg.clients[0]
     party.learner = learner
@@ -519,7 +523,7 @@ def test_two_groups_cannot_decrypt_two_sums_whose_difference_is_one_answer(prime
     except ConfigError as exc:
         assert "min_answers=3" in str(exc)
         agreement = _agreement("smc", trust=3)
-    agg = HybridAggregator(data, agreement, keys=keys)
+    agg = HybridAggregator(data, agreement, runtime=LocalRuntime(), keys=keys)
     learner = SumQuery(integer=True)
     for c in agg.clients.values():
         c.learner = learner

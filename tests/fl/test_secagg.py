@@ -11,7 +11,7 @@ from veil.dp.accounting import make_accountant
 from veil.errors import ConfigError, ProtocolError
 from veil.fl import Faults, Federation, LocalRuntime, Message
 from veil.fl.messages import SERVER, decode
-from veil.fl.secagg import SecAggClient
+from veil.fl.secagg import RoundPlanner, SecAggClient
 from veil.fl.strategies import DPFedAvg, FedAvg, SecAgg
 from veil.learn import LogisticRegression
 
@@ -312,3 +312,14 @@ def test_exclusions_at_setup_settle_before_anything_is_shared(clients, known_upd
         np.testing.assert_allclose(report.result.params, exact, atol=1e-6)
         assert all(server.holders[i] and set(server.holders[i]) <= set(server.keys)
                    for i in server.keys)
+
+
+def test_secagg_is_the_planner_its_rounds_expect():
+    """The SecAgg+ stage machines see their strategy only as a RoundPlanner (declared in
+    veil.fl.secagg, below the strategies, so the protocol never imports its planner): a
+    member the interface names but SecAgg lacks would fail only mid-round."""
+    members = {name for name in vars(RoundPlanner) if not name.startswith("_")}
+    members |= set(RoundPlanner.__annotations__)
+    strategy = SecAgg(FedAvg(weighted=False))
+    assert {"plan", "run_digest", "consistency", "identities"} <= members
+    assert [name for name in sorted(members) if not hasattr(strategy, name)] == []

@@ -299,7 +299,7 @@ def _total(counts: Any) -> int:
 
 def _run_vertical(cfg: Any, config: Path, out: Path | None, json_: bool, force: bool,
                   flower: bool = False) -> None:
-    """A ``[vertical]`` or ``[transfer]`` run (:mod:`veil.fl.vertical.run`): results.json,
+    """A ``[vertical]`` or ``[transfer]`` run (:mod:`veil.experiments.vertical_run`): results.json,
     run.json (the run directory `veil audit` reads) and the ledgers of the parties that
     spend privacy budget, in the output folder. Relative paths in the section are read from
     the config file's folder. ``flower``: a [vertical] run on Flower's simulation engine
@@ -310,16 +310,14 @@ def _run_vertical(cfg: Any, config: Path, out: Path | None, json_: bool, force: 
 
     from veil._json import to_jsonable
     from veil.audit import Run, RunRecord, write_run
-    from veil.fl.vertical.run import run_transfer, run_vertical
+    from veil.experiments.vertical_run import run_transfer, run_vertical
 
     kind = cfg.kind
     out_dir = check_out_dir(out or Path(cfg["run"]["out"] or Path("fl_results") / config.stem),
                             force=force, keep=("ledger*.sqlite",))
     os.makedirs(out_dir, exist_ok=True)
-    runner = functools.partial(run_transfer, flower=flower) if kind == "transfer" \
-        else run_vertical
-    if flower and kind == "vertical":
-        from veil.fl.runtime.flower_vertical import simulate as runner
+    runner = functools.partial(run_transfer if kind == "transfer" else run_vertical,
+                               flower=flower)
     start = time.perf_counter()
     with err_console.status(f"{kind} run {config}", spinner="dots"):
         results = to_jsonable(runner(cfg[kind], base=config.resolve().parent, out=out_dir))

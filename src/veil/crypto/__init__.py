@@ -11,6 +11,7 @@
 * :mod:`~veil.crypto.sharing` — additive (Z_2^64) and Shamir (GF(2^61 - 1)) secret sharing;
 * :mod:`~veil.crypto.psi` — ECDH private set intersection on Curve25519;
 * :mod:`~veil.crypto.identity` — Ed25519 identity keys, signatures and identity tables;
+* :mod:`~veil.crypto.agreement` — X25519 key agreement with HKDF-SHA256;
 * :mod:`~veil.crypto.millionaires` — Yao's 1982 millionaires' protocol.
 """
 

@@ -43,6 +43,7 @@ from veil.experiments.tasks import load_task, make_learner
 from veil.fl.hybrid.fit import METHODS, fit_queries, plan_multiplier
 from veil.fl.hybrid.protocol import Agreement, HybridKeys, deal_keys
 from veil.fl.hybrid.run import HybridAggregator
+from veil.fl.runtime import LocalRuntime
 from veil.random import RngLike, check_rng
 
 __all__ = ["DemoRun", "DemoReport", "run_demo", "KEY_BITS", "METHOD_LABELS", "AUDIT_RECORDS"]
@@ -178,7 +179,7 @@ def run_demo(*, parties: int = 10, epsilon: float = 1.0, delta: float = 1e-5,
                 ledger = Ledger(epsilon, delta) if folder is None else persisted_ledger(
                     folder, _label(name, method, t), epsilon, delta)
             began = time.perf_counter()
-            aggregator = HybridAggregator(data, agreement,
+            aggregator = HybridAggregator(data, agreement, runtime=LocalRuntime(),
                                           keys=keys if agreement.encrypted else None)
             fit = fit_queries(make_learner(task, **options), aggregator, method=method,
                               trust=t, noise=noise, ledger=ledger, noise_multiplier=z,

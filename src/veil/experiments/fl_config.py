@@ -28,7 +28,7 @@ Sections and keys (every key optional unless marked; unknown sections or keys ar
     [audit]     canaries, norm, kind (dirac | gaussian), confidence
     [vertical]  a vertical run (same people, different columns), or
     [transfer]  a federated transfer-learning run: every setting of either is in that
-                section (:mod:`veil.fl.vertical.run`); beside it only [run] seed, out
+                section (:mod:`veil.experiments.vertical_config`); beside it only [run] seed, out
     [run]       seed, out, workers (processes for the clients, veil.fl.runtime.workers), timeout,
                 simulate_noise (draw the DP noise from the seed: a labelled simulation whose
                 epsilon is not certified; results.json says so)
@@ -113,7 +113,7 @@ SCHEMA: dict[str, dict[str, tuple[Any, Any]]] = {
     "run": {"seed": (int, None), "out": (str, None), "workers": (int, 1),
             "timeout": (_NUM, 600.0), "simulate_noise": (bool, False)},
 }
-#: sections of a vertical or transfer-learning run (veil.fl.vertical.run), each the only
+#: sections of a vertical or transfer-learning run (veil.experiments.vertical_config), each the only
 #: one of its file beside [run] (seed, out)
 VERTICAL_SECTIONS = frozenset({"vertical", "transfer"})
 _VERTICAL_RUN_KEYS = frozenset({"seed", "out"})
@@ -362,8 +362,8 @@ def _section(path: str, name: str, table: Any) -> dict[str, Any]:
 
 def _load_vertical(path: str, raw: dict[str, Any]) -> FLConfig:
     """A ``[vertical]`` or ``[transfer]`` run (module docstring): that section, checked by
-    :func:`veil.fl.vertical.run.check_section`, and ``[run]`` (seed, out) beside it."""
-    from veil.fl.vertical.run import check_section
+    :func:`veil.experiments.vertical_config.check_section`, and ``[run]`` (seed, out) beside it."""
+    from veil.experiments.vertical_config import check_section
 
     kinds = sorted(VERTICAL_SECTIONS & set(raw))
     if len(kinds) > 1:

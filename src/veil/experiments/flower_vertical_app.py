@@ -13,15 +13,10 @@ import os
 from pathlib import Path
 
 from veil.errors import ConfigError
+from veil.experiments.vertical_config import flower_settings, read_party_table
 from veil.fl.runtime.flower import ClientApp, Context, Grid, ServerApp
-from veil.fl.runtime.flower_vertical import (
-    NODE_KEYS,
-    VerticalParty,
-    VerticalRelay,
-    client_app,
-    train,
-    vertical_plan,
-)
+from veil.fl.runtime.flower_vertical import NODE_KEYS, VerticalRelay, client_app
+from veil.fl.vertical.parties import VerticalParty, train
 
 __all__ = ["client", "server", "vertical_app"]
 
@@ -50,7 +45,7 @@ def vertical_app(config: str | os.PathLike, out_dir: str | os.PathLike,
     cfg = load_config(config)
     if cfg.kind != "vertical":
         raise ConfigError(f"{config}: a [vertical] run file is needed; this run is {cfg.kind}")
-    vertical_plan(cfg["vertical"])                    # refuse what Flower cannot run now
+    flower_settings(cfg["vertical"])                  # refuse what Flower cannot run now
     write_app_files(config, out_dir, results, _APP)
     return out_dir
 
@@ -67,7 +62,7 @@ def server(config: str | os.PathLike) -> ServerApp:
     @app.main()
     def main(grid: Grid, context: Context) -> None:
         cfg = load_config(config)
-        relay = VerticalRelay(grid, vertical_plan(cfg["vertical"]),
+        relay = VerticalRelay(grid, flower_settings(cfg["vertical"]),
                               timeout=cfg["run"]["timeout"])
         relay.connect()
         results = train(relay)
@@ -104,14 +99,13 @@ def _own_plan(context: Context) -> tuple[dict, dict, Path]:
 def _node_party(context: Context) -> VerticalParty:
     """The node's party from its own node configuration and files (module docstring)."""
     from veil.crypto.identity import read_key, read_table
-    from veil.fl.vertical.run import read_party_table
 
     config, section, plan_file = _own_plan(context)
     party, data = config["party"], config.get("data")
     table = (None if data is None
              else read_party_table(data, plan_file.parent, f"party {party!r} data"))
     key, identities = config.get("identity-key"), section.get("identities")
-    return VerticalParty(party, section, table, ledger=config.get("ledger"),
+    return VerticalParty(party, flower_settings(section), table, ledger=config.get("ledger"),
                          out=config.get("out"), identity=key and read_key(key),
                          identities=identities and read_table(plan_file.parent / identities))
 
@@ -120,4 +114,4 @@ def client(config: str | os.PathLike) -> ClientApp:
     """The ClientApp of a vertical run: the node hosts the party its node configuration
     names, built from its own plan copy and table. ``config`` (the copy the server sent)
     is never read by a party."""
-    return client_app(_node_party, lambda context: vertical_plan(_own_plan(context)[1]))
+    return client_app(_node_party, lambda context: flower_settings(_own_plan(context)[1]))

@@ -18,23 +18,26 @@ objects and decides when a stage closes, so the same protocol code runs under ev
 * :class:`ClientProtocol` — a client: :meth:`~ClientProtocol.handle` takes one request
   and the randomness for it (``rng``, injected by the runtime) and returns its answers.
   It rejects requests from an earlier round (replays) and stages out of order.
+* :class:`Runtime` — what a runner asks of a runtime (structural): run one round, call a
+  function on the clients where they live. Code below the runtimes (a protocol's runner,
+  :class:`veil.fl.hybrid.HybridAggregator`) takes one as a parameter instead of choosing it.
 """
 
 from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
 from veil.errors import ProtocolError
 from veil.fl.messages import SERVER, Message
-from veil.random import Generator
+from veil.random import Generator, RngLike
 
-__all__ = ["Aggregate", "ClientProtocol", "ClientUpdate", "RoundResult", "ServerRound"]
+__all__ = ["Aggregate", "ClientProtocol", "ClientUpdate", "RoundResult", "Runtime", "ServerRound"]
 
 log = logging.getLogger(__name__)
 
@@ -262,3 +265,18 @@ class ClientProtocol(ABC):
 
     def _new_round(self) -> None:  # noqa: B027 (a hook: most clients keep no round state)
         """Forget the previous round's state (override when there is some)."""
+
+
+class Runtime(Protocol):
+    """How the messages of rounds move: :class:`veil.fl.runtime.LocalRuntime` (in this
+    process or forked workers) is one; the protocols and their runners see only this."""
+
+    def run_round(self, server: ServerRound, clients: dict[int, ClientProtocol],
+                  rng: RngLike = None) -> Any:
+        """Run ``server``'s round with ``clients`` to completion or abort; its report
+        (:class:`veil.fl.runtime.RoundReport`: ``result`` None when it aborted, ``error``,
+        traffic, time)."""
+
+    def call(self, clients: Mapping[int, ClientProtocol], fn: Callable[..., Any],
+             *args: Any) -> dict[int, Any]:
+        """``fn(client, *args)`` for every client, where the client lives."""

@@ -159,6 +159,6 @@ def test_noisy_gradients_charge_every_partys_ledger_in_out(folder, capsys):
             spent["guest"])
     both = _write(folder, SS.format(extra="epsilon = 3.0\nlabel_epsilon = 1.0\n"))
     with pytest.raises(ConfigError, match="exclude each other"):
-        from veil.fl.vertical.run import run_vertical
+        from veil.experiments.vertical_run import run_vertical
 
         run_vertical(load_config(both)["vertical"], base=folder)

@@ -9,7 +9,8 @@ import pytest
 from sklearn.datasets import load_breast_cancer
 
 from veil.errors import ConfigError, DataError
-from veil.fl.vertical.run import check_tables, run_transfer, run_vertical
+from veil.experiments.vertical_run import run_transfer, run_vertical
+from veil.fl.vertical.data import check_tables
 
 
 @pytest.fixture()

@@ -12,8 +12,8 @@ import pytest
 from sklearn.datasets import load_breast_cancer
 
 from veil.errors import ConfigError, DataError
-from veil.fl.vertical import run as run_module
-from veil.fl.vertical.run import run_transfer
+from veil.experiments import vertical_run as run_module
+from veil.experiments.vertical_run import run_transfer
 
 
 @pytest.fixture()

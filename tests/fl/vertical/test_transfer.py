@@ -13,8 +13,9 @@ from veil.random import default_rng
 
 torch = pytest.importorskip("torch")
 
+from veil.experiments.vertical_run import transfer_learn  # noqa: E402
 from veil.fl.strategies import FedAvg  # noqa: E402
-from veil.fl.vertical.transfer import SourceParty, distill, transfer_learn  # noqa: E402
+from veil.fl.vertical.transfer import SourceParty, distill  # noqa: E402
 
 
 def _domain(n, shift, rng):

@@ -3,10 +3,11 @@
 :class:`HybridAggregator` is a :class:`veil.fl.hybrid.fit.Aggregator`: given to
 :func:`veil.fl.hybrid.fit.fit_queries`, it answers each query by running a
 :class:`~veil.fl.hybrid.protocol.HybridServer` round against the parties'
-:class:`~veil.fl.hybrid.protocol.HybridClient` objects on a runtime (the local runtime by
-default, with its simulated faults), so a decision tree, a linear model or a network is
-trained through threshold-Paillier encryption, noise shares and partial decryptions, and
-every message is serialized and counted. The same class runs the baselines in the clear
+:class:`~veil.fl.hybrid.protocol.HybridClient` objects on the runtime it is given (a
+:class:`~veil.fl.protocol.Runtime`: e.g. the local runtime, with its simulated faults), so
+a decision tree, a linear model or a network is trained through threshold-Paillier
+encryption, noise shares and partial decryptions, and every message is serialized and
+counted. The same class runs the baselines in the clear
 (``Agreement(method="none" | "local" | "central")``). With a multi-process runtime
 (``LocalRuntime(workers=k)``) the parties live in the workers: the aggregator reaches them
 there (:meth:`~veil.fl.runtime.LocalRuntime.call`) to fill their noise pools, to hand them
@@ -33,7 +34,7 @@ from veil.fl.hybrid.protocol import (
     make_identities,
     next_run,
 )
-from veil.fl.runtime import LocalRuntime, RoundReport
+from veil.fl.protocol import Runtime
 from veil.learn.queries import Query, QueryAnswer, QueryLearner
 from veil.random import Generator, RngLike, check_rng
 
@@ -53,14 +54,13 @@ class HybridAggregator(Aggregator):
     ``parties``: one ``(X, y)`` per party; ``agreement``: the set-up all parties share.
     ``keys``: the dealer's output (default: dealt now with ``key_bits``, ``primes`` and
     ``insecure_ok`` -- test keys under 2048 bits need it). ``runtime``: where rounds run
-    (default: a fault-free :class:`~veil.fl.runtime.LocalRuntime`). The runtime's report of
+    (e.g. ``veil.fl.runtime.LocalRuntime()``, fault-free). The runtime's report of
     every round is kept in :attr:`reports`.
     """
 
     def __init__(self, parties: Sequence[tuple[Any, Any]], agreement: Agreement, *,
-                 keys: HybridKeys | None = None, key_bits: int = 2048, primes: Any = None,
-                 insecure_ok: bool = False, runtime: LocalRuntime | None = None,
-                 rng: RngLike = None) -> None:
+                 runtime: Runtime, keys: HybridKeys | None = None, key_bits: int = 2048,
+                 primes: Any = None, insecure_ok: bool = False, rng: RngLike = None) -> None:
         if not isinstance(agreement, Agreement):
             raise ConfigError(f"agreement={agreement!r} is not allowed: expected an Agreement")
         if len(parties) != agreement.parties:
@@ -86,9 +86,9 @@ class HybridAggregator(Aggregator):
             share = keys.shares[i] if self.public_key is not None else None
             self.clients[i] = HybridClient(i, X, y, agreement, key_share=share,
                                            identity=identities[i])
-        self.runtime = runtime if runtime is not None else LocalRuntime()
+        self.runtime = runtime
         self.round = 0
-        self.reports: list[RoundReport] = []
+        self.reports: list[Any] = []
         self._learner: QueryLearner | None = None
         self._server: HybridServer | None = None
 

@@ -1,6 +1,6 @@
 """Vertical runs on Flower: each organisation a node that holds only its own table.
 
-A ``[vertical]`` run (:mod:`veil.fl.vertical.run`) runs here with every party on its own
+A ``[vertical]`` run (:mod:`veil.experiments.vertical_run`) runs here with every party on its own
 Flower node: the label holder (the *guest*) and each feature holder (a *host*), each with
 only its own table, and -- for ``model = "logistic"`` or ``"linear"`` with ``protocol =
 "paillier"`` -- the *arbiter*, which holds the Paillier key (FATE's Coordinated-LR shape);
@@ -8,8 +8,8 @@ only its own table, and -- for ``model = "logistic"`` or ``"linear"`` with ``pro
 the top at the guest's. The parties are the sans-I/O objects of
 :mod:`veil.fl.vertical.align` (ECDH-PSI), :mod:`veil.fl.vertical.paillier_lr` (Hardy et
 al. 2017) and :mod:`veil.fl.vertical.split`;
-:class:`~veil.fl.runtime.vertical_parties.VerticalParty` hosts them on a node and the
-ServerApp (:class:`VerticalRelay`, :func:`~veil.fl.runtime.vertical_parties.train`) only
+:class:`~veil.fl.vertical.parties.VerticalParty` hosts them on a node and the
+ServerApp (:class:`VerticalRelay`, :func:`~veil.fl.vertical.parties.train`) only
 moves their bytes, in the order of the local runners
 (:func:`veil.fl.vertical.linear.train_paillier`, :func:`veil.fl.vertical.split.train_split`):
 a Flower message ``query.call`` carries a list of calls ``{"method", "args"}``
@@ -30,7 +30,7 @@ with the server or another party; the protocols' own, :mod:`veil.fl.vertical.ali
   (or embeddings) of the held-out rows (for the guest's metrics, as FATE's prediction)
   are sealed end to end between the guest and that host (ephemeral X25519, RFC 7748,
   HKDF-SHA256, AES-256-GCM with numbered nonces:
-  :class:`~veil.fl.runtime.vertical_parties._Channel`), so the relay sees only their
+  :mod:`veil.fl.vertical.parties`), so the relay sees only their
   lengths. So are split learning's cut layer -- each host's embeddings and the top's
   gradients of them, which would show the relay features and labels (Li et al. 2022) --
   and the guest's own embeddings never leave its node. The channel keys are signed: each
@@ -68,8 +68,9 @@ folder::
                                        # coefficient block) or model.npz (its networks)
 
 At ``query.party`` every node answers its party name and the schema of its own table, and
-compares its plan (:func:`vertical_plan`: the ``[vertical]`` section with the party names
-but not their files) with the server's (:func:`veil.fl.runtime.flower._check_plan`); the
+compares its plan (:meth:`VerticalSettings.message
+<veil.fl.vertical.parties.VerticalSettings.message>`: the settings with the party names but
+not their files) with the server's (:func:`veil.fl.runtime.flower._check_plan`); the
 server refuses before anything runs (:class:`~veil.errors.ProtocolError`) two nodes
 claiming one party, a party not in the plan, a missing party, a node refusing the plan,
 the label at no party or at two, and a feature column at two parties. Every later message
@@ -126,18 +127,18 @@ from veil.fl.runtime.flower import (
     _field,
     _record,
 )
-from veil.fl.runtime.vertical_parties import (
+from veil.fl.vertical.data import check_tables
+from veil.fl.vertical.parties import (
     ARBITER,
     VerticalParty,
+    VerticalSettings,
     check_flower,
     nodes_of,
     train,
-    vertical_plan,
 )
 from veil.random import Generator
 
-__all__ = ["ARBITER", "NODE_KEYS", "VerticalParty", "VerticalRelay", "check_flower",
-           "client_app", "simulate", "train", "vertical_plan"]
+__all__ = ["NODE_KEYS", "VerticalRelay", "client_app", "simulate"]
 
 log = logging.getLogger(__name__)
 
@@ -181,9 +182,10 @@ def _dumps(party: VerticalParty) -> bytes:
 
 
 def client_app(build: Callable[[Context], VerticalParty],
-               plan: Callable[[Context], Mapping[str, Any]]) -> ClientApp:
+               plan: Callable[[Context], VerticalSettings]) -> ClientApp:
     """A ClientApp hosting one vertical party per node: ``build(context)`` makes it from
-    the node's own files (at ``query.party``), ``plan(context)`` is the node's own plan."""
+    the node's own files (at ``query.party``), ``plan(context)`` is the node's own
+    settings."""
     app = ClientApp()
 
     def load(context: Context) -> VerticalParty:
@@ -194,7 +196,7 @@ def client_app(build: Callable[[Context], VerticalParty],
     def hello(message: FlowerMessage, context: Context) -> FlowerMessage:
         name, refused, schema = context.node_config.get("party"), None, None
         try:
-            refused = _check_plan(plan(context), message.content, context)
+            refused = _check_plan(plan(context).message(), message.content, context)
             if refused is None:
                 party = build(context)
                 name, schema = party.name, encode(party.describe())
@@ -232,13 +234,14 @@ def client_app(build: Callable[[Context], VerticalParty],
 # -- the server side -------------------------------------------------------------------
 class VerticalRelay:
     """The ServerApp's side: maps nodes to parties (:meth:`connect`) and relays calls
-    (:meth:`call`) through a Flower ``grid``; ``plan`` is the run's
-    (:func:`vertical_plan`); ``timeout``: seconds each exchange waits for its answers."""
+    (:meth:`call`) through a Flower ``grid``; ``settings``: the run's; ``timeout``:
+    seconds each exchange waits for its answers."""
 
-    def __init__(self, grid: Grid, plan: Mapping[str, Any], *, timeout: float = 600.0
+    def __init__(self, grid: Grid, settings: VerticalSettings, *, timeout: float = 600.0
                  ) -> None:
         self.grid = grid
-        self.plan = json.loads(canonical(plan))
+        self.settings = settings
+        self.plan = json.loads(canonical(settings.message()))
         self._digest = _digest(self.plan)
         self.timeout = float(timeout)
         self.nodes: dict[str, int] = {}
@@ -251,7 +254,7 @@ class VerticalRelay:
     def connect(self) -> dict[str, int]:
         """Ask every node which party it hosts and whether it agrees to the plan; returns
         (and keeps) party -> node id. Refusals are ProtocolErrors (module docstring)."""
-        expected = nodes_of(self.plan)
+        expected = nodes_of(self.settings)
         deadline = time.monotonic() + self.timeout
         while len(node_ids := sorted(int(n) for n in self.grid.get_node_ids())) < \
                 len(expected) and time.monotonic() < deadline:
@@ -296,7 +299,7 @@ class VerticalRelay:
 
     def _check_schemas(self) -> None:
         """The label at exactly one party; no feature column at two."""
-        label = self.plan["vertical"].get("label", "y")
+        label = self.settings.label
         guests = sorted(p for p, s in self.schemas.items() if s["role"] == "guest")
         if len(guests) != 1:
             raise ProtocolError(f"the label {label!r} is held by {guests or 'no party'}; "
@@ -309,7 +312,7 @@ class VerticalRelay:
                                         f"{owner[column]!r} and {party!r}")
                 owner[column] = party
         self.guest = guests[0]
-        self.hosts = [p for p in self.plan["vertical"]["parties"] if p != self.guest]
+        self.hosts = [p for p in self.settings.parties if p != self.guest]
         if "guest" in self.hosts:
             raise ProtocolError("party 'guest' holds no label: a feature holder may not be "
                                 "named 'guest' (the protocol's name of the label holder)")
@@ -354,38 +357,37 @@ class VerticalRelay:
 
 
 # -- the simulation engine -------------------------------------------------------------
-def simulate(section: Mapping[str, Any], *, base: str | os.PathLike = ".",
+def simulate(settings: VerticalSettings, tables: Mapping[str, Any], *,
              out: str | os.PathLike | None = None, timeout: float = 600.0) -> dict[str, Any]:
-    """A ``[vertical]`` run on Flower's simulation engine: one virtual node per party and
-    one for the arbiter, each given only its own table (read here from the section's
-    files, checked as :func:`veil.fl.vertical.run.run_vertical` checks them); returns the
-    results of :func:`train`. ``out``: the folder of the guest's ledger
+    """A vertical run on Flower's simulation engine: one virtual node per party and one for
+    the arbiter, each given only its own table of ``tables`` (party name -> DataFrame,
+    checked by :func:`veil.fl.vertical.data.check_tables`); returns the results of
+    :func:`~veil.fl.vertical.parties.train`. ``out``: the folder of the guest's ledger
     (``ledger.sqlite``, with ``label_epsilon``) and of each party's ``<party>/coef.npy``.
     """
     from flwr.simulation import run_simulation
 
     from veil.crypto.identity import make_identities
-    from veil.fl.vertical.run import check_section, check_tables, read_party_table
 
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")  # no GPUs asked for
-    section = dict(check_section(dict(section), "vertical"))
-    plan = vertical_plan(section)
-    tables = {str(k): read_party_table(v, Path(base), f"parties.{k}")
-              for k, v in section["parties"].items()}
-    check_tables(tables, section.get("id", "id"), section.get("label", "y"))
-    if section.get("label_epsilon") is not None and out is None:
+    check_flower(settings)
+    if sorted(tables) != sorted(settings.parties):
+        raise ConfigError(f"tables of {sorted(tables)}; the run's parties are "
+                          f"{sorted(settings.parties)}")
+    check_tables(dict(tables), settings.id, settings.label)
+    if settings.label_epsilon is not None and out is None:
         raise ConfigError("label_epsilon on Flower needs out= (the guest's ledger file)")
-    names = nodes_of(plan)
+    names = nodes_of(settings)
     # the simulation makes the organisations' identities (a deployment: each its own)
-    private, public = make_identities(len(plan["vertical"]["parties"]))
-    identity = dict(zip(plan["vertical"]["parties"], private))
+    private, public = make_identities(len(settings.parties))
+    identity = dict(zip(settings.parties, private))
     outcome: dict[str, Any] = {}
     server_app = ServerApp()
 
     @server_app.main()
     def main(grid: Grid, context: Context) -> None:
         try:
-            relay = VerticalRelay(grid, plan, timeout=timeout)
+            relay = VerticalRelay(grid, settings, timeout=timeout)
             relay.connect()
             outcome["results"] = train(relay)
         except BaseException as exc:  # handed to the caller's thread below
@@ -394,12 +396,12 @@ def simulate(section: Mapping[str, Any], *, base: str | os.PathLike = ".",
     def build(context: Context) -> VerticalParty:
         name = names[int(context.node_config["partition-id"])]
         folder = None if out is None else Path(out) / name
-        return VerticalParty(name, section, tables.get(name),
+        return VerticalParty(name, settings, tables.get(name),
                              ledger=None if out is None else Path(out) / "ledger.sqlite",
                              out=folder, identity=identity.get(name),
                              identities=dict(enumerate(public)))
 
-    run_simulation(server_app=server_app, client_app=client_app(build, lambda _: plan),
+    run_simulation(server_app=server_app, client_app=client_app(build, lambda _: settings),
                    num_supernodes=len(names),
                    backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}})
     if "error" in outcome:

@@ -124,7 +124,8 @@ deployment distributes its parties' certificates.
 
 Shares are checked for consistency (:func:`veil.crypto.sharing.combine_bytes` rejects a
 share off the polynomial). The encoding is :mod:`veil.fl.secagg.ring`, the key agreement and
-the masks :mod:`veil.fl.secagg.masks`; :class:`veil.fl.strategies.SecAgg` plans each round.
+the masks :mod:`veil.fl.secagg.masks`; :class:`veil.fl.strategies.SecAgg` plans each round,
+seen here only as a :class:`~veil.fl.secagg.planner.RoundPlanner`.
 """
 
 from __future__ import annotations
@@ -133,7 +134,7 @@ import hashlib
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from cryptography.exceptions import InvalidTag
@@ -152,15 +153,8 @@ from veil.errors import ConfigError, CryptoError, ProtocolError
 from veil.fl.messages import Message, decode, encode
 from veil.fl.party_ledger import RoundLedger
 from veil.fl.protocol import Aggregate, ClientProtocol, RoundResult, ServerRound
-from veil.fl.secagg.masks import (
-    KEY,
-    agree,
-    agree_many,
-    channel_info,
-    mask_info,
-    prg,
-    public_key,
-)
+from veil.fl.secagg.masks import KEY, agree, agree_many, channel_info, mask_info, prg, public_key
+from veil.fl.secagg.planner import RoundPlanner
 from veil.fl.secagg.ring import (
     CLIPPED,
     WEIGHT,
@@ -173,9 +167,6 @@ from veil.fl.secagg.ring import (
 )
 from veil.fl.trainer import LocalTrainer
 from veil.random import Generator, noise_rng, secure_rng
-
-if TYPE_CHECKING:
-    from veil.fl.strategies.secagg import SecAgg
 
 __all__ = ["SecAggClient", "SecAggServer", "harary"]
 
@@ -232,7 +223,7 @@ class SecAggServer(ServerRound):
     protocol = "secagg"
     stages = STAGES
 
-    def __init__(self, strategy: SecAgg, server_round: int, params: np.ndarray,
+    def __init__(self, strategy: RoundPlanner, server_round: int, params: np.ndarray,
                  sampled: Sequence[int], rng: Generator) -> None:
         super().__init__(server_round, sampled)
         self.strategy = strategy
@@ -505,7 +496,7 @@ class SecAggClient(ClientProtocol):
     protocol = "secagg"
     stages = STAGES
 
-    def __init__(self, client_id: int, trainer: LocalTrainer, strategy: SecAgg, *,
+    def __init__(self, client_id: int, trainer: LocalTrainer, strategy: RoundPlanner, *,
                  identity: bytes | None = None,
                  directory: Mapping[int, bytes] | None = None) -> None:
         """``identity``: this client's Ed25519 private key; ``directory``: the identity

@@ -15,9 +15,14 @@ regression (Paillier, FATE-style, or secret sharing), split learning, transfer l
   noise (:mod:`veil.fl.vertical.label_dp`);
 * :mod:`veil.fl.vertical.transfer` — federated transfer learning by distillation (PATE-style
   noisy soft labels optional) and federated fine-tuning;
-* :mod:`veil.fl.vertical.run` — ``run_vertical(config)``: a whole run from a configuration
-  (``veil fl run CONFIG.toml`` with a ``[vertical]`` or ``[transfer]`` section; ``[transfer]
-  protocol = "he"`` or ``"ss"`` runs secure FTL).
+* :mod:`veil.fl.vertical.parties` — :class:`VerticalSettings` (what the parties agree on)
+  and :class:`VerticalParty`, one organisation's side when each holds its own node
+  (the Flower runtime: :mod:`veil.fl.runtime.flower_vertical`);
+* :mod:`veil.fl.vertical.data` — FATE's tables, Adult split by attributes, the checks of a
+  set of party tables.
+
+A whole run from a configuration file (``veil fl run CONFIG.toml`` with a ``[vertical]`` or
+``[transfer]`` section) is :mod:`veil.experiments.vertical_run`.
 
 The PyTorch parts are imported lazily (``from veil.fl.vertical.split import SplitNN``).
 """

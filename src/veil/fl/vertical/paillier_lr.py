@@ -103,7 +103,8 @@ from veil.fl.vertical.optim import OPTIMIZERS, Optimizer
 from veil.random import check_rng
 
 __all__ = ["Plan", "PaillierGuest", "PaillierHost", "Arbiter", "ShareHolder", "combine",
-           "ThresholdDecryption", "TASKS"]
+           "ThresholdDecryption", "TASKS", "FixedPointFeatures", "read_ciphertexts",
+           "read_public_key"]
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +173,7 @@ def _get(msg: dict, name: str, kind: type | tuple, party: str) -> Any:
     return value
 
 
-def _public_key(blob: bytes, party: str, min_bits: int, me: str) -> paillier.PublicKey:
+def read_public_key(blob: bytes, party: str, min_bits: int, me: str) -> paillier.PublicKey:
     """A Paillier public key from ``party``, of at least ``min_bits`` bits (``me`` requires)."""
     try:
         pk = serialization.loads(blob, insecure_ok=min_bits < paillier.MIN_SECURE_BITS)
@@ -186,7 +187,7 @@ def _public_key(blob: bytes, party: str, min_bits: int, me: str) -> paillier.Pub
     return pk
 
 
-def _ciphertexts(blob: Any, pk: paillier.PublicKey, shape: int | tuple[int, ...], party: str
+def read_ciphertexts(blob: Any, pk: paillier.PublicKey, shape: int | tuple[int, ...], party: str
                  ) -> paillier.EncryptedArray:
     """Ciphertexts from ``party``: valid under ``pk``, of ``shape`` (an int: that many)."""
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
@@ -202,7 +203,7 @@ def _ciphertexts(blob: Any, pk: paillier.PublicKey, shape: int | tuple[int, ...]
     return arr
 
 
-class _Features:
+class FixedPointFeatures:
     """A party's feature block in the fixed point of the protocol (see "Encoding")."""
 
     def __init__(self, X: np.ndarray, name: str) -> None:
@@ -259,7 +260,7 @@ class _Features:
         return c * gmpy2.powmod(total, m, n2) % n2 if m else c
 
 
-#: (features, gradient inputs) for the forked workers of :meth:`_Features.gradient`
+#: (features, gradient inputs) for the forked workers of :meth:`FixedPointFeatures.gradient`
 _FORKED: tuple | None = None
 
 
@@ -280,7 +281,7 @@ class _Party:
         self._min_key_bits = 256 if insecure_ok else paillier.MIN_SECURE_BITS
         self.plan = plan if isinstance(plan, Plan) else Plan(**plan)
         self._X = check_array(X, f"X of {self.name!r}", ndim=2)
-        self._features = _Features(self._X, self.name)
+        self._features = FixedPointFeatures(self._X, self.name)
         self.coef_ = np.zeros(self._X.shape[1])
         self._optimizer = Optimizer(self.plan.optimizer, self.plan.learning_rate,
                                     self._X.shape[1])
@@ -299,7 +300,7 @@ class _Party:
     def receive_key(self, message: bytes) -> None:
         """The arbiter's public key."""
         msg = read_message(message, "key", "arbiter")
-        self._pk = _public_key(_get(msg, "key", bytes, "arbiter"), "arbiter",
+        self._pk = read_public_key(_get(msg, "key", bytes, "arbiter"), "arbiter",
                                self._min_key_bits, self.name)
 
     def noise_pool(self, capacity: int) -> paillier.NoisePool:
@@ -405,7 +406,7 @@ class PaillierHost(_Party):
             raise ProtocolError(f"message from 'guest': residual for epoch "
                                 f"{msg.get('epoch')!r} batch {msg.get('batch')!r}; "
                                 f"{self.name!r} is at {self._step}")
-        r = _ciphertexts(msg.get("cts"), self._need_key(), self._rows.size, "guest")
+        r = read_ciphertexts(msg.get("cts"), self._need_key(), self._rows.size, "guest")
         return self._masked_gradient(r)
 
 
@@ -511,14 +512,14 @@ class PaillierGuest(_Party):
                 raise ProtocolError(f"message from {host!r}: scores for "
                                     f"{msg.get('epoch')!r}/{msg.get('batch')!r}, expected "
                                     f"{self._step}")
-            enc = _ciphertexts(msg.get("cts"), pk, size, host)
+            enc = read_ciphertexts(msg.get("cts"), pk, size, host)
             total = enc if total is None else total + enc
             extra = msg.get("powers")
             if not isinstance(extra, list) or len(extra) != (2 if self.plan.link == "cubic"
                                                             else 0):
                 raise ProtocolError(f"message from {host!r}: the powers of the scores do not "
                                     f"match link {self.plan.link!r}")
-            powers = [_ciphertexts(blob, pk, size, host) for blob in extra]
+            powers = [read_ciphertexts(blob, pk, size, host) for blob in extra]
         y = self._y[self._rows]
         target = 2.0 * (2.0 * y - 1.0) if self.plan.task == "logistic" else y
         own = np.rint(self._X[self._rows] @ self.coef_ * 2.0 ** F).astype(np.int64)
@@ -579,7 +580,7 @@ class Arbiter:
         """A party's masked gradient -> its decryption, for that party only."""
         msg = read_message(message, "gradient", "a party")
         party, step = _gradient_step(msg, self.parties, self._last, "the arbiter")
-        cts = _ciphertexts(msg.get("cts"), self.public_key, self.parties[party], party)
+        cts = read_ciphertexts(msg.get("cts"), self.public_key, self.parties[party], party)
         self._last[party] = step
         values = [int(v) for v in np.asarray(self._sk.decrypt(cts)).ravel()]
         answer = encode({"stage": "decrypted", "party": party, "epoch": step[0],
@@ -618,7 +619,7 @@ class ShareHolder:
         """A masked gradient message -> this holder's partial decryption for its owner."""
         msg = read_message(message, "gradient", "a party")
         owner, step = _gradient_step(msg, self.parties, self._last, repr(self.name))
-        cts = _ciphertexts(msg.get("cts"), self._share.public_key, self.parties[owner], owner)
+        cts = read_ciphertexts(msg.get("cts"), self._share.public_key, self.parties[owner], owner)
         self._last[owner] = step
         part = self._share.partial_decrypt(cts)
         return encode({"stage": "partial", "party": owner, "by": self.name, "epoch": step[0],

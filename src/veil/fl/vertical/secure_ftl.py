@@ -66,7 +66,12 @@ from veil.errors import ConfigError, CryptoError, DataError, ProtocolError
 from veil.fl.messages import encode
 from veil.fl.vertical._ftl import FTLParty, FTLStats, signed_labels
 from veil.fl.vertical._wire import read_message
-from veil.fl.vertical.paillier_lr import FX, _ciphertexts, _Features, _public_key
+from veil.fl.vertical.paillier_lr import (
+    FX,
+    FixedPointFeatures,
+    read_ciphertexts,
+    read_public_key,
+)
 from veil.random import check_rng
 
 __all__ = ["FTLSource", "FTLTarget", "FTLStats", "train_secure_ftl", "predict_secure_ftl"]
@@ -100,7 +105,7 @@ class _Party(FTLParty):
         super().__init__(X, overlap, dim=dim, learning_rate=learning_rate, gamma=gamma,
                          lam=lam, rng=rng)
         self._Xa = np.hstack([self._X, np.ones((self._X.shape[0], 1))])
-        self._features = _Features(self._Xa, self.name)
+        self._features = FixedPointFeatures(self._Xa, self.name)
         self._peer_rows = check_int(peer_features, "peer_features", low=1) + 1
         self._min_bits = 256 if insecure_ok else paillier.MIN_SECURE_BITS
         self._secure = check_rng(crypto_rng)       # keys, encryption, masks: the CSPRNG
@@ -125,7 +130,7 @@ class _Party(FTLParty):
         key = msg.get("key")
         if not isinstance(key, bytes):
             raise ProtocolError(f"message from {self.peer!r}: the public key is not bytes")
-        self.peer_pk = _public_key(key, self.peer, self._min_bits, self.name)
+        self.peer_pk = read_public_key(key, self.peer, self._min_bits, self.name)
 
     def _peer_key(self) -> paillier.PublicKey:
         if self.peer_pk is None:
@@ -142,7 +147,7 @@ class _Party(FTLParty):
     def _transpose_times(self, rows: np.ndarray, S: paillier.EncryptedArray
                          ) -> paillier.EncryptedArray:
         """``[[Xa[rows]^T S]]`` (Xa in units of 2^-FX): one Pippenger multi-exponentiation
-        per feature and column of S (:class:`veil.fl.vertical.paillier_lr._Features`)."""
+        per feature and column of S (:class:`veil.fl.vertical.paillier_lr.FixedPointFeatures`)."""
         columns = [self._features.gradient(rows, S[:, k]) for k in range(S.shape[1])]
         raw = np.empty((self._Xa.shape[1], S.shape[1]), dtype=object)
         for k, column in enumerate(columns):
@@ -161,7 +166,7 @@ class _Party(FTLParty):
     def decrypt_for_peer(self, message: bytes) -> bytes:
         """The peer's masked gradient (under this party's key) -> its decryption."""
         msg = self._read(message, "ftl-gradient")
-        cts = _ciphertexts(msg.get("cts"), self.pk, (self._peer_rows, self.dim), self.peer)
+        cts = read_ciphertexts(msg.get("cts"), self.pk, (self._peer_rows, self.dim), self.peer)
         values = self._sk.decrypt(cts)
         return encode({"stage": "ftl-decrypted", "step": self._step,
                        "values": [int(v) for v in values.ravel()]})
@@ -222,8 +227,8 @@ class FTLSource(_Party):
         """B's ciphertexts -> A's masked gradient under B's key."""
         msg = self._read(message, "ftl-target")
         pk, S, d = self._peer_key(), self._batch.size, self.dim
-        enc_u = _ciphertexts(msg.get("u"), pk, (S, d), self.peer)
-        enc_k = _ciphertexts(msg.get("k"), pk, (d, d), self.peer)
+        enc_u = read_ciphertexts(msg.get("u"), pk, (S, d), self.peer)
+        enc_k = read_ciphertexts(msg.get("k"), pk, (d, d), self.peer)
         u, phi, rows = self._u, self._phi, self.overlap[self._batch]
         y = self._y
         deriv = 1.0 - u * u
@@ -256,8 +261,8 @@ class FTLTarget(_Party):
             raise ProtocolError(f"message from {self.peer!r}: the batch is not distinct "
                                 f"positions in the overlap of {self.overlap.size}")
         d, S = self.dim, batch.size
-        self._a = _ciphertexts(msg.get("a"), self._peer_key(), (S, d), self.peer)
-        self._m = _ciphertexts(msg.get("m"), self._peer_key(), (d, d), self.peer)
+        self._a = read_ciphertexts(msg.get("a"), self._peer_key(), (S, d), self.peer)
+        self._m = read_ciphertexts(msg.get("m"), self._peer_key(), (d, d), self.peer)
         self._step, self._batch = step, batch
         u = self.represent()[self.overlap[batch]]
         self._u = u
@@ -276,7 +281,7 @@ class FTLTarget(_Party):
     def score_request(self, message: bytes, X: Any) -> bytes:
         """A's ``[[Phi]]`` -> masked ``[[Phi . u_B,j]]`` for B's rows ``X``."""
         msg = read_message(message, "ftl-phi", self.peer)
-        phi = _ciphertexts(msg.get("phi"), self._peer_key(), (self.dim,), self.peer)
+        phi = read_ciphertexts(msg.get("phi"), self._peer_key(), (self.dim,), self.peer)
         u = self.represent(X)
         self._score_mask = np.array([self._secure.randbits(self._peer_key().bits
                                                            - _MASK_MARGIN)

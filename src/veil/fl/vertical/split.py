@@ -71,7 +71,8 @@ from veil.fl.vertical.label_dp import label_event, randomize_labels, rr_with_pri
 from veil.learn.public import PublicFactWarning
 from veil.random import check_rng
 
-__all__ = ["SplitBottom", "SplitTop", "SplitNN", "split_classes", "train_split"]
+__all__ = ["SplitBottom", "SplitTop", "SplitNN", "mlp", "seed_networks", "split_classes",
+           "train_split"]
 
 log = logging.getLogger(__name__)
 
@@ -427,7 +428,14 @@ def train_split(top: SplitTop, bottoms: Sequence[SplitBottom]) -> dict[str, int]
     return sent
 
 
-def _mlp(sizes: Sequence[int]) -> Any:
+def seed_networks(rng: Any) -> None:
+    """Seed torch's generator from ``rng`` before networks are initialised (simulation
+    randomness: a seeded run builds the same networks wherever its parties live)."""
+    _torch().manual_seed(int(check_rng(rng).integers(0, 2**31)))
+
+
+def mlp(sizes: Sequence[int]) -> Any:
+    """The network ``sizes[0] -> ... -> sizes[-1]``: linear layers, ReLU between them."""
     nn = _torch().nn
     layers: list[Any] = []
     for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
@@ -494,10 +502,9 @@ class SplitNN:
             raise DataError(f"y has {y.size} labels for {blocks[0].shape[0]} rows")
         classes = split_classes(self.classes, y, self.label_epsilon, "SplitNN")
         rng = check_rng(self.random_state)
-        seed = int(rng.integers(0, 2**31))  # network initialisation: simulation randomness
-        torch.manual_seed(seed)
-        make_bottom = self.bottom or (lambda d: _mlp([d, self.hidden, self.embedding]))
-        make_top = self.top or (lambda m, k: _mlp([m, self.hidden, k]))
+        seed_networks(rng)
+        make_bottom = self.bottom or (lambda d: mlp([d, self.hidden, self.embedding]))
+        make_top = self.top or (lambda m, k: mlp([m, self.hidden, k]))
         names = ["guest", *(f"host{k}" for k in range(1, len(blocks)))]
         ledgers = list(self.bottom_ledgers) if self.bottom_ledgers is not None else \
             [None] * len(blocks)

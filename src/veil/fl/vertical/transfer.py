@@ -11,7 +11,9 @@ Dean 2015 for distillation):
    (:class:`SourceParty`, sans-I/O: a query message in, a soft-label message out);
 3. the target side distills a student network on those soft labels (:func:`distill`);
 4. the target parties fine-tune the student with veil's horizontal federated learning
-   (:class:`veil.fl.Federation`, any strategy, starting from the distilled weights).
+   (:class:`veil.fl.Federation`, any strategy, starting from the distilled weights; the
+   whole recipe, wired to a federation and its runtime:
+   :func:`veil.experiments.vertical_run.transfer_learn`).
 
 Nothing of the source's data or model leaves the source except the soft labels.
 
@@ -53,7 +55,7 @@ import copy
 import hashlib
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -72,7 +74,7 @@ from veil.fl.messages import decode, encode
 from veil.fl.vertical._noise import grid_gaussian
 from veil.random import check_rng
 
-__all__ = ["SourceParty", "distill", "teacher_of", "train_module", "transfer_learn"]
+__all__ = ["SourceParty", "distill", "teacher_of", "train_module"]
 
 log = logging.getLogger(__name__)
 
@@ -225,38 +227,3 @@ def distill(module: Any, X: Any, answer: bytes, *, epochs: int = 20, batch_size:
                             "row per transfer row")
     return train_module(copy.deepcopy(module), X, q, epochs=epochs, batch_size=batch_size,
                         learning_rate=learning_rate, rng=rng)
-
-
-def transfer_learn(source: SourceParty | None, transfer_X: Any, clients: Sequence[tuple[Any, Any]],
-                   student: Any, strategy: Any, rounds: int, *, distill_epochs: int = 20,
-                   learning_rate: float = 1e-3, test: tuple[Any, Any] | None = None,
-                   classes: Sequence[Any] | None = None, ledger: Ledger | None = None,
-                   rng: Any = None,
-                   flower: bool = False) -> tuple[Any, Any]:
-    """The whole recipe: query, distill, then federated fine-tuning.
-
-    ``student``: the target's torch module. ``source=None``: no transfer (the baseline: the
-    targets fine-tune ``student`` from its initial weights). Returns the Federation's
-    history and the starting module. ``classes``: the targets' declared label set
-    (:class:`veil.fl.Federation`'s). ``ledger``: for a DP federated strategy. ``flower``:
-    the fine-tuning on Flower's simulation engine, a node per target
-    (:func:`veil.fl.runtime.flower.simulate`; the same model as in this process for a
-    seeded run); the source answers its one query where it lives.
-    """
-    from veil.fl import Federation
-    from veil.learn import TorchModel
-
-    rng = check_rng(rng)
-    if source is not None:
-        transfer_X = check_array(transfer_X, "transfer_X", ndim=2)
-        answer = source.answer(encode({"stage": "query",
-                                       "X": transfer_X.astype(np.float32)}))
-        student = distill(student, transfer_X, answer, epochs=distill_epochs,
-                          learning_rate=learning_rate, rng=rng.spawn(1)[0])
-    fed = Federation(clients, TorchModel(student), strategy, rounds, test=test,
-                     classes=classes, ledger=ledger, rng=rng.spawn(1)[0])
-    if flower:
-        from veil.fl.runtime.flower import simulate
-
-        return simulate(fed), student
-    return fed.run(), student

@@ -1,16 +1,18 @@
-"""The parties of a vertical run on Flower and the order of their calls.
+"""The parties of a vertical run held by different organisations, and the order of their calls.
 
-:class:`VerticalParty` is one organisation's side (sans-I/O): the guest, a host or the
-arbiter, built from its own ``[vertical]`` section and table; :meth:`VerticalParty.call`
+:class:`VerticalSettings` is what the parties agree on (a configuration file's ``[vertical]``
+section becomes one in :mod:`veil.experiments.vertical_config`). :class:`VerticalParty` is
+one organisation's side (sans-I/O): the guest, a host or the arbiter, built from its own
+settings and table; :meth:`VerticalParty.call`
 runs one call of the server's (``{"method", "args"}``) on the sans-I/O objects of
 :mod:`veil.fl.vertical.align` (ECDH-PSI), :mod:`veil.fl.vertical.paillier_lr` (Hardy et
 al. 2017) or :mod:`veil.fl.vertical.split` (split learning), each of which checks the peer
 message it is given and names the peer it blames. :func:`train` is the server's side:
 which calls go to whom, in the local runners' order
 (:func:`veil.fl.vertical.linear.train_paillier`, :func:`veil.fl.vertical.split.train_split`),
-through any relay with a ``call(party -> [(method, args)])``. :func:`vertical_plan` is
-what the parties agree on. The runtime that moves the calls, and who sees what:
-:mod:`veil.fl.runtime.flower_vertical`.
+through any relay with a ``call(party -> [(method, args)])``. The runtime that moves the
+calls on Flower, and who sees what: :mod:`veil.fl.runtime.flower_vertical` (threat model
+there: semi-honest parties and relay, no collusion of the arbiter with the relay or a party).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import logging
 import os
 import time
 from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +32,18 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from veil._json import canonical
+from veil._validation import check_probability
+from veil.crypto.agreement import agree, public_key
 from veil.crypto.identity import check_table, public_identity, sign, verify
+from veil.dp import Ledger
 from veil.errors import ConfigError, DataError, ProtocolError
 from veil.fl.messages import decode, encode
+from veil.fl.vertical.align import AlignGuest, AlignHost, read_ids
+from veil.fl.vertical.data import auc, held_out
+from veil.fl.vertical.paillier_lr import Arbiter, PaillierGuest, PaillierHost, Plan
 from veil.random import check_rng
 
-__all__ = ["ARBITER", "VerticalParty", "check_flower", "train", "vertical_plan"]
+__all__ = ["ARBITER", "VerticalParty", "VerticalSettings", "check_flower", "nodes_of", "train"]
 
 log = logging.getLogger(__name__)
 
@@ -42,46 +51,99 @@ log = logging.getLogger(__name__)
 ARBITER = "arbiter"
 
 
-def check_flower(section: Mapping[str, Any]) -> None:
-    """ConfigError unless the ``[vertical]`` section can run on Flower (what runs, and why
-    not threshold decryption: :mod:`veil.fl.runtime.flower_vertical`)."""
-    settings = {"model": ("logistic", ("logistic", "linear", "split")),
-                "protocol": ("paillier", ("paillier",)),
-                "decryption": ("arbiter", ("arbiter",))}
-    if section.get("model") == "split":      # no protocol, no key
-        settings = {"model": settings["model"]}
-    for key, (default, allowed) in settings.items():
-        value = section.get(key, default)
-        if value not in allowed:
+@dataclass(frozen=True)
+class VerticalSettings:
+    """What every party of a vertical run and its server agree on (each party holds its own
+    copy and refuses a run of other settings: :meth:`message` is what they compare).
+
+    ``parties``: the party names (the tables' owners) in the agreed order; ``model``:
+    ``"logistic"``, ``"linear"`` (the Paillier protocol of :mod:`veil.fl.vertical.paillier_lr`
+    or ``protocol="ss"``, secret sharing) or ``"split"`` (:mod:`veil.fl.vertical.split`);
+    ``id`` / ``label``: the id column of every table and the label column (one party's);
+    the schedule (``epochs``, ``batch_size``, ``learning_rate`` -- None: 0.15 for the
+    linear models, 1e-3 for split learning --, ``alpha``, ``optimizer``, ``link``);
+    ``key_bits``, ``insecure_ok``, ``decryption`` (Paillier); ``test_fraction`` of the
+    aligned rows held out for the metrics and ``seed`` (simulation randomness: the split,
+    batches and weights; None: the CSPRNG); label DP (``label_epsilon``, ``label_delta``;
+    a fresh ledger of that budget at the label holder) or noisy gradients (``epsilon``,
+    ``delta``, ``clip``: protocol "ss"); split learning's ``classes``, ``hidden`` and
+    ``embedding``; ``prefix_columns``: column names local to each party (read as
+    ``"<party>.<column>"``).
+    """
+
+    parties: tuple[str, ...] = ()
+    model: str = "logistic"
+    protocol: str = "paillier"
+    decryption: str = "arbiter"
+    id: str = "id"
+    label: str = "y"
+    epochs: int = 10
+    batch_size: int = 256
+    learning_rate: float | None = None
+    alpha: float = 0.0
+    optimizer: str = "sgd"
+    link: str = "taylor2"
+    key_bits: int = 2048
+    insecure_ok: bool = False
+    test_fraction: float = 0.0
+    seed: int | None = None
+    label_epsilon: float | None = None
+    label_delta: float = 1e-5
+    epsilon: float | None = None
+    delta: float = 1e-5
+    clip: float | tuple[float, ...] = 1.0
+    classes: int | None = None
+    hidden: int = 64
+    embedding: int = 16
+    prefix_columns: bool = False
+
+    @property
+    def rate(self) -> float:
+        """The learning rate: as given, else the model's default."""
+        if self.learning_rate is not None:
+            return self.learning_rate
+        return 1e-3 if self.model == "split" else 0.15
+
+    def schedule(self) -> dict[str, Any]:
+        """The training schedule of a logistic / linear run: the arguments of
+        :class:`veil.fl.vertical.paillier_lr.Plan` but the task."""
+        return {"epochs": self.epochs, "batch_size": self.batch_size,
+                "learning_rate": self.rate, "alpha": self.alpha, "optimizer": self.optimizer,
+                "link": self.link}
+
+    def message(self) -> dict[str, Any]:
+        """The settings as plain data (what the parties and the server compare and sign)."""
+        body = asdict(self)
+        body["parties"] = list(self.parties)
+        if isinstance(self.clip, tuple):
+            body["clip"] = list(self.clip)
+        return {"vertical": body}
+
+
+def check_flower(settings: VerticalSettings) -> None:
+    """ConfigError unless ``settings`` can run with each party on its own node (what runs,
+    and why not threshold decryption: :mod:`veil.fl.runtime.flower_vertical`)."""
+    allowed = {"model": ("logistic", "linear", "split"), "protocol": ("paillier",),
+               "decryption": ("arbiter",)}
+    if settings.model == "split":      # no protocol, no key
+        allowed = {"model": allowed["model"]}
+    for key, values in allowed.items():
+        value = getattr(settings, key)
+        if value not in values:
             raise ConfigError(f"[vertical] {key}={value!r} does not run on Flower: allowed "
-                              f"{list(allowed)} (the others run under the local runtime)")
-    if "dataset" in section:
-        raise ConfigError("[vertical] dataset does not run on Flower: each organisation "
-                          "brings its own table (parties = { name = \"file.csv\" })")
-    parties = section.get("parties")
-    if not isinstance(parties, Mapping) or len(parties) < 2:
+                              f"{list(values)} (the others run under the local runtime)")
+    if len(settings.parties) < 2:
         raise ConfigError("[vertical] parties must map at least two party names to their "
                           "tables")
-    if ARBITER in parties:
+    if ARBITER in settings.parties:
         raise ConfigError(f"[vertical] parties may not name a party {ARBITER!r}: that is "
                           "the key holder's node")
 
 
-def nodes_of(plan: Mapping[str, Any]) -> list[str]:
-    """The parties of a plan with a node each: the tables' owners, and the arbiter unless
-    the model is split learning (no key)."""
-    section = plan["vertical"]
-    return [*section["parties"], *([] if section.get("model") == "split" else [ARBITER])]
-
-
-def vertical_plan(section: Mapping[str, Any]) -> dict[str, Any]:
-    """What every party and the server agree on: the ``[vertical]`` section, with
-    ``parties`` as the party names in the file's order (each organisation's file is its own
-    business; split learning joins the cut layer in that order)."""
-    check_flower(section)
-    plan = {k: v for k, v in section.items() if k != "parties"}
-    plan["parties"] = [str(p) for p in section["parties"]]
-    return {"vertical": plan}
+def nodes_of(settings: VerticalSettings) -> list[str]:
+    """The parties with a node each: the tables' owners, and the arbiter unless the model
+    is split learning (no key)."""
+    return [*settings.parties, *([] if settings.model == "split" else [ARBITER])]
 
 
 class _Channel:
@@ -95,15 +157,11 @@ class _Channel:
     its own in their place."""
 
     def __init__(self) -> None:
-        from veil.fl.secagg.masks import public_key
-
         self._secret = check_rng(None).bytes(32)
         self.public = public_key(self._secret)
         self._counts: dict[tuple[str, str], int] = {}
 
     def _aead(self, peer: Any, host: str, kind: str, who: str) -> tuple[AESGCM, bytes]:
-        from veil.fl.secagg.masks import agree
-
         if not isinstance(peer, bytes) or len(peer) != 32:
             raise ProtocolError(f"message from {who!r}: its channel key is not 32 bytes")
         number = self._counts.get((host, kind), 0)
@@ -139,9 +197,9 @@ def _arg(args: Mapping[str, Any], name: str, kind: type, method: str) -> Any:
 class VerticalParty:
     """One organisation's side of a vertical run on Flower (sans-I/O).
 
-    ``name``: its party name (``"arbiter"``: the key holder, no table); ``section``: its
-    own ``[vertical]`` section; ``table``: its own table (a DataFrame with the id column;
-    the guest's holds the label); ``ledger``: the guest's ledger file when the section has
+    ``name``: its party name (``"arbiter"``: the key holder, no table); ``settings``: its
+    own :class:`VerticalSettings`; ``table``: its own table (a DataFrame with the id column;
+    the guest's holds the label); ``ledger``: the guest's ledger file when the settings have
     ``label_epsilon``; ``out``: a folder for its own part of the model (:meth:`_save`);
     ``identity``: its Ed25519 private key and ``identities`` its own identity table (party
     index in the plan's ``parties`` -> public key, :mod:`veil.crypto.identity`): every
@@ -163,34 +221,34 @@ class VerticalParty:
                 ("host", "split"): (*_ALIGN["host"], "forward", "backward", "test_scores",
                                     "save")}
 
-    def __init__(self, name: str, section: Mapping[str, Any], table: pd.DataFrame | None,
+    def __init__(self, name: str, settings: VerticalSettings, table: pd.DataFrame | None,
                  *, ledger: str | os.PathLike | None = None,
                  out: str | os.PathLike | None = None, identity: bytes | None = None,
                  identities: Mapping[int, bytes] | None = None) -> None:
-        from veil.fl.vertical.align import read_ids
-        from veil.fl.vertical.paillier_lr import Plan
-        from veil.fl.vertical.run import check_section, schedule
-
-        self.section = dict(check_section(dict(section), "vertical"))
-        self.plan = vertical_plan(self.section)["vertical"]
+        if not isinstance(settings, VerticalSettings):
+            raise ConfigError(f"settings={settings!r} is not allowed: expected "
+                              "VerticalSettings")
+        check_flower(settings)
+        self.settings = settings
+        self.parties = list(settings.parties)
         self.name = str(name)
         self.out = None if out is None else Path(out)
-        self.id_column = self.section.get("id", "id")
-        self.label = self.section.get("label", "y")
-        self.model = self.section.get("model", "logistic")
+        self.id_column = settings.id
+        self.label = settings.label
+        self.model = settings.model
         self.schedule = None if self.model == "split" else Plan(task=self.model,
-                                                                **schedule(self.section))
+                                                                **settings.schedule())
         if self.name == ARBITER:
             if table is not None:
                 raise ConfigError("the arbiter holds no table (node config data)")
             self.role, self.columns, self.rows = "arbiter", [], 0
         else:
-            if self.name not in self.plan["parties"]:
+            if self.name not in self.parties:
                 raise ConfigError(f"party {self.name!r} is not one of the run's parties "
-                                  f"{self.plan['parties']}")
+                                  f"{self.parties}")
             if not isinstance(table, pd.DataFrame):
                 raise ConfigError(f"party {self.name!r} has no table (node config data)")
-            if self.section.get("prefix_columns", False):
+            if settings.prefix_columns:
                 table = table.rename(columns={c: f"{self.name}.{c}" for c in table.columns
                                               if c not in (self.id_column, self.label)})
             read_ids(table, self.id_column, name=f"ids of {self.name!r}")
@@ -202,8 +260,7 @@ class VerticalParty:
         self._table = table
         self._ledger_file = ledger
         self._identity, self._identities = self._check_identity(identity, identities)
-        if self.role == "guest" and self.section.get("label_epsilon") is not None \
-                and ledger is None:
+        if self.role == "guest" and settings.label_epsilon is not None and ledger is None:
             raise ConfigError(f"party {self.name!r}: label_epsilon needs this node's own "
                               "ledger file (node config ledger)")
         self._channel: _Channel | None = None
@@ -232,7 +289,7 @@ class VerticalParty:
                               "`veil fl identities DIR --parties N`): without them a relay "
                               "could put its own channel keys in the parties' place")
         table = check_table(identities, "[vertical] identities")
-        parties = self.plan["parties"]
+        parties = self.parties
         missing = [p for i, p in enumerate(parties) if i not in table]
         if missing:
             raise ConfigError(f"the identity table has no entry for {missing}: it needs one "
@@ -247,7 +304,7 @@ class VerticalParty:
         """What a party signs with its channel key: the run's plan (its SHA-256), the
         party's name and role, the key."""
         return b"|".join([b"veil.vertical.channel", hashlib.sha256(canonical(
-            self.plan)).digest(), name.encode(), role.encode(), key])
+            self.settings.message())).digest(), name.encode(), role.encode(), key])
 
     def describe(self) -> dict[str, Any]:
         """What the server learns at the handshake: the role and the table's schema."""
@@ -264,7 +321,7 @@ class VerticalParty:
 
     # the alignment ---------------------------------------------------------------------
     def _hosts(self) -> list[str]:
-        return [p for p in self.plan["parties"] if p != self.name]
+        return [p for p in self.parties if p != self.name]
 
     def _channel_key(self, args: Mapping[str, Any]) -> bytes:
         """This party's channel key, signed with its identity key."""
@@ -285,7 +342,7 @@ class VerticalParty:
             msg = None
         msg = msg if isinstance(msg, dict) else {}
         name, key = msg.get("party"), msg.get("key")
-        parties = self.plan["parties"]
+        parties = self.parties
         who = peer or (name if isinstance(name, str) else "the " + role)
         if (peer is not None and name != peer) or name == self.name or name not in parties \
                 or not isinstance(key, bytes) or not verify(
@@ -296,16 +353,12 @@ class VerticalParty:
         return key
 
     def _align_setup(self, args: Mapping[str, Any]) -> bytes:
-        from veil.fl.vertical.align import AlignHost
-
         if self._align is not None:
             raise ProtocolError(f"{self.name!r} is aligned already: one alignment per run")
         self._align = AlignHost(self.name, self._table, column=self.id_column)
         return self._align.setup()
 
     def _align_request(self, args: Mapping[str, Any]) -> bytes:
-        from veil.fl.vertical.align import AlignGuest
-
         host = _arg(args, "host", str, "align_request")
         if self._align is None:
             self._align = AlignGuest(self._table, self._hosts(), column=self.id_column)
@@ -365,10 +418,8 @@ class VerticalParty:
         if self.model == "split":
             self._party = self._split_bottom(self.name, X[~test], args)
         else:
-            from veil.fl.vertical.paillier_lr import PaillierHost
-
             self._party = PaillierHost(self.name, X[~test], self.schedule,
-                                       insecure_ok=self.section.get("insecure_ok", False))
+                                       insecure_ok=self.settings.insecure_ok)
         return None
 
     def _features(self, rows: np.ndarray) -> np.ndarray:
@@ -376,14 +427,11 @@ class VerticalParty:
 
     def _draws(self, n: int) -> tuple[np.ndarray, Any]:
         """The held-out rows of ``n`` aligned ones and the model's generator, drawn from
-        the seed in the order :func:`veil.fl.vertical.run.run_vertical` draws them (so a
-        seeded run is the local runtime's; no seed: the CSPRNG)."""
-        from veil._validation import check_probability
-        from veil.fl.vertical.run import held_out
-
-        rng = check_rng(self.section.get("seed"))
-        fraction = check_probability(self.section.get("test_fraction", 0.0),
-                                     "[vertical] test_fraction", high_open=True)
+        the seed in the order :func:`veil.experiments.vertical_run.run_vertical` draws them
+        (so a seeded run is the local runtime's; no seed: the CSPRNG)."""
+        rng = check_rng(self.settings.seed)
+        fraction = check_probability(self.settings.test_fraction, "[vertical] test_fraction",
+                                     high_open=True)
         test = held_out(n, fraction, rng)
         return test, check_rng(rng.spawn(1)[0])
 
@@ -393,7 +441,7 @@ class VerticalParty:
         :class:`veil.fl.vertical.split.SplitNN` initialises it (the torch seed drawn from
         the model's generator, every party's bottom built in the plan's order, whose
         widths ``args["widths"]`` the server relays from the handshake's schemas)."""
-        from veil.fl.vertical.split import SplitBottom, _mlp, _torch
+        from veil.fl.vertical.split import SplitBottom, mlp, seed_networks
 
         widths, names = args.get("widths"), args.get("names")
         if not (isinstance(widths, list) and isinstance(names, list)
@@ -404,54 +452,44 @@ class VerticalParty:
                                 f"give {name!r} its {X.shape[1]} columns")
         if model_rng is None:
             model_rng = self._draws(self.aligned)[1]
-        _torch().manual_seed(int(model_rng.integers(0, 2**31)))
-        hidden, embedding = self.section.get("hidden", 64), self.section.get("embedding", 16)
-        modules = [_mlp([w, hidden, embedding]) for w in widths]
+        seed_networks(model_rng)
+        hidden, embedding = self.settings.hidden, self.settings.embedding
+        modules = [mlp([w, hidden, embedding]) for w in widths]
         self._cut = len(modules) * embedding          # the top's input width
         return SplitBottom(name, X, modules[names.index(name)],
-                           learning_rate=self.section.get("learning_rate", 1e-3),
-                           passes=self.section.get("epochs", 10))
+                           learning_rate=self.settings.rate, passes=self.settings.epochs)
 
     def _start_guest(self, args: Mapping[str, Any]) -> None:
         """The guest's part once the alignment is done: the held-out rows and its
         PaillierGuest (or SplitTop and its own bottom) on the training rows."""
-        from veil.dp import Ledger
-
         rows = self._align.result().rows["guest"]
         test, model_rng = self._draws(rows.size)
         X, y = self._features(rows), self._table.iloc[rows][self.label].to_numpy()
         self._test, self.aligned = test, rows.size
         self._test_X = X[test] if test.any() else X[~test]
         self._test_y = y[test] if test.any() else y[~test]
-        epsilon = self.section.get("label_epsilon")
+        settings = self.settings
+        epsilon = settings.label_epsilon
         if self.model == "split":   # checked before a ledger file exists
-            from veil.fl.vertical.split import SplitTop, _mlp, split_classes
+            from veil.fl.vertical.split import SplitTop, mlp, split_classes
 
             y_train = y[~test].astype(np.int64)
-            classes = split_classes(self.section.get("classes"), y_train, epsilon,
-                                    "[vertical]")
+            classes = split_classes(settings.classes, y_train, epsilon, "[vertical]")
         if epsilon is not None:
-            self._ledger = Ledger(epsilon=epsilon, delta=self.section.get("label_delta", 1e-5),
+            self._ledger = Ledger(epsilon=epsilon, delta=settings.label_delta,
                                   accountant="pld" if self.model == "split" else "rdp",
                                   path=self._ledger_file)
         if self.model == "split":
             self._bottom = self._split_bottom("guest", X[~test], args, model_rng)
             self._party = SplitTop(
-                y_train, args["names"], _mlp([self._cut, self.section.get("hidden", 64),
-                                              classes]),
-                classes=classes, epochs=self.section.get("epochs", 10),
-                batch_size=self.section.get("batch_size", 256),
-                learning_rate=self.section.get("learning_rate", 1e-3), label_epsilon=epsilon,
-                ledger=self._ledger, rng=model_rng.spawn(1)[0])
+                y_train, args["names"], mlp([self._cut, settings.hidden, classes]),
+                classes=classes, epochs=settings.epochs, batch_size=settings.batch_size,
+                learning_rate=settings.rate, label_epsilon=epsilon, ledger=self._ledger,
+                rng=model_rng.spawn(1)[0])
             return
-        from veil.fl.vertical.paillier_lr import PaillierGuest
-
-        hosts = self._hosts()
-        self._party = PaillierGuest(X[~test], y[~test], hosts, self.schedule,
-                                    label_epsilon=epsilon,
-                                    label_delta=self.section.get("label_delta", 1e-5),
-                                    ledger=self._ledger,
-                                    insecure_ok=self.section.get("insecure_ok", False),
+        self._party = PaillierGuest(X[~test], y[~test], self._hosts(), self.schedule,
+                                    label_epsilon=epsilon, label_delta=settings.label_delta,
+                                    ledger=self._ledger, insecure_ok=settings.insecure_ok,
                                     rng=model_rng.spawn(1)[0])
 
     # training --------------------------------------------------------------------------
@@ -460,17 +498,15 @@ class VerticalParty:
             self._need(self._party, "align_order").receive_key(
                 _arg(args, "key", bytes, "key"))
             return None
-        from veil.fl.vertical.paillier_lr import Arbiter
-
         if self._party is not None:
             raise ProtocolError("the arbiter has a key already: one key per run")
-        sizes, parties = args.get("sizes"), set(self.plan["parties"])
+        sizes, parties = args.get("sizes"), set(self.parties)
         if not (isinstance(sizes, dict) and "guest" in sizes and len(sizes) == len(parties)
                 and set(sizes) - {"guest"} < parties):
             raise ProtocolError(f"call key: sizes must name 'guest' (the label holder) and "
                                 f"the other parties of {sorted(parties)}")
-        self._party = Arbiter(sizes, key_bits=self.section.get("key_bits", 2048),
-                              insecure_ok=self.section.get("insecure_ok", False))
+        self._party = Arbiter(sizes, key_bits=self.settings.key_bits,
+                              insecure_ok=self.settings.insecure_ok)
         return self._party.key_message()
 
     def _update(self, args: Mapping[str, Any]) -> None:
@@ -550,8 +586,6 @@ class VerticalParty:
     def _evaluate(self, args: Mapping[str, Any]) -> bytes:
         """The guest's metrics on the held-out rows from its own part and each host's
         (sealed) partial scores, or cut-layer embeddings for split learning."""
-        from veil.fl.vertical.run import _auc
-
         party = self._need(self._party, "align_order")
         sealed = _arg(args, "scores", dict, "evaluate")
         hosts = self._hosts()
@@ -581,12 +615,12 @@ class VerticalParty:
             proba = e / e.sum(axis=1, keepdims=True)
             metrics["accuracy"] = float(np.mean(np.argmax(proba, axis=1) == y))
             if party.classes == 2:
-                metrics["auc"] = _auc(y, proba[:, 1])
+                metrics["auc"] = auc(y, proba[:, 1])
         else:
             own = party.coef_[:-1] if party.fit_intercept else party.coef_
             z = self._test_X @ own + party.intercept_ + sum(parts)
             if self.schedule.task == "logistic":
-                metrics.update(accuracy=float(np.mean((z > 0) == y)), auc=_auc(y, z))
+                metrics.update(accuracy=float(np.mean((z > 0) == y)), auc=auc(y, z))
             else:
                 metrics["r2"] = float(1 - np.sum((y - z) ** 2) / np.sum((y - y.mean()) ** 2))
         if self._ledger is not None:
@@ -624,7 +658,7 @@ def train(relay: Any) -> dict[str, Any]:
     start = time.perf_counter()
     guest, hosts = relay.guest, relay.hosts
     parties = [guest, *hosts]
-    split = relay.plan["vertical"].get("model") == "split"
+    split = relay.settings.model == "split"
     setups = relay.call({h: [("align_setup", {}), ("channel_key", {})] for h in hosts})
     requests = relay.call({guest: [("align_request", {"host": h, "setup": setups[h][0],
                                                       "key": setups[h][1]}) for h in hosts]})

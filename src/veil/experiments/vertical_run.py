@@ -1,203 +1,51 @@
-"""A vertical or transfer-learning run from a configuration (a TOML section as a dict).
+"""Vertical and transfer-learning runs from a run file's ``[vertical]`` or ``[transfer]``
+section (the language: :mod:`veil.experiments.vertical_config`).
 
-``run_vertical(config)`` takes the ``[vertical]`` section: each party's CSV table, the id
-column and the label column; it checks the tables (the label held by exactly one party,
-no feature column at two parties, ids of one type without duplicates), aligns the rows by
-PSI, trains the model and returns a dict of results::
+``run_vertical(config)`` reads each party's table (or UCI Adult split by attributes), checks
+the tables (the label held by exactly one party, no feature column at two parties, ids of
+one type without duplicates), aligns the rows by PSI, trains the model -- in this process,
+or with ``flower=True`` each party on its own node of Flower's simulation engine
+(:func:`veil.fl.runtime.flower_vertical.simulate`) -- and returns a dict of results.
+``out``: the folder for the parties' ledgers (``ledger.sqlite``, the guest's), None:
+ledgers in memory.
 
-    [vertical]
-    model = "logistic"          # "logistic", "linear" or "split"
-    protocol = "paillier"       # logistic / linear: "paillier" or "ss"
-    id = "id"                   # the id column of every table
-    label = "y"                 # the label column (in exactly one table)
-    parties = { guest = "guest.csv", host = "host.csv" }   # name -> CSV path
-    # or UCI Adult split by attributes (veil.fl.vertical.data.vertical_adult):
-    # dataset = "adult"; parties = 3; overlap = 0.8; rows = 5000
-    epochs = 10
-    batch_size = 256
-    learning_rate = 0.15
-    alpha = 0.0                 # L2 penalty (logistic / linear)
-    optimizer = "sgd"           # or "rmsprop" (paillier)
-    link = "taylor2"            # paillier logistic, one host: or "cubic" (third order)
-    key_bits = 2048             # paillier
-    insecure_ok = false         # paillier: true allows keys under 2048 bits (tests, demos)
-    decryption = "arbiter"      # paillier: "arbiter" (holds the key) or "threshold"
-    test_fraction = 0.2         # aligned rows held out for the metrics (0: report on train)
-    seed = 0                    # simulation randomness (data split, batches); omit: secure
-    label_epsilon = 1.0         # optional label DP (paillier logistic, split), with
-    label_delta = 1e-5          #   a fresh ledger of that budget for the label holder
-    classes = 2                 # split: the number of classes, declared (labels 0..K-1;
-                                #   required with label_epsilon; never read from the labels)
-    epsilon = 1.0               # or: noisy gradients (ss logistic), every party's rows
-    delta = 1e-5                #   clipped to clip (one bound or one per party), a fresh
-    clip = 1.0                  #   ledger of that budget for every party
-    prefix_columns = false      # true: column names are local to each party ("x0" at the
-                                #   guest and at the host are different features), so they
-                                #   are read as "guest.x0", "host.x0"; false: a name at two
-                                #   parties is refused as an overlap
-    identities = "identities.json"  # on Flower: the organisations' identity table
-                                #   (veil.fl.runtime.flower_vertical); a local run has no
-                                #   relay to guard against and does not read it
-
-Every key is checked (name and type) by :func:`check_section` before anything is read or
-spent: a bad one is a :class:`~veil.errors.ConfigError` naming it. ``out``: the folder for
-the parties' ledgers (``ledger.sqlite``, the guest's), None: ledgers in memory.
-
-``run_transfer(config)`` takes the ``[transfer]`` section. ``protocol = "distill"`` (the
-default): source, targets, transfer and test CSVs with a label column and ``classes = K``
-declared (labels 0..K-1: public, never read from the labels; knowledge distillation, then
-FedAvg; see :mod:`veil.fl.vertical.transfer`). ``protocol = "he"`` or
-``"ss"``: the secure federated transfer learning of Liu et al. between a source with
-labels and a target without (:mod:`veil.fl.vertical.secure_ftl`, Paillier;
-:mod:`veil.fl.vertical.secure_ftl_ss`, secret sharing), the overlap aligned by PSI::
-
-    [transfer]
-    protocol = "ss"             # "he" or "ss"
-    id = "id"                   # the id column of both tables
-    label = "y"                 # the source's label column (0/1 or -1/+1)
-    source = "source.csv"       # id, features, label
-    target = "target.csv"       # id, features (no label)
-    test = "target_test.csv"    # optional: the target's own people, features and label
-    # or UCI Adult split by attributes (veil.fl.vertical.data.vertical_adult), scored on
-    # the target's people outside the overlap: dataset = "adult"; overlap = 0.3; rows = 6000
-    iterations = 10
-    batch_size = 500
-    learning_rate = 1.0
-    dim = 8                     # the representation's width
-    layers = [16]               # ss: hidden widths of each party's MLP ([]: one layer)
-    gamma = 0.1                 # the alignment weight
-    lam = 0.0                   # L2 penalty
-    key_bits = 2048             # he: each party's Paillier key; ss: with correlation
-    correlation = "dealer"      # ss: Beaver triples from a "dealer" or from "paillier"
-    seed = 0                    # simulation randomness (data split, batches, weights)
-
-A setting of the other protocols is refused by name.
-Relative paths are resolved against ``base`` (the directory of the TOML file).
+``run_transfer(config)``: ``protocol = "distill"`` (the default): knowledge distillation
+from the source (:mod:`veil.fl.vertical.transfer`), then the targets' federated
+fine-tuning (:func:`transfer_learn`: FedAvg, locally or on Flower); ``"he"`` or ``"ss"``:
+the secure federated transfer learning of Liu et al. (:mod:`veil.fl.vertical.secure_ftl`,
+:mod:`veil.fl.vertical.secure_ftl_ss`), the overlap aligned by PSI.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from veil._validation import check_choice, check_epsilon, check_probability
+from veil._validation import check_array, check_choice, check_epsilon, check_probability
+from veil.dp import Ledger
 from veil.errors import ConfigError, DataError
-from veil.fl.vertical.align import align, read_ids
+from veil.experiments.vertical_config import (
+    TRANSFER_KEYS,
+    check_section,
+    flower_settings,
+    read_party_table,
+    vertical_settings,
+)
+from veil.fl.messages import encode
+from veil.fl.vertical.align import align
+from veil.fl.vertical.data import auc, check_numeric, check_tables, held_out
+from veil.fl.vertical.transfer import SourceParty, distill
 from veil.random import check_rng
 
-__all__ = ["run_vertical", "run_transfer", "check_tables", "check_section", "held_out",
-           "schedule", "SECTIONS", "TRANSFER_KEYS"]
+__all__ = ["run_transfer", "run_vertical", "transfer_learn"]
 
 log = logging.getLogger(__name__)
-
-_NUM = (int, float)
-#: the settings of each section -> their allowed types
-SECTIONS: dict[str, dict[str, tuple[type, ...]]] = {
-    "vertical": {"model": (str,), "protocol": (str,), "id": (str,), "label": (str,),
-                 "parties": (dict, int), "dataset": (str,), "overlap": _NUM, "rows": (int,),
-                 "epochs": (int,), "batch_size": (int,), "learning_rate": _NUM,
-                 "alpha": _NUM, "optimizer": (str,), "link": (str,), "key_bits": (int,),
-                 "test_fraction": _NUM, "seed": (int,), "label_epsilon": _NUM,
-                 "label_delta": _NUM, "epsilon": _NUM, "delta": _NUM,
-                 "clip": (int, float, list), "hidden": (int,), "embedding": (int,),
-                 "classes": (int,),
-                 "prefix_columns": (bool,), "decryption": (str,), "insecure_ok": (bool,),
-                 "identities": (str,)},
-    "transfer": {"label": (str,), "source": (str,), "targets": (list,), "transfer": (str,),
-                 "test": (str,), "classes": (int,), "teachers": (int,), "noise_multiplier": _NUM,
-                 "epsilon": _NUM, "delta": _NUM, "max_queries": (int,), "rounds": (int,),
-                 "local_epochs": (int,), "learning_rate": _NUM, "hidden": (int,),
-                 "source_epochs": (int,), "seed": (int,), "protocol": (str,),
-                 "id": (str,), "target": (str,), "dataset": (str,), "overlap": _NUM,
-                 "rows": (int,), "iterations": (int,), "batch_size": (int,), "dim": (int,),
-                 "layers": (list,), "gamma": _NUM, "lam": _NUM, "key_bits": (int,),
-                 "correlation": (str,)},
-}
-#: [transfer] protocol -> the settings only it reads ("label", "source", "test",
-#: "learning_rate", "seed" and "protocol" are common)
-TRANSFER_KEYS = {
-    "distill": ("targets", "transfer", "classes", "teachers", "noise_multiplier", "epsilon",
-                "delta", "max_queries", "rounds", "local_epochs", "hidden", "source_epochs"),
-    "he": ("id", "target", "dataset", "overlap", "rows", "iterations", "batch_size", "dim",
-           "gamma", "lam", "key_bits"),
-    "ss": ("id", "target", "dataset", "overlap", "rows", "iterations", "batch_size", "dim",
-           "layers", "gamma", "lam", "key_bits", "correlation"),
-}
-
-
-def check_section(config: Any, section: str) -> dict:
-    """``config`` as the ``[section]`` table: a ConfigError names an unknown key or a value
-    of the wrong type (a bool is not a number)."""
-    allowed = SECTIONS[section]
-    if not isinstance(config, dict):
-        raise ConfigError(f"[{section}] must be a table of settings")
-    unknown = sorted(set(config) - set(allowed))
-    if unknown:
-        raise ConfigError(f"[{section}] has unknown settings {unknown}; allowed: "
-                          f"{sorted(allowed)}")
-    for key, value in config.items():
-        kinds = allowed[key]
-        if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
-            raise ConfigError(f"[{section}] {key}={value!r} is not allowed: expected "
-                              f"{' or '.join(k.__name__ for k in kinds)}")
-    return config
-
-
-def read_party_table(path: Any, base: Path, what: str) -> pd.DataFrame:
-    """The CSV table at ``path`` (relative to ``base``, the config's folder); ``what`` names
-    it in the error when there is no such file."""
-    file = Path(str(path))
-    file = file if file.is_absolute() else base / file
-    if not file.is_file():
-        raise DataError(f"{what}: {str(file)!r} is not a file")
-    return pd.read_csv(file)
-
-
-def check_tables(tables: dict[str, pd.DataFrame], id_column: str, label: str) -> str:
-    """Refuse tables that cannot be joined vertically; returns the label holder's name.
-
-    Checks: every table has the id column (ids of one type, no duplicates, no missing
-    ones); the label is in exactly one table; no other column is in two tables; every
-    party holds at least one feature column, all numeric.
-    """
-    if len(tables) < 2:
-        raise ConfigError(f"vertical learning needs at least two parties; got {list(tables)}")
-    kinds = {}
-    for name, table in tables.items():
-        kinds[name] = read_ids(table, id_column, name=f"ids of {name!r}")[1]
-    if len(set(kinds.values())) > 1:
-        raise DataError(f"mismatched id types across parties: {kinds}; convert the "
-                        f"{id_column!r} columns to one type")
-    holders = [name for name, t in tables.items() if label in t.columns]
-    if len(holders) != 1:
-        raise ConfigError(f"the label {label!r} is held by {holders or 'no party'}; exactly "
-                          "one party (the guest) must hold it")
-    owner: dict[str, str] = {}
-    for name, table in tables.items():
-        for col in table.columns:
-            if col in (id_column, label):
-                continue
-            if col in owner:
-                raise ConfigError(f"column {col!r} is held by both {owner[col]!r} and "
-                                  f"{name!r}: a vertical split gives each feature to one "
-                                  "party (rename or drop one)")
-            owner[col] = name
-        features = [c for c in table.columns if c not in (id_column, label)]
-        if not features:
-            raise DataError(f"party {name!r} holds no feature column")
-        _check_numeric(table[features], f"party {name!r}")
-    return holders[0]
-
-
-def _auc(y: np.ndarray, score: np.ndarray) -> float:
-    from sklearn.metrics import roc_auc_score
-
-    return float(roc_auc_score(y, score)) if len(np.unique(y)) == 2 else float("nan")
 
 
 def _tables(cfg: dict, base: Path, id_column: str, label: str, rng: Any
@@ -244,44 +92,35 @@ def _ledger(out: str | Path | None, name: str, guest: str, epsilon: float, delta
     return Ledger(epsilon=epsilon, delta=delta, accountant=accountant, path=path)
 
 
-def schedule(cfg: dict) -> dict[str, Any]:
-    """The training schedule of a logistic / linear run (the section's defaults filled
-    in): the arguments of :class:`veil.fl.vertical.paillier_lr.Plan` but the task."""
-    return {"epochs": cfg.get("epochs", 10), "batch_size": cfg.get("batch_size", 256),
-            "learning_rate": cfg.get("learning_rate", 0.15), "alpha": cfg.get("alpha", 0.0),
-            "optimizer": cfg.get("optimizer", "sgd"), "link": cfg.get("link", "taylor2")}
-
-
-def held_out(n: int, test_fraction: float, rng: Any) -> np.ndarray:
-    """The aligned rows held out for the metrics: a mask of ``round(test_fraction n)``
-    rows drawn by ``rng`` (all False when test_fraction is 0)."""
-    test = np.zeros(n, dtype=bool)
-    if test_fraction:
-        test[rng.permutation(n)[: int(round(test_fraction * n))]] = True
-    return test
-
-
-def run_vertical(config: dict, *, base: str | Path = ".", out: str | Path | None = None
-                 ) -> dict[str, Any]:
+def run_vertical(config: dict, *, base: str | Path = ".", out: str | Path | None = None,
+                 flower: bool = False) -> dict[str, Any]:
     """The ``[vertical]`` section -> results (see the module docstring)."""
+    if flower:
+        from veil.fl.runtime.flower_vertical import simulate
+
+        settings = flower_settings(config)
+        tables = {p: read_party_table(f, Path(base), f"parties.{p}")
+                  for p, f in config["parties"].items()}
+        return simulate(settings, tables, out=out)
     cfg = check_section(config, "vertical")
-    model_kind = check_choice(cfg.get("model", "logistic"), "[vertical] model",
+    settings = vertical_settings(cfg)
+    model_kind = check_choice(settings.model, "[vertical] model",
                               ("logistic", "linear", "split"))
-    id_column, label = cfg.get("id", "id"), cfg.get("label", "y")
-    test_fraction = check_probability(cfg.get("test_fraction", 0.0),
-                                      "[vertical] test_fraction", high_open=True)
-    label_epsilon = cfg.get("label_epsilon")
+    id_column, label = settings.id, settings.label
+    test_fraction = check_probability(settings.test_fraction, "[vertical] test_fraction",
+                                      high_open=True)
+    label_epsilon = settings.label_epsilon
     if label_epsilon is not None:
         check_epsilon(label_epsilon, "[vertical] label_epsilon")
-    epsilon = cfg.get("epsilon")
+    epsilon = settings.epsilon
     if epsilon is not None:
         check_epsilon(epsilon, "[vertical] epsilon")
         if label_epsilon is not None:
             raise ConfigError("[vertical] epsilon (noisy gradients, protocol \"ss\") and "
                               "label_epsilon (protocol \"paillier\", split) exclude each other")
-    rng = check_rng(cfg.get("seed"))
+    rng = check_rng(settings.seed)
     tables = _tables(cfg, Path(base), id_column, label, rng)
-    if cfg.get("prefix_columns", False):
+    if settings.prefix_columns:
         tables = {k: t.rename(columns={c: f"{k}.{c}" for c in t.columns
                                        if c not in (id_column, label)})
                   for k, t in tables.items()}
@@ -301,45 +140,43 @@ def run_vertical(config: dict, *, base: str | Path = ".", out: str | Path | None
     if model_kind == "split":   # checked before a ledger file exists
         from veil.fl.vertical.split import SplitNN, split_classes
 
-        classes = split_classes(cfg.get("classes"), y_train.astype(np.int64), label_epsilon,
+        classes = split_classes(settings.classes, y_train.astype(np.int64), label_epsilon,
                                 "[vertical]")
     ledger, ledgers = None, None
     if label_epsilon is not None:
-        ledger = _ledger(out, guest, guest, label_epsilon, cfg.get("label_delta", 1e-5),
+        ledger = _ledger(out, guest, guest, label_epsilon, settings.label_delta,
                          "rdp" if model_kind != "split" else "pld")
     if epsilon is not None:
-        ledgers = [_ledger(out, name, guest, epsilon, cfg.get("delta", 1e-5), "rdp")
+        ledgers = [_ledger(out, name, guest, epsilon, settings.delta, "rdp")
                    for name in ordered]
     results: dict[str, Any] = {"aligned": alignment.size, "psi_bytes": alignment.bytes,
                                "parties": ordered, "guest": guest}
     if model_kind == "split":
-        model = SplitNN(learning_rate=cfg.get("learning_rate", 1e-3),
-                        hidden=cfg.get("hidden", 64), embedding=cfg.get("embedding", 16),
-                        label_epsilon=label_epsilon, ledger=ledger, random_state=rng.spawn(1)[0],
-                        epochs=cfg.get("epochs", 10), batch_size=cfg.get("batch_size", 256),
-                        classes=classes)
+        model = SplitNN(learning_rate=settings.rate, hidden=settings.hidden,
+                        embedding=settings.embedding, label_epsilon=label_epsilon,
+                        ledger=ledger, random_state=rng.spawn(1)[0], epochs=settings.epochs,
+                        batch_size=settings.batch_size, classes=classes)
         model.fit(train_blocks, y_train.astype(np.int64))
         results["bytes"] = model.bytes_
         results["accuracy"] = model.score(test_blocks, y_test)
         if len(model.classes_) == 2:
-            results["auc"] = _auc(y_test, model.predict_proba(test_blocks)[:, 1])
+            results["auc"] = auc(y_test, model.predict_proba(test_blocks)[:, 1])
     else:
         from veil.fl.vertical.linear import VerticalLinearRegression, VerticalLogisticRegression
 
         cls = VerticalLogisticRegression if model_kind == "logistic" else \
             VerticalLinearRegression
-        model = cls(cfg.get("protocol", "paillier"), key_bits=cfg.get("key_bits", 2048),
-                    insecure_ok=cfg.get("insecure_ok", False),
-                    decryption=cfg.get("decryption", "arbiter"), label_epsilon=label_epsilon,
-                    label_delta=cfg.get("label_delta", 1e-5), ledger=ledger,
-                    epsilon=epsilon, delta=cfg.get("delta", 1e-5), clip=cfg.get("clip", 1.0),
-                    ledgers=ledgers, random_state=rng.spawn(1)[0], **schedule(cfg))
+        model = cls(settings.protocol, key_bits=settings.key_bits,
+                    insecure_ok=settings.insecure_ok, decryption=settings.decryption,
+                    label_epsilon=label_epsilon, label_delta=settings.label_delta,
+                    ledger=ledger, epsilon=epsilon, delta=settings.delta, clip=settings.clip,
+                    ledgers=ledgers, random_state=rng.spawn(1)[0], **settings.schedule())
         model.fit(train_blocks, y_train)
         results["seconds_per_epoch"] = model.stats_.seconds
         results["bytes_per_epoch"] = model.stats_.bytes
         if model_kind == "logistic":
             results["accuracy"] = model.score(test_blocks, y_test)
-            results["auc"] = _auc(y_test, model.decision_function(test_blocks))
+            results["auc"] = auc(y_test, model.decision_function(test_blocks))
         else:
             results["r2"] = model.score(test_blocks, y_test)
     if ledger is not None:
@@ -374,16 +211,14 @@ def run_transfer(config: dict, *, base: str | Path = ".", out: str | Path | None
             raise ConfigError(f"[transfer] protocol = {protocol!r} runs under the local "
                               "runtime only (its two parties are not a federation)")
         return _run_secure_ftl(cfg, protocol, Path(base))
-    from veil.dp import Ledger
     from veil.fl.strategies import FedAvg
-    from veil.fl.vertical.transfer import SourceParty, _torch, transfer_learn
+    from veil.fl.vertical.split import mlp, seed_networks
 
     if "classes" not in cfg:  # public schema knowledge, never read from the labels
         raise ConfigError("[transfer] classes is required with protocol = \"distill\": the "
                           "number of classes K (labels 0..K-1), declared, not read from the "
                           "source's labels")
     classes = cfg["classes"]
-    torch = _torch()
     base = Path(base)
     label = cfg.get("label", "y")
 
@@ -410,13 +245,12 @@ def run_transfer(config: dict, *, base: str | Path = ".", out: str | Path | None
     hidden = cfg.get("hidden", 32)
 
     def make(d: int, k: int) -> Any:
-        return torch.nn.Sequential(torch.nn.Linear(d, hidden), torch.nn.ReLU(),
-                                   torch.nn.Linear(hidden, k))
+        return mlp([d, hidden, k])
 
     rng = check_rng(cfg.get("seed"))
     # the networks' initial weights (the teachers' and the student's) from the seed, not
     # from whatever state torch's global generator is in
-    torch.manual_seed(int(rng.integers(0, 2**31)))
+    seed_networks(rng)
     ledger = None
     if cfg.get("noise_multiplier") is not None:
         ledger = Ledger(epsilon=cfg.get("epsilon", 3.0), delta=cfg.get("delta", 1e-5),
@@ -440,6 +274,41 @@ def run_transfer(config: dict, *, base: str | Path = ".", out: str | Path | None
     if ledger is not None:
         results["source_epsilon_spent"] = ledger.spent()[0]
     return results
+
+
+def transfer_learn(source: SourceParty | None, transfer_X: Any, clients: Sequence[tuple[Any, Any]],
+                   student: Any, strategy: Any, rounds: int, *, distill_epochs: int = 20,
+                   learning_rate: float = 1e-3, test: tuple[Any, Any] | None = None,
+                   classes: Sequence[Any] | None = None, ledger: Ledger | None = None,
+                   rng: Any = None,
+                   flower: bool = False) -> tuple[Any, Any]:
+    """The whole recipe: query, distill, then federated fine-tuning.
+
+    ``student``: the target's torch module. ``source=None``: no transfer (the baseline: the
+    targets fine-tune ``student`` from its initial weights). Returns the Federation's
+    history and the starting module. ``classes``: the targets' declared label set
+    (:class:`veil.fl.Federation`'s). ``ledger``: for a DP federated strategy. ``flower``:
+    the fine-tuning on Flower's simulation engine, a node per target
+    (:func:`veil.fl.runtime.flower.simulate`; the same model as in this process for a
+    seeded run); the source answers its one query where it lives.
+    """
+    from veil.fl import Federation
+    from veil.learn import TorchModel
+
+    rng = check_rng(rng)
+    if source is not None:
+        transfer_X = check_array(transfer_X, "transfer_X", ndim=2)
+        answer = source.answer(encode({"stage": "query",
+                                       "X": transfer_X.astype(np.float32)}))
+        student = distill(student, transfer_X, answer, epochs=distill_epochs,
+                          learning_rate=learning_rate, rng=rng.spawn(1)[0])
+    fed = Federation(clients, TorchModel(student), strategy, rounds, test=test,
+                     classes=classes, ledger=ledger, rng=rng.spawn(1)[0])
+    if flower:
+        from veil.fl.runtime.flower import simulate
+
+        return simulate(fed), student
+    return fed.run(), student
 
 
 def _ftl_tables(cfg: dict, base: Path, id_column: str, label: str, rng: Any
@@ -476,17 +345,9 @@ def _ftl_tables(cfg: dict, base: Path, id_column: str, label: str, rng: Any
     return source, target, own.assign(**{label: labels})
 
 
-def _check_numeric(table: pd.DataFrame, what: str) -> None:
-    """A non-numeric column of ``table`` (features only) is a DataError naming it."""
-    bad = [c for c in table.columns if not pd.api.types.is_numeric_dtype(table[c])]
-    if bad:
-        raise DataError(f"{what}: the feature columns {bad} are not numeric (encode them "
-                        "first, e.g. one-hot)")
-
-
 def _floats(table: pd.DataFrame, what: str) -> np.ndarray:
     """A table's feature columns as floats; a non-numeric column is a DataError."""
-    _check_numeric(table, f"[transfer] {what}")
+    check_numeric(table, f"[transfer] {what}")
     return table.to_numpy(dtype=np.float64)
 
 
@@ -585,6 +446,6 @@ def _run_secure_ftl(cfg: dict, protocol: str, base: Path) -> dict[str, Any]:
     if scores is not None:
         truth = np.asarray(y_test) > 0
         results["accuracy"] = float(np.mean((scores > 0) == truth))
-        results["auc"] = _auc(truth.astype(np.int64), scores)
+        results["auc"] = auc(truth.astype(np.int64), scores)
     log.info("secure FTL run (%s): %s", protocol, results)
     return results
