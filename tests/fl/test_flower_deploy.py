@@ -20,6 +20,7 @@ pytest.importorskip("flwr", reason="the Flower runtime needs the 'flower' extra 
 
 from veil.crypto.identity import write_identities  # noqa: E402
 from veil.dp import Ledger  # noqa: E402
+from veil.dp.distributed import Trust
 from veil.errors import ConfigError  # noqa: E402
 from veil.experiments.flower_app import (  # noqa: E402
     Loopback,
@@ -55,7 +56,7 @@ epsilon = 2.0
 delta = 1e-5
 
 [hybrid]
-trust = 2
+honest = 2
 noise = "skellam"
 key_bits = 512
 insecure_ok = true
@@ -85,7 +86,7 @@ def _organisations(tmp_path):
         runs[name] = tmp_path / f"{name}.toml"
         runs[name].write_text(text)
     keys = tmp_path / "dealer"
-    deal(4, 2, keys, bits=512, insecure_ok=True)
+    deal(Trust(4, 2), keys, bits=512, insecure_ok=True)
     data = write_party_data(runs["secagg"], tmp_path / "split")
     nodes = []
     for i in range(4):

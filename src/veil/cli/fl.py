@@ -127,6 +127,23 @@ def _save_model(path: Path, cfg: Any, model: Any, history: Any,
                       rounds=len(history.rounds))
 
 
+def _ledger(budget: Any, path: Path) -> Any:
+    """The run's ledger file for the config's budget (None without ``[privacy]``)."""
+    from veil.dp import Ledger
+
+    return None if budget is None else Ledger.for_budget(budget, path=path)
+
+
+def _drop_new_ledger(ledger: Any, path: Path, resume: bool) -> None:
+    """Close ``ledger`` and, when this run created it (not ``resume``), remove its file."""
+    if ledger is None:
+        return
+    ledger.close()
+    if not resume:
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
 Config = Annotated[Path, typer.Argument(help="TOML file describing the run.")]
 Resume = Annotated[bool, typer.Option("--resume",
                                       help="Continue an interrupted run from its checkpoint.")]
@@ -152,7 +169,6 @@ def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = F
     """Train a model across simulated clients; write results.json, plot.png and run.json
     (the run directory `veil audit` reads), plus the privacy report with --report."""
     from veil.crypto.paillier import MIN_SECURE_BITS
-    from veil.dp import Ledger
     from veil.experiments.fl_config import load_config
     from veil.fl import Federation, LocalRuntime
 
@@ -213,23 +229,22 @@ def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = F
                 + ("" if eps is None else f"  eps {eps:.3f}")
                 + ("" if record["status"] == "ok" else "  (aborted)")))
 
-        federation = Federation(clients, cfg.model(), strategy, rounds, test=test,
-                                runtime=runtime, checkpoint=checkpoint, rng=seed,
-                                classes=classes, on_progress=on_progress,
-                                simulate_noise=cfg["run"]["simulate_noise"])
-        canaries = cfg.canaries(federation, rng=canary_seed)
-        # the ledger file is created only once everything that can refuse the config has
-        # run: a refused config leaves no trace that would block the next attempt
         os.makedirs(out_dir, exist_ok=True)
+        ledger = _ledger(cfg.budget(), ledger_file)
+        try:
+            federation = Federation(clients, cfg.model(), strategy, rounds, test=test,
+                                    runtime=runtime, checkpoint=checkpoint, rng=seed,
+                                    classes=classes, on_progress=on_progress,
+                                    simulate_noise=cfg["run"]["simulate_noise"], ledger=ledger)
+            canaries = cfg.canaries(federation, rng=canary_seed)
+        except BaseException:
+            # a refused config leaves no trace that would block the next attempt
+            _drop_new_ledger(ledger, ledger_file, resume)
+            raise
         atomic_write(state_file, json.dumps({"config": str(config), "partition_seed":
                                              partition_seed, "canary_seed": canary_seed.hex(),
                                              "settings": settings,
                                              "digest": _digest(settings)}))
-        ledger = None
-        if cfg.has("privacy"):
-            p = cfg["privacy"]
-            ledger = federation.ledger = Ledger(p["epsilon"], p["delta"],
-                                                accountant=p["accountant"], path=ledger_file)
         try:
             if flower:
                 from veil.fl.runtime.flower import simulate
@@ -394,13 +409,15 @@ def deal(config: Config, out: DealOut) -> None:
     if cfg.kind != "hybrid":
         raise ConfigError(f"{config}: veil fl deal is for hybrid runs ([training] strategy = "
                           f"\"hybrid\"); this run is {cfg.kind}")
-    h = cfg["hybrid"]
-    setup = deal_keys(cfg["data"]["clients"], h["trust"], out, bits=h["key_bits"],
-                      insecure_ok=h["insecure_ok"], keygen=h["keygen"])
+    h, trust = cfg["hybrid"], cfg.trust()
+    setup = deal_keys(trust, out, bits=h["key_bits"], insecure_ok=h["insecure_ok"],
+                      keygen=h["keygen"])
     print_table([["public.bin", "everyone (the aggregator too)"]] +
                 [[f"party-{i}.key, party-{i}.id", f"party {i} only"]
-                 for i in range(cfg["data"]["clients"])], ["file", "goes to"],
+                 for i in range(trust.parties)], ["file", "goes to"],
                 title=f"veil fl deal -> {out} (set-up {setup.fingerprint[:16]})")
+    say(f"parties {trust.parties}, honest {trust.honest}, threshold {trust.threshold} "
+        "(partial decryptions needed)")
 
 
 @app.command("split")
