@@ -61,6 +61,7 @@ import numpy as np
 from veil.crypto import threshold
 from veil.datasets import available, load_xy, partition
 from veil.dp import Ledger
+from veil.dp.distributed import Trust
 from veil.fl import Federation, LocalRuntime, Message
 from veil.fl.hybrid.protocol import (
     Agreement,
@@ -79,6 +80,7 @@ warnings.filterwarnings("ignore")
 logging.disable(logging.WARNING)
 
 PARTIES, TRUST = 10, 5
+HONEST = Trust(PARTIES, TRUST)   # t = 5 honest of 10: threshold 6
 MAX_RECORDS = 2 ** 12          # public bound on one party's records (sets the slot width)
 
 
@@ -131,7 +133,7 @@ def hybrid_round(keys, data, model, *, packed: bool, z: float, values: int | Non
             return out[:values], clipped
         learner.answer = truncated
     identities, public = make_identities(PARTIES)
-    agreement = Agreement(PARTIES, "hybrid", trust=TRUST, noise="skellam", noise_multiplier=z,
+    agreement = Agreement(PARTIES, "hybrid", trust=HONEST, noise="skellam", noise_multiplier=z,
                           delta=1e-5, packed=packed, identities=public)
     count = QueryEncoding(query.shape, agreement, keys.public_key.bits).ciphertexts
     clients = {}
@@ -169,7 +171,7 @@ def runtime_rounds(keys, data, model, z: float, workers: int, rounds: int):
     """``rounds`` hybrid rounds of a Federation on ``LocalRuntime(workers=workers)``: per
     round (wall s, CPU s of this run's processes, CPU s of the machine's other processes
     meanwhile), and the wall seconds to ship the parties and fill their pools."""
-    strategy = Hybrid(PARTIES, TRUST, rounds=rounds, noise_multiplier=z, delta=1e-5,
+    strategy = Hybrid(HONEST, rounds=rounds, noise_multiplier=z, delta=1e-5,
                       max_records=MAX_RECORDS, keys=keys)
     per_round = []
     with LocalRuntime(workers=workers) as runtime:
@@ -262,7 +264,7 @@ def main() -> None:
     gen = np.random.default_rng(0)
     t0 = time.perf_counter()
     primes = threshold.generate_safe_primes(args.bits, insecure_ok=args.bits < 2048, rng=5)
-    keys = deal_keys(PARTIES, TRUST, bits=args.bits, primes=primes,
+    keys = deal_keys(HONEST, bits=args.bits, primes=primes,
                      insecure_ok=args.bits < 2048, rng=6)
     print(f"threshold Paillier {args.bits}-bit, {keys.public_key.threshold}-of-{PARTIES} "
           f"(t = {TRUST}): keys dealt in {time.perf_counter() - t0:.1f} s")
@@ -309,7 +311,7 @@ def _party_encrypt(keys, data, model, z):
     learner = GradientQueries(model, rounds=1, max_records=MAX_RECORDS)
     query = learner.next_query()
     identities, public = make_identities(PARTIES)
-    agreement = Agreement(PARTIES, "hybrid", trust=TRUST, noise="skellam", noise_multiplier=z,
+    agreement = Agreement(PARTIES, "hybrid", trust=HONEST, noise="skellam", noise_multiplier=z,
                           delta=1e-5, identities=public)
     enc = QueryEncoding(query.shape, agreement, keys.public_key.bits)
     client = HybridClient(0, *data[0], agreement, learner=learner, key_share=keys.shares[0],

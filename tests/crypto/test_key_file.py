@@ -6,6 +6,7 @@ import pytest
 
 from veil.crypto import threshold
 from veil.crypto.serialization import dump_key_share, load_key_share
+from veil.dp.distributed import Trust
 from veil.errors import ConfigError, CryptoError
 
 
@@ -92,7 +93,7 @@ def test_the_dealer_refuses_to_deal_a_distributed_key(tmp_path):
     from veil.fl.hybrid.setup import deal
 
     with pytest.raises(ConfigError, match="veil keygen"):
-        deal(3, 2, tmp_path / "out", bits=512, insecure_ok=True, keygen="distributed")
+        deal(Trust(3, 2), tmp_path / "out", bits=512, insecure_ok=True, keygen="distributed")
     assert not (tmp_path / "out").exists()
 
 

@@ -13,7 +13,9 @@ from veil.dp.distributed import (
     DistributedGaussian,
     DistributedLaplace,
     DistributedSkellam,
+    Trust,
     calibrate_multiplier,
+    check_trust,
     distributed_noise,
 )
 from veil.dp.gaussian import analytic_gaussian_sigma
@@ -177,3 +179,21 @@ def test_bad_parameters_are_config_errors():
         calibrate_multiplier("uniform", 1.0, 1e-5, [(1.0, 1.0)])
     with pytest.raises(ConfigError, match="delta"):
         calibrate_multiplier("gaussian", 1.0, 0.0, [(1.0, 1.0)])
+
+
+def test_one_trust_value_names_t_once_and_derives_the_threshold():
+    """t had six names and was validated five times on one path, n - t + 1 computed at five
+    sites (issue #31). A Trust is validated once, derives the threshold and the colluders,
+    and what takes one refuses a bare count instead of validating it again."""
+    trust = Trust(10, 4)
+    assert (trust.parties, trust.honest, trust.threshold, trust.colluding) == (10, 4, 7, 6)
+    assert Trust(5, 5).threshold == 1 and Trust(5, 1).threshold == 5
+    for parties, honest in ((5, 6), (5, 0), (0, 1)):
+        with pytest.raises(ConfigError, match="is not allowed"):
+            Trust(parties, honest)
+    assert check_trust(trust, 10) is trust
+    with pytest.raises(ConfigError, match=r"trust=4 is not allowed: expected .*Trust\(10, "):
+        check_trust(4, 10)
+    with pytest.raises(ConfigError, match=r"Trust\(parties=10, honest=4\) is not allowed"):
+        check_trust(trust, 9)
+    assert DistributedLaplace(1.0, parties=10, honest=4).trust == trust

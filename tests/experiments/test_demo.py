@@ -24,7 +24,7 @@ def _uci_data(adult_available, nursery_available):
 
 def test_demo_runs_every_method_and_stays_within_budget(tmp_path):
     report = run_demo(quick=True, key_bits=512, out=tmp_path, audit_records=400, rng=3)
-    assert (report.parties, report.trust, report.threshold) == (10, 5, 6)
+    assert (report.parties, report.honest, report.threshold) == (10, 5, 6)
     assert len(report.runs) == 10
     tasks = {r.task for r in report.runs}
     assert len(tasks) == 2

@@ -17,7 +17,7 @@ import pytest
 from veil.audit import read_run
 from veil.cli.main import main
 from veil.datasets import load_xy, partition
-from veil.dp import Ledger
+from veil.dp import Ledger, PrivacyBudget
 from veil.errors import ConfigError
 from veil.experiments.canary_audit import add_canary_clients
 from veil.experiments.fl_config import load_config
@@ -44,8 +44,8 @@ def digits_clients():
 
 
 def _dp(epsilon: float, rounds: int, **kwargs) -> DPFedAvg:
-    return DPFedAvg.from_budget(FedAvg(learning_rate=0.3, batch_size=32), epsilon=epsilon,
-                                delta=DELTA, rounds=rounds, accountant="pld", clip_norm=1.0,
+    return DPFedAvg.from_budget(FedAvg(learning_rate=0.3, batch_size=32),
+                                PrivacyBudget(epsilon, DELTA), rounds=rounds, clip_norm=1.0,
                                 **kwargs)
 
 

@@ -120,6 +120,23 @@ delta = 1e-5
 """
 
 
+def test_a_configs_strategy_and_ledger_share_one_budget(tmp_path):
+    """[privacy] epsilon went to the strategy (calibration) and, separately, to the
+    ledger (cap); nothing checked that they agreed. Now both come from cfg.budget(): the
+    strategy carries it and the run's ledger file holds exactly it."""
+    config = _config(tmp_path, PRIVATE.format(rounds=2).replace(
+        "delta = 1e-5", 'delta = 1e-5\naccountant = "rdp"'))
+    cfg = load_config(config)
+    budget = cfg.budget()
+    assert (budget.epsilon, budget.delta, budget.accountant) == (4.0, 1e-5, "rdp")
+    clients, _, _ = cfg.data(0)
+    assert cfg.strategy(clients).privacy.budget == budget
+    out = tmp_path / "out"
+    assert main(["fl", "run", str(config), "--out", str(out)]) == 0
+    assert Ledger.open(out / "ledger.sqlite").budget == budget
+    assert load_config(_config(tmp_path, SMALL.format(rounds=2), "plain.toml")).budget() is None
+
+
 def test_kill_9_and_resume_gives_the_uninterrupted_spend_and_model(tmp_path):
     # the same model needs the same noise: a labelled simulation (the spend would be equal
     # with secure noise too)

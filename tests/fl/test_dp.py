@@ -8,7 +8,7 @@ import dp_accounting
 import numpy as np
 import pytest
 
-from veil.dp import Ledger
+from veil.dp import Ledger, PrivacyBudget
 from veil.dp.accounting import epsilon_for
 from veil.errors import BudgetExceededError, ConfigError
 from veil.fl import Federation
@@ -63,7 +63,7 @@ def test_local_noise_is_certified_against_the_server_that_samples(epsilon, round
     """The server picks the clients, so against it a client sampled in every one of the T
     rounds releases T Gaussian(z) answers: no amplification by sampling may be claimed.
     (The certified epsilon was 3.995 where the truth is 14.6 at T=100, q=0.1, target 4.)"""
-    dp = DPFedAvg.from_budget(FedAvg(fraction=q), epsilon=epsilon, delta=1e-5,
+    dp = DPFedAvg.from_budget(FedAvg(fraction=q), PrivacyBudget(epsilon, 1e-5),
                               rounds=rounds, noise="local")
     ledger = Ledger(1e9, 1e-3, accountant="pld")
     plan = ledger.plan(dp.round_event(0, np.zeros(3), [0], 10), steps=rounds, delta=1e-5)
@@ -87,19 +87,43 @@ def test_local_noise_is_certified_for_any_two_inputs_of_a_client(clients, known_
     least the replace-one epsilon of the noise each client adds, and that meets the
     target; the certificate names the relation."""
     rounds, clip = 3, 0.5
-    dp = DPFedAvg.from_budget(known_updates(), epsilon=target, delta=1e-5, rounds=rounds,
-                              noise="local", clip_norm=clip)
-    ledger = Ledger(3 * target, 1e-5)
+    budget = PrivacyBudget(target, 1e-5)
+    dp = DPFedAvg.from_budget(known_updates(), budget, rounds=rounds, noise="local",
+                              clip_norm=clip)
+    ledger = Ledger.for_budget(budget)
     Federation(clients(3), LogisticRegression(), dp, rounds, rng=0, ledger=ledger).run()
     std = dp.client_config(0)["noise_std"]  # what each client adds to its clipped update
     replace_one = epsilon_for(std / (2 * clip), 1e-5, steps=rounds)
     assert ledger.spent()[0] >= replace_one - 1e-3
     assert replace_one <= target * 1.001
-    assert dp.relation.startswith("replace-one")
-    assert DPFedAvg(known_updates(), noise_multiplier=1.0).relation.startswith("add/remove")
+    assert dp.privacy.relation.startswith("replace-one")
+    assert DPFedAvg(known_updates(), noise_multiplier=1.0).privacy.relation.startswith(
+        "add/remove")
     assert SecAgg(DPFedAvg(known_updates(), noise_multiplier=1.0, noise="distributed")
-                  ).relation.startswith("add/remove")   # wrappers name their inner's
-    assert FedAvg().relation is None
+                  ).privacy.relation.startswith("add/remove")   # wrappers name their inner's
+    assert FedAvg().privacy.relation is None
+
+
+def test_the_ledger_must_cap_the_budget_the_noise_was_calibrated_for(clients, known_updates):
+    """Epsilon given twice could disagree (issue #31): z calibrated for epsilon 1 and a
+    ledger of epsilon 4 certified a run for 4 that was planned for 1, and a ledger of
+    another accountant prices the plan differently than its calibration. The strategy
+    carries its PrivacyBudget; the federation refuses a ledger of any other, before any
+    round runs or anything is charged."""
+    budget = PrivacyBudget(1.0, 1e-5)
+    dp = DPFedAvg.from_budget(known_updates(), budget, rounds=2)
+    assert dp.privacy.budget == budget
+    for other in (Ledger(4.0, 1e-5), Ledger(1.0, 1e-6), Ledger(1.0, 1e-5, accountant="rdp")):
+        with pytest.raises(ConfigError, match="calibrated for epsilon=1, delta=1e-05"):
+            Federation(clients(2), LogisticRegression(), dp, 2, ledger=other)
+        assert not other.history()
+    ledger = Ledger.for_budget(budget)
+    Federation(clients(2), LogisticRegression(), dp, 2, rng=0, ledger=ledger).run()
+    assert 0 < ledger.spent()[0] <= 1.0 * (1 + 1e-9)
+    # noise given directly names no budget: any ledger caps it
+    plain = DPFedAvg(known_updates(), noise_multiplier=5.0)
+    assert plain.privacy.budget is None
+    Federation(clients(2), LogisticRegression(), plain, 1, rng=0, ledger=Ledger(4.0, 1e-5))
 
 
 def test_a_local_noise_client_refuses_the_servers_numbers(clients, known_updates):

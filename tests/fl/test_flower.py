@@ -18,6 +18,7 @@ pytest.importorskip("flwr", reason="the Flower runtime needs the 'flower' extra 
 from flwr.app import Context, Error, RecordDict  # noqa: E402
 from flwr.app import Message as FlowerMessage  # noqa: E402
 
+from veil.dp.distributed import Trust
 from veil.errors import ProtocolError  # noqa: E402
 from veil.fl import Federation, LocalRuntime  # noqa: E402
 from veil.fl.messages import Message  # noqa: E402
@@ -265,7 +266,7 @@ epsilon = 1.0
 delta = 1e-5
 
 [hybrid]
-trust = 3
+honest = 3
 key_bits = 256
 insecure_ok = true
 
@@ -324,7 +325,7 @@ def test_a_hybrid_round_with_a_party_lost_mid_round_matches_the_local_runtime():
     data = make_clients(3, d=3)
 
     def federation(broken):
-        strategy = Hybrid(3, 2, rounds=2, noise_multiplier=1.0, key_bits=256,
+        strategy = Hybrid(Trust(3, 2), rounds=2, noise_multiplier=1.0, key_bits=256,
                           insecure_ok=True, rng=1)
         # the same model needs the same noise: a labelled simulation (seeded noise)
         fed = Federation(data, LogisticRegression(), strategy, 2, rng=4, simulate_noise=True,

@@ -24,6 +24,7 @@ pytest.importorskip("flwr", reason="the Flower runtime needs the 'flower' extra 
 from veil.cli.main import main  # noqa: E402
 from veil.crypto.identity import write_identities  # noqa: E402
 from veil.dp import Ledger  # noqa: E402
+from veil.dp.distributed import Trust  # noqa: E402
 from veil.errors import BudgetExceededError, ConfigError, ProtocolError  # noqa: E402
 from veil.experiments.fl_config import load_config  # noqa: E402
 from veil.experiments.flower_app import (  # noqa: E402
@@ -60,7 +61,7 @@ epsilon = 2.0
 delta = 1e-5
 
 [hybrid]
-trust = 2
+honest = 2
 noise = "skellam"
 key_bits = 512
 insecure_ok = true
@@ -83,10 +84,10 @@ identities = "{identities}"
 
 def _organisations(tmp_path, parties=4, timeout=60):
     """``parties`` organisations with their own folders, and the aggregator's apps: hybrid
-    (trust ``parties // 2``) and, with four parties, SecAgg+; each stage waits ``timeout``
+    (``honest = parties // 2``) and, with four parties, SecAgg+; each stage waits ``timeout``
     s for the nodes' answers."""
     runs = {}
-    texts = {"hybrid": HYBRID.replace("trust = 2", f"trust = {parties // 2}")}
+    texts = {"hybrid": HYBRID.replace("honest = 2", f"honest = {parties // 2}")}
     if parties == 4:   # each party's SecAgg identity key, made out of band
         texts["secagg"] = SECAGG.format(identities=write_identities(tmp_path / "identities", 4))
     for name, text in texts.items():
@@ -94,7 +95,7 @@ def _organisations(tmp_path, parties=4, timeout=60):
         runs[name].write_text(text.replace("clients = 4", f"clients = {parties}")
                               .replace("timeout = 60", f"timeout = {timeout}"))
     keys = tmp_path / "dealer"
-    deal(parties, parties // 2, keys, bits=512, insecure_ok=True)
+    deal(Trust(parties, parties // 2), keys, bits=512, insecure_ok=True)
     data = write_party_data(runs["hybrid"], tmp_path / "split")
     nodes = []
     for i in range(parties):

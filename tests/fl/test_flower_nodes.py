@@ -14,6 +14,7 @@ import pytest
 pytest.importorskip("flwr", reason="the Flower runtime needs the 'flower' extra (flwr)")
 
 from veil.dp import Ledger  # noqa: E402
+from veil.dp.distributed import Trust
 from veil.errors import ConfigError, CryptoError, ProtocolError  # noqa: E402
 from veil.experiments.flower_app import (  # noqa: E402
     _federation,
@@ -45,7 +46,7 @@ epsilon = {epsilon}
 delta = 1e-5
 
 [hybrid]
-trust = 2
+honest = 2
 key_bits = 256
 insecure_ok = true
 
@@ -59,7 +60,7 @@ timeout = 30
 def dealt(tmp_path_factory):
     """A dealt 3-party set-up (one key for the module: key generation is the slow part)."""
     keys = tmp_path_factory.mktemp("keys")
-    deal(3, 2, keys, bits=256, insecure_ok=True)
+    deal(Trust(3, 2), keys, bits=256, insecure_ok=True)
     return keys
 
 
@@ -156,7 +157,7 @@ def test_key_share_files_refuse_other_parties_and_other_keys(tmp_path, dealt):
     assert share.index == 1 and identity.index == 0
     assert (dealt / "party-0.key").stat().st_mode & 0o077 == 0
     other = tmp_path / "other"
-    deal(3, 2, other, bits=256, insecure_ok=True)
+    deal(Trust(3, 2), other, bits=256, insecure_ok=True)
     with pytest.raises(ConfigError, match="not of this federation's key"):
         load_party(0, other / "party-0.key", dealt / "party-0.id", insecure_ok=True)
     broken = tmp_path / "broken.key"

@@ -34,7 +34,7 @@ delta = 1e-5
 clip_norm = 1.0
 
 [hybrid]
-trust = 2
+honest = 2
 key_bits = 256
 insecure_ok = true
 max_records = 256
@@ -66,7 +66,7 @@ def test_a_hybrid_run_in_worker_processes_matches_one_process(tmp_path, capsys):
         printed = json.loads(capsys.readouterr().out)
         rounds = printed["rounds"]
         assert [r["status"] for r in rounds] == ["ok"] * 3
-        # t_bar = 4 - 2 + 1 = 3 partial decryptions, though 1 party drops out each round
+        # threshold = 4 - 2 + 1 = 3 partial decryptions, though 1 party drops out each round
         assert all(r["decryptions"] == 3 and r["dropped"] == 1 for r in rounds)
         assert 0 < printed["summary"]["epsilon"] <= 4.0 + 1e-9
         assert json.loads((out / "run.json").read_text())["kind"] == "hybrid"
@@ -85,9 +85,14 @@ def test_hybrid_configs_are_checked_before_anything_runs(tmp_path):
     good = TINY.format(workers=2)
     _refused(tmp_path, good.replace("insecure_ok = true\n", ""),
              r"key_bits=256 is not allowed.*insecure_ok = true")
-    _refused(tmp_path, good.replace("trust = 2\n", ""), r"\[hybrid\] needs trust")
-    _refused(tmp_path, good.replace("trust = 2", "trust = 2\ntrsut = 1"),
-             r"unknown key 'trsut' in \[hybrid\]")
+    _refused(tmp_path, good.replace("honest = 2\n", ""), r"\[hybrid\] needs honest")
+    _refused(tmp_path, good.replace("honest = 2", "honest = 2\nhonset = 1"),
+             r"unknown key 'honset' in \[hybrid\]")
+    # t is named once, as in every command: the old key is refused with the allowed ones
+    _refused(tmp_path, good.replace("honest = 2", "trust = 2"),
+             r"unknown key 'trust' in \[hybrid\]; allowed: honest")
+    _refused(tmp_path, good.replace("honest = 2", "honest = 9"),
+             r"\[hybrid\] honest \(t\)=9 is not allowed")
     _refused(tmp_path, good.replace('strategy = "hybrid"', 'strategy = "fedavg"'),
              r"\[hybrid\] section needs \[training\] strategy = \"hybrid\"")
     _refused(tmp_path, good.replace("rounds = 3", "rounds = 3\nbatch_size = 16"),
@@ -97,7 +102,7 @@ def test_hybrid_configs_are_checked_before_anything_runs(tmp_path):
     _refused(tmp_path, good + "\n[secagg]\nbits = 32\n", r"\[secagg\] does not apply")
     _refused(tmp_path, good.replace("[privacy]\nepsilon = 4.0\ndelta = 1e-5\nclip_norm = 1.0\n",
                                     ""), r"strategy 'hybrid' needs a \[privacy\] section")
-    _refused(tmp_path, good.replace("trust = 2", "trust = 2\nnoise = 'cauchy'"),
+    _refused(tmp_path, good.replace("honest = 2", "honest = 2\nnoise = 'cauchy'"),
              r"noise='cauchy' is not allowed")
     _refused(tmp_path, good.replace("workers = 2", "workers = 2\ntimeout = 'soon'"),
              r"\[run\] timeout='soon'.*expected int or float")
@@ -108,7 +113,8 @@ def test_the_hybrid_adult_example_is_a_secure_hybrid_run_in_two_processes():
     assert cfg.kind == "hybrid"
     assert cfg["hybrid"]["key_bits"] == 2048 and not cfg["hybrid"]["insecure_ok"]
     assert cfg["run"]["workers"] == 2
-    assert cfg["hybrid"]["trust"] < cfg["data"]["clients"]
+    assert cfg["hybrid"]["honest"] < cfg["data"]["clients"]
+    assert cfg.trust().threshold == cfg["data"]["clients"] - cfg["hybrid"]["honest"] + 1
 
 
 RAW_BREAST_CANCER = """
@@ -129,7 +135,7 @@ epsilon = 4.0
 delta = 1e-5
 
 [hybrid]
-trust = 2
+honest = 2
 key_bits = 256
 insecure_ok = true
 max_records = 256

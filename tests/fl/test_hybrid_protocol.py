@@ -11,6 +11,7 @@ import pytest
 from scipy import stats
 
 from veil.crypto import paillier, serialization, threshold
+from veil.dp.distributed import Trust
 from veil.errors import ConfigError, ProtocolError
 from veil.fl import Faults, LocalRuntime, Message
 from veil.fl.hybrid.fit import SimulatedAggregator, fit_queries
@@ -35,7 +36,8 @@ def primes():
 
 
 def keys_for(primes, trust, parties=N):
-    return deal_keys(parties, trust, bits=BITS, primes=primes, insecure_ok=True, rng=trust)
+    return deal_keys(Trust(parties, trust), bits=BITS, primes=primes, insecure_ok=True,
+                     rng=trust)
 
 
 class SumQuery(QueryLearner):
@@ -80,7 +82,8 @@ def _truth(data):
 
 
 def _agreement(method, trust=None, noise="gaussian", z=2.0, **kw):
-    return Agreement(N, method, trust=trust, noise=noise, noise_multiplier=z, delta=1e-5, **kw)
+    return Agreement(N, method, trust=None if trust is None else Trust(N, trust), noise=noise,
+                     noise_multiplier=z, delta=1e-5, **kw)
 
 
 def test_smc_sum_is_exact_and_equals_the_simulation(primes):
@@ -161,7 +164,7 @@ def test_protocol_and_noise_only_simulation_have_the_same_distribution(primes):
 
 def test_dropouts_up_to_t_minus_one_at_decryption_are_survived(primes):
     data = _data(integer=True)
-    n, t = N, 3                    # t_bar = 2: one more than the n - t = 1 colluders
+    n, t = N, 3                    # threshold = 2: one more than the n - t = 1 colluders
     agreement = _agreement("smc", trust=t)
     keys = keys_for(primes, t)
     for drop in range(t):          # 0, 1, 2 = t - 1 parties go offline at decryption
@@ -172,15 +175,15 @@ def test_dropouts_up_to_t_minus_one_at_decryption_are_survived(primes):
                                party_noise=None, server_noise=None, rng=drop)
         assert np.array_equal(answer.values, _truth(data))
         assert len(agg.reports[-1].dropped) == drop
-    # t parties offline: fewer than t_bar alive, a clear failure
+    # t parties offline: fewer than threshold alive, a clear failure
     runtime = LocalRuntime(Faults(dropout=t / n, dropout_exact=True, dropout_stage="decrypt"))
     agg = HybridAggregator(data, agreement, keys=keys, runtime=runtime)
-    with pytest.raises(ProtocolError, match="fewer than t_bar = 2 parties alive"):
+    with pytest.raises(ProtocolError, match="fewer than threshold = 2 parties alive"):
         agg.aggregate(SumQuery(integer=True).next_query(), SumQuery(integer=True),
                       party_noise=None, server_noise=None, rng=9)
 
 
-def test_any_t_bar_subset_decrypts_the_aggregate_and_fewer_cannot(primes):
+def test_any_threshold_subset_decrypts_the_aggregate_and_fewer_cannot(primes):
     keys = keys_for(primes, 2)          # 3-of-4
     pk = keys.public_key
     total = pk.encrypt(np.array([5, -7]), rng=1) + pk.encrypt(np.array([1, 1]), rng=2)
@@ -209,7 +212,7 @@ class LyingClient(HybridClient):
 
 def test_wrong_partial_decryption_is_caught_named_and_replaced(primes):
     data = _data(integer=True)
-    keys = keys_for(primes, 2)            # t_bar = 3 of 4: one spare party
+    keys = keys_for(primes, 2)            # threshold = 3 of 4: one spare party
     agreement = _agreement("smc", trust=2)
     for liar in range(N):
         agg = HybridAggregator(data, agreement, runtime=LocalRuntime(), keys=keys)
@@ -340,9 +343,24 @@ def test_fit_queries_through_the_protocol_matches_the_simulation(primes):
     assert all(a.metrics["bytes_up"] > 0 for a in real.answers)
 
 
+def test_the_noise_mechanism_is_built_once_per_query_shape():
+    """Every round asked the agreement for its mechanism, and every party did too, and each
+    call rebuilt (and re-calibrated) it: the same shape now gives the same mechanism
+    object, another shape its own."""
+    agreement = _agreement("hybrid", trust=2, noise="skellam")
+    shape = QueryShape(size=3, l1=1.0, l2=1.0, bound=1.0, frac_bits=8)
+    other = QueryShape(size=4, l1=1.0, l2=1.0, bound=1.0, frac_bits=8)
+    first = agreement.mechanism(shape)
+    assert agreement.mechanism(shape) is first
+    assert agreement.mechanism(other) is not first
+    assert first.trust == Trust(N, 2)
+    # the cache is not part of the agreement's value: equal agreements stay equal
+    assert agreement == _agreement("hybrid", trust=2, noise="skellam")
+
+
 def test_bad_configuration():
     with pytest.raises(ConfigError, match="t"):
-        Agreement(4, "hybrid", trust=5, noise_multiplier=1.0)
+        Agreement(4, "hybrid", trust=Trust(4, 5), noise_multiplier=1.0)
     with pytest.raises(ConfigError, match="trust=None"):
         Agreement(4, "hybrid", noise_multiplier=1.0)
     with pytest.raises(ConfigError, match="noise_multiplier"):
@@ -350,9 +368,15 @@ def test_bad_configuration():
     with pytest.raises(ConfigError, match="method"):
         Agreement(4, "secure")
     with pytest.raises(ConfigError, match="t"):
-        deal_keys(4, 0, bits=BITS, insecure_ok=True)
+        deal_keys(Trust(4, 0), bits=BITS, insecure_ok=True)
     with pytest.raises(ConfigError):
-        deal_keys(4, 2, bits=BITS)       # small keys need insecure_ok
+        deal_keys(Trust(4, 2), bits=BITS)       # small keys need insecure_ok
+    # t is given once, as one Trust: a bare count, or the Trust of another party count, is
+    # refused where it would have been validated again
+    with pytest.raises(ConfigError, match=r"trust=2 is not allowed: expected .*Trust\("):
+        deal_keys(2, bits=BITS, insecure_ok=True)
+    with pytest.raises(ConfigError, match=r"Trust\(parties=5, honest=2\) is not allowed"):
+        Agreement(4, "hybrid", trust=Trust(5, 2), noise_multiplier=1.0)
 
 
 def _answered(primes, agreement_kw=None, learner=None):
@@ -475,8 +499,9 @@ def test_min_answers_below_t_is_refused():
     """n = 10, t = 10, min_answers = 1 let the aggregator decrypt one party's answer,
     charged as full central DP."""
     with pytest.raises(ConfigError, match="min_answers=1"):
-        Agreement(10, "hybrid", trust=10, noise_multiplier=1.0, min_answers=1)
-    assert Agreement(10, "hybrid", trust=4, noise_multiplier=1.0, min_answers=10).min_answers \
+        Agreement(10, "hybrid", trust=Trust(10, 10), noise_multiplier=1.0, min_answers=1)
+    assert Agreement(10, "hybrid", trust=Trust(10, 4), noise_multiplier=1.0,
+                     min_answers=10).min_answers \
         == 10
 
 
@@ -511,7 +536,7 @@ def _combine(server, parties, signed, decryptors, round_=0):
 
 
 def test_two_groups_cannot_decrypt_two_sums_whose_difference_is_one_answer(primes):
-    """#29 item 2: n = 4, t = 3 (t_bar = 2), min_answers = 3. Parties 0 and 1 decrypt the
+    """#29 item 2: n = 4, t = 3 (threshold = 2), min_answers = 3. Parties 0 and 1 decrypt the
     product of the answers of {0, 1, 2}; parties 2 and 3 that of all four answers (each
     party decrypts once per round, as the protocol asks): the difference of the two sums
     is party 3's answer alone (here, without noise, exactly). The quorum is now fixed at n
@@ -548,7 +573,7 @@ def test_the_aggregator_cannot_drop_honest_answers_down_to_a_quorum():
     answers; the clear baselines keep min_answers (their noise does not depend on it)."""
     for method in ("hybrid", "smc"):
         with pytest.raises(ConfigError, match="min_answers=8"):
-            Agreement(10, method, trust=8, noise_multiplier=1.0, min_answers=8)
+            Agreement(10, method, trust=Trust(10, 8), noise_multiplier=1.0, min_answers=8)
     assert Agreement(10, "local", noise_multiplier=1.0, min_answers=8).min_answers == 8
 
 

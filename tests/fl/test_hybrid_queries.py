@@ -7,7 +7,7 @@ import pytest
 
 from veil.datasets import partition
 from veil.dp import Ledger
-from veil.dp.distributed import DistributedSkellam
+from veil.dp.distributed import DistributedSkellam, Trust
 from veil.errors import BudgetExceededError, ConfigError, DataError
 from veil.fl.hybrid.fit import METHODS, SimulatedAggregator, fit_queries, plan_multiplier
 from veil.fl.hybrid.grid import contribute, grid_bits, query_noise, value_limit
@@ -52,13 +52,13 @@ def test_contribute_clips_rounds_and_adds_the_share():
     shape = QueryShape(size=4, l1=1.0, l2=1.0, bound=5.0, frac_bits=2)
     ints, clipped = contribute(shape, np.array([1.3, -7.0, 5.0, 0.1]), None, 1)
     assert ints.tolist() == [5, -20, 20, 0] and clipped == 1     # -7 clipped to -5
-    mech = query_noise("skellam", 2.0, shape, parties=3, honest=2, delta=1e-5)
+    mech = query_noise("skellam", 2.0, shape, trust=Trust(3, 2), delta=1e-5)
     assert mech.integer and grid_bits(shape, mech) == 2
     assert mech.l2_sensitivity == pytest.approx(4 + 2)          # 2^2 * 1 + sqrt(4)
     noisy, _ = contribute(shape, np.zeros(4), mech, 3)
     assert noisy.dtype == np.int64 and np.any(noisy != 0)
     assert value_limit(shape, mech) > value_limit(shape, mech, noisy=False) == 21
-    gauss = query_noise("gaussian", 2.0, shape, parties=3, honest=2, delta=1e-5)
+    gauss = query_noise("gaussian", 2.0, shape, trust=Trust(3, 2), delta=1e-5)
     assert grid_bits(shape, gauss) == 16 and gauss.sigma == pytest.approx(2.0)
     with pytest.raises(DataError, match="expects 4"):
         contribute(shape, np.zeros(3), None, 1)
@@ -68,13 +68,13 @@ def test_method_table():
     assert {m: (METHODS[m].encrypted, METHODS[m].noise) for m in METHODS} == {
         "none": (False, None), "smc": (True, None), "central": (False, "server"),
         "local": (False, "parties"), "hybrid": (True, "parties")}
-    assert METHODS["local"].noise_parties(None, 7) == (7, 1)
-    assert METHODS["hybrid"].noise_parties(3, 7) == (7, 3)
-    assert METHODS["central"].noise_parties(None, 7) == (1, 1)
+    assert METHODS["local"].noise_parties(None, 7) == Trust(7, 1)
+    assert METHODS["hybrid"].noise_parties(Trust(7, 3), 7) == Trust(7, 3)
+    assert METHODS["central"].noise_parties(None, 7) == Trust(1, 1)
     with pytest.raises(ConfigError, match="trust=None"):
         METHODS["hybrid"].noise_parties(None, 7)
-    with pytest.raises(ConfigError, match="t"):
-        METHODS["hybrid"].noise_parties(8, 7)
+    with pytest.raises(ConfigError, match=r"Trust\(parties=8, honest=3\) is not allowed"):
+        METHODS["hybrid"].noise_parties(Trust(8, 3), 7)
 
 
 @pytest.mark.parametrize("model", [LogisticRegression(alpha=0.0), LinearSVC(alpha=0.0)])
@@ -108,7 +108,8 @@ def test_private_gradient_learning_charges_the_ledger_and_local_is_noisier():
     scores, stds = {}, {}
     for method, trust in (("central", None), ("hybrid", 5), ("local", None)):
         ledger = Ledger(1.0, 1e-5)
-        fit = fit_queries(learner(), parties, method=method, trust=trust, noise="skellam",
+        fit = fit_queries(learner(), parties, method=method,
+                          trust=None if trust is None else Trust(10, trust), noise="skellam",
                           ledger=ledger, noise_multiplier=z, rng=3)
         plan, *queries = ledger.history()
         assert plan.kind == "plan" and [c.block for c in queries] == [plan.index] * 10
@@ -146,7 +147,7 @@ def test_neural_network_from_dpsgd_clipped_sums():
     assert np.allclose(total[:-1], ref.grad.numpy()) and clipped == ref.n_clipped > 0
     assert total[-1] == pytest.approx(0.25 * 0.1 * 300)
     fit = fit_queries(learner, SimulatedAggregator(_parties(X, y, 3)), method="hybrid",
-                      trust=2, noise="gaussian", epsilon=5.0, delta=1e-5, rng=1)
+                      trust=Trust(3, 2), noise="gaussian", epsilon=5.0, delta=1e-5, rng=1)
     assert fit.queries == 3 and np.all(np.isfinite(fit.model.get_params_vector()))
 
 
@@ -162,8 +163,9 @@ def test_bad_input():
         fit_queries(GradientQueries(model), agg, method="central")
     with pytest.raises(ConfigError, match="epsilon"):
         fit_queries(GradientQueries(model), agg, method="central", epsilon=0.0)
-    with pytest.raises(ConfigError, match=r"t \(honest parties\)=6"):
-        fit_queries(GradientQueries(model), agg, method="hybrid", trust=6, epsilon=1.0)
+    with pytest.raises(ConfigError, match=r"honest \(t\)=6 is not allowed"):
+        fit_queries(GradientQueries(model), agg, method="hybrid",
+                    trust=Trust(agg.parties, 6), epsilon=1.0)
     with pytest.raises(DataError, match="pair"):
         SimulatedAggregator([X])
     with pytest.raises(ConfigError, match="delta"):

@@ -16,6 +16,7 @@ import pytest
 
 from veil.crypto import threshold
 from veil.dp import Ledger
+from veil.dp.distributed import Trust
 from veil.errors import ConfigError, ProtocolError
 from veil.fl import Faults, Federation, LocalRuntime
 from veil.fl.hybrid.protocol import Agreement, deal_keys
@@ -45,7 +46,7 @@ def _strategies(primes):
                                      adaptive=True, clipped_count_stddev=1.0),
         "secagg": lambda: SecAgg(DPFedAvg(FedAvg(**fedavg), noise_multiplier=1.0,
                                           clip_norm=0.5, noise="distributed"), bits=32),
-        "hybrid": lambda: Hybrid(6, 4, rounds=3, noise_multiplier=1.0, key_bits=BITS,
+        "hybrid": lambda: Hybrid(Trust(6, 4), rounds=3, noise_multiplier=1.0, key_bits=BITS,
                                  primes=primes, insecure_ok=True, rng=1),
     }
 
@@ -157,9 +158,9 @@ def test_hybrid_parties_fill_their_pools_and_clip_where_they_live(primes):
     gen = np.random.default_rng(0)
     data = [(gen.uniform(0, 0.3, size=(5, 3)), np.zeros(5)) for _ in range(4)]
     data[2][0][0, 0] = 50.0                 # party 2's first column sum exceeds the bound
-    agreement = Agreement(4, "hybrid", trust=2, noise="skellam", noise_multiplier=2.0,
+    agreement = Agreement(4, "hybrid", trust=Trust(4, 2), noise="skellam", noise_multiplier=2.0,
                           delta=1e-5)
-    keys = deal_keys(4, 2, bits=BITS, primes=primes, insecure_ok=True, rng=2)
+    keys = deal_keys(Trust(4, 2), bits=BITS, primes=primes, insecure_ok=True, rng=2)
     learner = Share(bound=10.0)
     query = learner.next_query()
     answers = []

@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
-from veil.dp import Ledger  # noqa: E402
+from veil.dp import Ledger, PrivacyBudget  # noqa: E402
 from veil.dp.accounting import calibrate_noise, epsilon_for  # noqa: E402
 from veil.errors import BudgetExceededError, ConfigError  # noqa: E402
 from veil.learn.dpsgd import make_private  # noqa: E402
@@ -384,3 +384,20 @@ def test_a_private_estimate_of_the_dataset_size_is_charged_and_conservative():
         private(data=toy_data(400), epsilon=2.0, noise_multiplier=None,
                 dataset_size=EstimatedSize(0.2), ledger=ledger)
     assert len(ledger.history()) == 2
+
+
+def test_one_budget_calibrates_and_caps_and_is_given_once():
+    """make_private(epsilon=..., ledger=Ledger(epsilon', ...)) took epsilon twice, and a
+    ledger of another accountant than the calibration's was only caught for the name.
+    With budget= the noise is calibrated for it, a new ledger holds exactly it, a given
+    ledger must hold exactly it, and epsilon/delta/accountant beside it are refused."""
+    budget = PrivacyBudget(2.0, 1e-5)
+    _, opt, _ = private(noise_multiplier=None, delta=None, budget=budget)
+    assert opt.ledger.budget == budget
+    assert opt.plan.epsilon <= 2.0 * (1 + 1e-9) and opt.plan.delta == 1e-5
+    with pytest.raises(ConfigError, match="calibrated for epsilon=2"):
+        private(noise_multiplier=None, delta=None, budget=budget, ledger=Ledger(4.0, 1e-5))
+    with pytest.raises(ConfigError, match="epsilon is not allowed with budget="):
+        private(noise_multiplier=None, delta=None, budget=budget, epsilon=2.0)
+    with pytest.raises(ConfigError, match="delta=None is not allowed"):
+        private(delta=None)

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from veil.datasets import partition
+from veil.dp.distributed import Trust
 from veil.errors import ConfigError, DataError
 from veil.fl.hybrid.fit import SimulatedAggregator, fit_queries
 from veil.learn.queries import QueryAnswer
@@ -111,7 +112,8 @@ def test_private_id3_charges_each_depth_and_stays_within_budget():
     learner = ID3Queries([3] * 4, [0, 1], max_depth=3)
     plan = learner.plan()
     assert [s.l1 for s in plan] == [5, 4, 3, 1]     # |A_left| + 1, leaves: class counts
-    fit = fit_queries(learner, agg, method="hybrid", trust=2, noise="laplace", epsilon=2.0,
+    fit = fit_queries(learner, agg, method="hybrid", trust=Trust(4, 2), noise="laplace",
+                      epsilon=2.0,
                       rng=5)
     history = fit.ledger.history()
     assert len(history) == fit.queries >= 1

@@ -96,7 +96,7 @@ def test_psi_across_hosts(tmp_path, hosts_file, forks):
 
 def _keygen(forks, hosts, folder, i, before=None):
     return forks.start(["keygen", "--hosts", str(hosts), "--party", str(i), "--bits", "384",
-                        "--threshold", "2", "--insecure-ok", "--timeout", "60",
+                        "--honest", "2", "--insecure-ok", "--timeout", "60",
                         "--out", str(folder / f"share{i}.bin")], f"keygen{i}", before)
 
 
@@ -151,7 +151,7 @@ def test_keygen_bad_input_writes_nothing(tmp_path, hosts_file, capsys):
     hosts = hosts_file(3, driver=None)
     issue(tmp_path / "other", {"p1": ()})
     out = tmp_path / "share.bin"
-    base = ["keygen", "--hosts", str(hosts), "--bits", "384", "--threshold", "2",
+    base = ["keygen", "--hosts", str(hosts), "--bits", "384", "--honest", "2",
             "--insecure-ok", "--out", str(out), "--timeout", "2"]
     cases = [
         (["--party", "1", "--cert", str(tmp_path / "other" / "p1.crt"), "--key",
@@ -159,7 +159,8 @@ def test_keygen_bad_input_writes_nothing(tmp_path, hosts_file, capsys):
         (["--party", "1", "--cert", str(tmp_path / "certs" / "p0.crt"), "--key",
           str(tmp_path / "certs" / "p0.key")], "certificate of 'p0', not of 'p1'"),
         (["--party", "7"], "--party='7' is not allowed"),
-        (["--party", "0", "--threshold", "4"], "threshold=4 is not allowed"),
+        (["--party", "0", "--honest", "4"], "honest (t)=4 is not allowed: must be an integer "
+                                             "in [1, 3] (the hosts file has 3 parties)"),
     ]
     for extra, message in cases:
         assert main(base + extra) == 2
@@ -167,7 +168,7 @@ def test_keygen_bad_input_writes_nothing(tmp_path, hosts_file, capsys):
         assert not out.exists()
     bad = tmp_path / "bad.toml"
     bad.write_text(hosts.read_text().replace("index = 2", "index = 1"))
-    assert main(["keygen", "--hosts", str(bad), "--party", "0", "--threshold", "2",
+    assert main(["keygen", "--hosts", str(bad), "--party", "0", "--honest", "2",
                  "--out", str(out)]) == 2
     assert "party[2].index=1" in capsys.readouterr().err
     assert not out.exists()

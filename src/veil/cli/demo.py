@@ -64,9 +64,9 @@ def demo(json_: bool = typer.Option(False, "--json", help="Print JSON instead of
         return
     why = ("the smallest size veil accepts outside tests (112-bit security, NIST SP 800-57)"
            if report.key_bits >= 2048 else "an insecure test key (--quick)")
-    say(f"{report.parties} parties, trust t = {report.trust} honest parties: each adds "
-        f"1/{report.trust} of the noise, and any t_bar = n - t + 1 = {report.threshold} of them "
-        f"decrypt (the n - t = {report.parties - report.trust} that may collude cannot). "
+    say(f"{report.parties} parties, honest t = {report.honest}: each adds "
+        f"1/{report.honest} of the noise, and any threshold = n - t + 1 = {report.threshold} of "
+        f"them decrypt (the n - t = {report.parties - report.honest} that may collude cannot). "
         f"Threshold Paillier key: {report.key_bits} bits, {why}; dealt by a trusted dealer in "
         f"{report.keygen_seconds:.1f} s (two safe primes). Noise: {report.noise} shares; budget "
         f"epsilon = {report.epsilon:g}, delta = {report.delta:g} per learner, each run charged "

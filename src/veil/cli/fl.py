@@ -37,95 +37,6 @@ def _cell(record: dict, column: str) -> object:
     return f"{value:.4g}" if isinstance(value, float) else value
 
 
-def _seeds(state_file: Path, seed: int | None, resume: bool) -> tuple[int, bytes]:
-    """The seeds of the data split and of the canary clients (coins and directions):
-    derived from the run's seed, or drawn once from secure randomness and kept in
-    ``state_file``, so that a resumed run sees the same clients and the same canaries."""
-    if seed is not None:
-        return seed, b"veil.fl canaries " + seed.to_bytes(16, "big", signed=True)
-    if resume and state_file.exists():
-        state = json.loads(state_file.read_text())
-        return int(state["partition_seed"]), bytes.fromhex(state["canary_seed"])
-    if resume and state_file.parent.joinpath("checkpoint.veil").exists():
-        raise ConfigError(f"cannot resume: {state_file} (the seed of the data split) is "
-                          "missing; without it the clients would get other data")
-    from veil.random import secure_rng
-
-    draw = secure_rng()
-    return int(draw.randbits(62)), draw.bytes(32)
-
-
-def _settings_changed(state_file: Path, settings: dict[str, Any]) -> None:
-    """ConfigError naming what differs between ``settings`` and the run's stored config
-    (a resumed run must be the run that started: other noise or data would be another run)."""
-    if not state_file.exists():
-        return
-    stored = json.loads(state_file.read_text())
-    if stored.get("digest") in (None, _digest(settings)):
-        return
-    old, new = stored.get("settings", {}), settings
-    changed = [f"[{section}] {key}: {old.get(section, {}).get(key)!r} -> "
-               f"{new.get(section, {}).get(key)!r}"
-               for section in sorted(set(old) | set(new))
-               for key in sorted(set(old.get(section, {})) | set(new.get(section, {})))
-               if old.get(section, {}).get(key) != new.get(section, {}).get(key)]
-    raise ConfigError("cannot resume: the config changed since the run started ("
-                      + "; ".join(changed or ["its digest differs"]) + "); restore it, or "
-                      "start a new run with another --out")
-
-
-def _settings(cfg: Any) -> dict[str, Any]:
-    """The run's config as JSON values; ``[run] workers`` (speed only) left out."""
-    from veil._json import to_jsonable
-
-    settings = to_jsonable(cfg.sections)
-    settings.get("run", {}).pop("workers", None)
-    return json.loads(json.dumps(settings, sort_keys=True))
-
-
-def _digest(settings: dict[str, Any]) -> str:
-    import hashlib
-
-    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
-
-
-def _write_run(out_dir: Path, name: str, cfg: Any, history: Any, canaries: Any) -> Path:
-    """run.json in the format ``veil audit`` reads (:mod:`veil.audit.rundir`)."""
-    from veil.audit import Run, RunRecord, write_run
-
-    summary = history.to_dict()["summary"]
-    last = history.rounds[-1] if history.rounds else {}
-    arrays = {} if canaries is None else {"client_canary_scores": canaries.scores(),
-                                          "client_canary_included": canaries.included}
-    record = RunRecord(
-        label=name, ledger="ledger.sqlite" if cfg.has("privacy") else None,
-        accuracy=summary["accuracy"],
-        metrics={} if last.get("loss") is None else {"loss": last["loss"]},
-        cost={"seconds": summary["time"], "rounds": summary["rounds"],
-              "bytes": summary["bytes"]},
-        arrays=arrays)
-    return write_run(out_dir, Run(name=name, kind=cfg.kind, records=[record]))
-
-
-def _save_model(path: Path, cfg: Any, model: Any, history: Any,
-                certified: tuple[float, float] | None) -> Path:
-    """The trained model in veil's model format (:mod:`veil.model_format`), with the
-    encoding of its data set's raw columns, the class labels and the certified spend."""
-    from veil.datasets.tabular import class_names, feature_encoding
-    from veil.model_format import encoded_names, save_model
-
-    name, bounds = cfg["data"]["dataset"], cfg.bounds()
-    # the run scaled its raw features by the declared bounds ([data] bounds)
-    encoding = feature_encoding(name) if bounds is None else bounds.encoding()
-    model.set_params_vector(history.params)
-    return save_model(path, model, feature_names=encoded_names(encoding), encoding=encoding,
-                      labels=class_names(name), dataset=name, kind=cfg.kind,
-                      epsilon=certified[0] if certified else None,
-                      delta=certified[1] if certified else None,
-                      ledger="ledger.sqlite" if certified else None,
-                      rounds=len(history.rounds))
-
-
 Config = Annotated[Path, typer.Argument(help="TOML file describing the run.")]
 Resume = Annotated[bool, typer.Option("--resume",
                                       help="Continue an interrupted run from its checkpoint.")]
@@ -142,7 +53,6 @@ Runtime = Annotated[str, typer.Option("--runtime", help="How messages move: 'loc
                                       "simulation engine, one virtual node and 1 CPU per client;"
                                       " a [vertical] run: per party and the arbiter; needs "
                                       "veil[flower]).")]
-RUNTIMES = ("local", "flower-sim")
 
 
 @app.command("run")
@@ -151,9 +61,8 @@ def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = F
     """Train a model across simulated clients; write results.json, plot.png and run.json
     (the run directory `veil audit` reads), plus the privacy report with --report."""
     from veil.crypto.paillier import MIN_SECURE_BITS
-    from veil.dp import Ledger
     from veil.experiments.fl_config import load_config
-    from veil.fl import Federation, LocalRuntime
+    from veil.experiments.fl_run import RUNTIMES, RunInterrupted, run_federated
 
     if runtime_name not in RUNTIMES:
         raise ConfigError(f"--runtime {runtime_name!r} is not allowed: expected one of "
@@ -173,105 +82,36 @@ def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = F
         _run_vertical(cfg, config, out, json_, force, flower=runtime_name == "flower-sim")
         return
     out_dir = out or Path(cfg["run"]["out"] or Path("fl_results") / config.stem)
-    checkpoint, ledger_file = out_dir / "checkpoint.veil", out_dir / "ledger.sqlite"
-    state_file = out_dir / "state.json"
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ConfigError(f"--out={str(out_dir)!r} is an existing file; expected a folder")
-    if not resume and (checkpoint.exists() or ledger_file.exists()):
-        raise ConfigError(f"{out_dir} already holds a run: pass --resume to continue it, or "
-                          "choose another --out (its ledger keeps the privacy budget spent)")
-    if resume and not any(f.exists() for f in (checkpoint, ledger_file, state_file)):
-        raise ConfigError(f"--resume: {out_dir} holds no run to resume (no checkpoint.veil, "
-                          "ledger.sqlite or state.json); drop --resume to start one")
-    if not resume:
-        check_out_dir(out_dir, force=force)
-    seed = cfg["run"]["seed"]
-    settings = _settings(cfg)
-    if resume:
-        _settings_changed(state_file, settings)
-    partition_seed, canary_seed = _seeds(state_file, seed, resume)
-
-    clients, test, classes = cfg.data(partition_seed)
+    _check_run_dir(out_dir, resume, force)
     if cfg.kind == "hybrid" and cfg["hybrid"]["key_bits"] < MIN_SECURE_BITS:
         warn(f"an insecure {cfg['hybrid']['key_bits']}-bit threshold key (insecure_ok = true): "
              "for tests and demos only")
-    strategy = cfg.strategy(clients)
-    rounds = cfg["training"]["rounds"]
-    run_options = cfg["run"]
-    flower = runtime_name == "flower-sim"
-    with LocalRuntime(cfg.faults(), workers=1 if flower else run_options["workers"],
-                      timeout=run_options["timeout"]) as runtime, progress(
-            "federated rounds", total=rounds, transient=json_) as update:
+    with progress("federated rounds", total=cfg["training"]["rounds"],
+                  transient=json_) as update:
 
-        def on_progress(record: dict) -> None:
-            # results for the completed rounds, whatever ends the run
-            federation.history.save_json(out_dir / "results.json")
+        def on_round(record: dict) -> None:
             eps = record.get("epsilon")
             update(record["round"] + 1, what=(
                 f"acc {record.get('accuracy', float('nan')):.4f}"
                 + ("" if eps is None else f"  eps {eps:.3f}")
                 + ("" if record["status"] == "ok" else "  (aborted)")))
 
-        federation = Federation(clients, cfg.model(), strategy, rounds, test=test,
-                                runtime=runtime, checkpoint=checkpoint, rng=seed,
-                                classes=classes, on_progress=on_progress,
-                                simulate_noise=cfg["run"]["simulate_noise"])
-        canaries = cfg.canaries(federation, rng=canary_seed)
-        # the ledger file is created only once everything that can refuse the config has
-        # run: a refused config leaves no trace that would block the next attempt
-        os.makedirs(out_dir, exist_ok=True)
-        atomic_write(state_file, json.dumps({"config": str(config), "partition_seed":
-                                             partition_seed, "canary_seed": canary_seed.hex(),
-                                             "settings": settings,
-                                             "digest": _digest(settings)}))
-        ledger = None
-        if cfg.has("privacy"):
-            p = cfg["privacy"]
-            ledger = federation.ledger = Ledger(p["epsilon"], p["delta"],
-                                                accountant=p["accountant"], path=ledger_file)
         try:
-            if flower:
-                from veil.fl.runtime.flower import simulate
-
-                history = simulate(federation, faults=cfg.faults(),
-                                   timeout=run_options["timeout"], resume=resume)
-            else:
-                history = federation.run(resume=resume)
-        except KeyboardInterrupt:
-            done = len(federation.history.rounds)
-            federation.history.save_json(out_dir / "results.json")
-            err_console.print(f"interrupted: {done} round(s) done and saved in "
+            result = run_federated(cfg, out_dir, resume=resume, report=report,
+                                   runtime=runtime_name, on_round=on_round)
+        except RunInterrupted as stop:
+            err_console.print(f"interrupted: {stop.rounds} round(s) done and saved in "
                               f"{out_dir / 'results.json'}; continue with\n  veil fl run "
                               f"{config} --out {out_dir} --resume")
             raise typer.Exit(130) from None
-    history.save_json(out_dir / "results.json")
-    history.plot(out_dir / "plot.png", title=f"{config.stem}: {cfg['data']['dataset']}, "
-                                             f"{len(clients)} clients",
-                 budget=cfg["privacy"]["epsilon"] if cfg.has("privacy") else None)
-    certified = None
-    if ledger is not None:
-        certified = ledger.spent()
-        ledger.close()
-    _write_run(out_dir, config.stem, cfg, history, canaries)
-    model_file = _save_model(out_dir / "model.npz", cfg, federation.model, history, certified)
-    bound = None
-    if canaries is not None:
-        bound = canaries.audit(delta=certified[1] if certified else 0.0,
-                               confidence=cfg["audit"]["confidence"], rng=seed)
-    html = None
-    if report:
-        from veil.audit import privacy_report
-
-        confidence = cfg["audit"]["confidence"] if cfg.has("audit") else 0.95
-        _, html = privacy_report(out_dir, confidence=confidence, rng=seed).write(
-            out_dir / "audit")
+    history, certified, bound = result.history, result.certified, result.audit
     if json_:
-        extra = {"out": str(out_dir), "model": str(model_file)}
+        extra = {"out": str(out_dir), "model": str(result.model_file)}
         if bound is not None:
             extra["audit"] = {**bound.to_dict(), "certified_epsilon":
                               certified[0] if certified else None}
-        if html is not None:
-            extra["report"] = str(html)
+        if result.report is not None:
+            extra["report"] = str(result.report)
         print_json({**history.to_dict(), **extra})
         return
     print_table([[_cell(r, c) for c in _COLUMNS] for r in history.rounds],
@@ -285,9 +125,25 @@ def run(config: Config, resume: Resume = False, out: Out = None, json_: Json = F
             f"({bound.correct}/{bound.guesses} correct guesses of {bound.canaries} canaries); "
             "certified epsilon " + ("none (no [privacy])" if certified is None else
                                     round_bound(certified[0], True)))
-    say(f"model: {model_file} (veil predict {model_file} DATA.csv)")
-    if html is not None:
-        say(f"privacy report: {html}")
+    say(f"model: {result.model_file} (veil predict {result.model_file} DATA.csv)")
+    if result.report is not None:
+        say(f"privacy report: {result.report}")
+
+
+def _check_run_dir(out_dir: Path, resume: bool, force: bool) -> None:
+    """--out for a new run (no run in it; empty unless --force) or for --resume (a run)."""
+    checkpoint, ledger_file = out_dir / "checkpoint.veil", out_dir / "ledger.sqlite"
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"--out={str(out_dir)!r} is an existing file; expected a folder")
+    if not resume and (checkpoint.exists() or ledger_file.exists()):
+        raise ConfigError(f"{out_dir} already holds a run: pass --resume to continue it, or "
+                          "choose another --out (its ledger keeps the privacy budget spent)")
+    if resume and not any(f.exists() for f in (checkpoint, ledger_file,
+                                               out_dir / "state.json")):
+        raise ConfigError(f"--resume: {out_dir} holds no run to resume (no checkpoint.veil, "
+                          "ledger.sqlite or state.json); drop --resume to start one")
+    if not resume:
+        check_out_dir(out_dir, force=force)
 
 
 def _total(counts: Any) -> int:
@@ -391,13 +247,15 @@ def deal(config: Config, out: DealOut) -> None:
     if cfg.kind != "hybrid":
         raise ConfigError(f"{config}: veil fl deal is for hybrid runs ([training] strategy = "
                           f"\"hybrid\"); this run is {cfg.kind}")
-    h = cfg["hybrid"]
-    setup = deal_keys(cfg["data"]["clients"], h["trust"], out, bits=h["key_bits"],
-                      insecure_ok=h["insecure_ok"], keygen=h["keygen"])
+    h, trust = cfg["hybrid"], cfg.trust()
+    setup = deal_keys(trust, out, bits=h["key_bits"], insecure_ok=h["insecure_ok"],
+                      keygen=h["keygen"])
     print_table([["public.bin", "everyone (the aggregator too)"]] +
                 [[f"party-{i}.key, party-{i}.id", f"party {i} only"]
-                 for i in range(cfg["data"]["clients"])], ["file", "goes to"],
+                 for i in range(trust.parties)], ["file", "goes to"],
                 title=f"veil fl deal -> {out} (set-up {setup.fingerprint[:16]})")
+    say(f"parties {trust.parties}, honest {trust.honest}, threshold {trust.threshold} "
+        "(partial decryptions needed)")
 
 
 @app.command("split")

@@ -232,7 +232,8 @@ def keygen(
     hosts_path: str = HOSTS,
     party: str = PARTY,
     bits: int = typer.Option(2048, "--bits", help="Modulus bits (>= 2048 outside tests)."),
-    threshold: int = typer.Option(..., "--threshold", help="Partial decryptions needed."),
+    honest: int = typer.Option(..., "--honest", help="t: the fewest honest parties assumed; "
+                               "any threshold = n - t + 1 of the n parties decrypt."),
     out: str = typer.Option(..., "--out", help="This party's key-share file (written only "
                                                "when the whole key generation succeeds)."),
     stat_bits: int = typer.Option(40, "--stat-bits", help="Biprimality test security."),
@@ -248,6 +249,7 @@ def keygen(
     from veil._validation import check_positive
     from veil.crypto.hosts import keygen_on_hosts
     from veil.crypto.keyfile import save_key_share
+    from veil.dp.distributed import Trust
     check_positive(timeout, "--timeout")
     target = Path(out)
     if target.exists() and not force:
@@ -256,13 +258,17 @@ def keygen(
     if not target.parent.is_dir():
         raise ConfigError(f"--out={out!r} is not allowed: its folder does not exist")
     hosts, identity = _identity(hosts_path, party, cert, key)
-    share, stats = keygen_on_hosts(hosts, identity, bits=bits, threshold=threshold,
+    try:
+        trust = Trust(len(hosts), honest)
+    except ConfigError as exc:
+        raise ConfigError(f"--honest: {exc} (the hosts file has {len(hosts)} parties)") from None
+    share, stats = keygen_on_hosts(hosts, identity, bits=bits, threshold=trust.threshold,
                                    stat_bits=stat_bits, insecure_ok=insecure_ok,
                                    timeout=timeout, connect_timeout=timeout)
     save_key_share(target, share, force=force)
     pk = share.public_key
     print_mapping({"party": identity.name, "share": share.index, "bits": pk.bits,
-                   "threshold": f"{pk.threshold} of {pk.parties}",
+                   "honest": trust.honest, "threshold": f"{pk.threshold} of {pk.parties}",
                    "key": pk.fingerprint.hex()[:16], "out": out,
                    "seconds": round(stats["seconds"], 2),
                    "MB sent": round(stats["sent"] / 1e6, 2), "rounds": stats["rounds"]},

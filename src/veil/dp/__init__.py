@@ -14,6 +14,7 @@ from veil.dp.gaussian import DiscreteGaussian, Gaussian
 from veil.dp.laplace import DiscreteLaplace, Geometric, Laplace
 from veil.dp.ledger import Ledger
 from veil.dp.mechanism import Mechanism
+from veil.dp.privacy_budget import PrivacyBudget
 from veil.dp.randomized_response import RandomizedResponse
 from veil.dp.result import Result
 from veil.dp.selection import Exponential, ReportNoisyMax, pure_dp_event
@@ -21,7 +22,7 @@ from veil.dp.sensitivity import clip_l1, clip_l2, sample_and_aggregate
 from veil.dp.sparse_vector import AboveThreshold, SparseVector
 
 __all__ = [
-    "Ledger", "Mechanism", "Result",
+    "Ledger", "Mechanism", "PrivacyBudget", "Result",
     "Laplace", "Gaussian", "DiscreteLaplace", "Geometric", "DiscreteGaussian",
     "Exponential", "ReportNoisyMax", "RandomizedResponse", "AboveThreshold", "SparseVector",
     "pure_dp_event", "clip_l1", "clip_l2", "sample_and_aggregate",

@@ -51,6 +51,7 @@ from __future__ import annotations
 import math
 from abc import abstractmethod
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -78,14 +79,52 @@ from veil.random import Generator, RngLike, check_rng
 
 __all__ = ["DistributedMechanism", "DistributedGaussian", "DistributedLaplace",
            "DistributedSkellam", "NOISES", "distributed_noise", "calibrate_multiplier",
-           "check_trust"]
+           "Trust", "check_trust"]
 
 
-def check_trust(honest: Any, parties: Any) -> tuple[int, int]:
-    """(t, n) after checking ``1 <= t <= n`` (ConfigError naming the value otherwise)."""
-    n = check_int(parties, "parties", low=1)
-    t = check_int(honest, "t (honest parties)", low=1, high=n)
-    return t, n
+@dataclass(frozen=True)
+class Trust:
+    """The trust assumption of n parties: at least ``honest`` (t) of the ``parties`` (n)
+    are honest and do not collude (veil's glossary: ``honest`` = t).
+
+    Validated once, here: ``1 <= honest <= parties``. ``colluding = n - t`` parties may
+    pool what they know; the noise of the t honest parties must suffice for DP, and a
+    threshold key needs ``threshold = n - t + 1`` partial decryptions, so the colluders can
+    never decrypt alone (Truex et al. 2019). Built once (a strategy, a TOML run, a
+    command) and passed to key generation, the agreement and the noise mechanism.
+    """
+
+    parties: int
+    honest: int
+
+    def __post_init__(self) -> None:
+        n = check_int(self.parties, "parties", low=1)
+        object.__setattr__(self, "parties", n)
+        object.__setattr__(self, "honest", check_int(self.honest, "honest (t)", low=1, high=n))
+
+    @property
+    def threshold(self) -> int:
+        """n - t + 1: the partial decryptions a threshold key needs."""
+        return self.parties - self.honest + 1
+
+    @property
+    def colluding(self) -> int:
+        """n - t: the parties that may collude."""
+        return self.parties - self.honest
+
+    def __str__(self) -> str:
+        return (f"{self.parties} parties, honest={self.honest} (threshold="
+                f"{self.threshold}: any {self.threshold} of them decrypt)")
+
+
+def check_trust(trust: Any, parties: int | None = None) -> Trust:
+    """``trust`` if it is a :class:`Trust` (of ``parties`` parties, when given), else
+    ConfigError naming it and what is allowed."""
+    if isinstance(trust, Trust) and (parties is None or trust.parties == parties):
+        return trust
+    n = "parties" if parties is None else parties
+    raise ConfigError(f"trust={trust!r} is not allowed: expected "
+                      f"veil.dp.distributed.Trust({n}, honest)")
 
 
 def _one_of(epsilon: Any, noise_multiplier: Any) -> None:
@@ -105,7 +144,8 @@ class DistributedMechanism(Mechanism):
     integer: ClassVar[bool] = False
 
     def __init__(self, parties: int, honest: int) -> None:
-        self.honest, self.parties = check_trust(honest, parties)
+        self.trust = Trust(parties, honest)
+        self.honest, self.parties = self.trust.honest, self.trust.parties
 
     @abstractmethod
     def share(self, size: int | tuple[int, ...], rng: RngLike = None) -> np.ndarray:

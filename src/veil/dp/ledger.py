@@ -1,13 +1,14 @@
 """The Ledger: every differentially private release in veil is charged here first.
 
 ``Ledger(epsilon, delta, accountant="pld", path=None)`` holds a privacy budget and the
-history of what was spent. :meth:`Ledger.release` composes the history with the new
-mechanism's event (the accountant's math, :mod:`veil.dp.accounting`), checks that the
-composed epsilon at the ledger's delta stays within the budget, records the charge, and
-only then lets the mechanism draw its noise. A release that does not fit raises
-:class:`~veil.errors.BudgetExceededError` before any noise is drawn, with nothing
-recorded. :meth:`Ledger.charge` does the same for callers that draw their own noise
-(DP-SGD steps, federated rounds).
+history of what was spent; ``Ledger.for_budget(budget, path)`` builds it from the
+:class:`~veil.dp.PrivacyBudget` that also calibrated the noise. :meth:`Ledger.release`
+composes the history with the new mechanism's event (the accountant's math,
+:mod:`veil.dp.accounting`), checks that the composed epsilon at the ledger's delta stays
+within the budget, records the charge, and only then lets the mechanism draw its noise.
+A release that does not fit raises :class:`~veil.errors.BudgetExceededError` before any
+noise is drawn, with nothing recorded. :meth:`Ledger.charge` does the same for callers
+that draw their own noise (DP-SGD steps, federated rounds).
 
 The ledger is a *privacy filter*: it admits an event only if the composition of all
 admitted events, including it, fits the budget, and this holds even when later charges
@@ -64,6 +65,7 @@ from veil.dp.accounting.registry import DEFAULT_ACCOUNTANT, POLICIES, make_polic
 from veil.dp.accounting.serialize import event_to_json
 from veil.dp.ledger_store import FORMAT_VERSION, Charge, LedgerStore, parse_charge
 from veil.dp.mechanism import Mechanism
+from veil.dp.privacy_budget import PrivacyBudget, check_budget
 from veil.errors import BudgetExceededError, ConfigError, DataError
 from veil.random import check_rng
 
@@ -161,6 +163,13 @@ class Ledger:
         self._open(store, (epsilon, delta, accountant))
 
     @classmethod
+    def for_budget(cls, budget: PrivacyBudget, path: str | os.PathLike | None = None) -> Ledger:
+        """The ledger that caps ``budget`` (:class:`~veil.dp.PrivacyBudget`): the same
+        object that calibrated the noise it will be charged for."""
+        budget = check_budget(budget)
+        return cls(budget.epsilon, budget.delta, budget.accountant, path=path)
+
+    @classmethod
     def open(cls, path: str | os.PathLike, *, read_only: bool = False) -> Ledger:
         """Reopen an existing ledger file with the budget stored in it; ``read_only``: for
         inspection (SQLite ``mode=ro``: the file stays byte-identical; charges are refused)."""
@@ -239,6 +248,11 @@ class Ledger:
     def accountant(self) -> str:
         """The accountant's name."""
         return self._book.accountant
+
+    @property
+    def budget(self) -> PrivacyBudget:
+        """(epsilon, delta, accountant) as one :class:`~veil.dp.PrivacyBudget`."""
+        return PrivacyBudget(self._epsilon, self._delta, self._book.accountant)
 
     @property
     def path(self) -> str | None:

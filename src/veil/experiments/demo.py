@@ -1,10 +1,10 @@
 """The main demonstration (``veil demo``, ``make demo``): the hybrid approach end to end.
 
 Ten parties hold disjoint parts of UCI Nursery and UCI Adult. A dealer sets up a 2048-bit
-threshold Paillier key (t = 5 honest parties assumed, so any t_bar = 6 parties decrypt).
+threshold Paillier key (t = 5 honest parties assumed, so any threshold = 6 parties decrypt).
 Two learners run as aggregate queries over the real protocol
 (:class:`veil.fl.hybrid.run.HybridAggregator`: every answer encrypted, summed as
-ciphertexts, decrypted by t_bar parties with verified proofs): an ID3 decision tree on
+ciphertexts, decrypted by threshold parties with verified proofs): an ID3 decision tree on
 Nursery (count queries) and logistic regression on Adult (clipped-gradient sums). Beside the
 hybrid run the same learners run with the baselines: no privacy (plain sums), SMC only
 (encrypted, no noise), central DP (the aggregator adds the noise) and local DP (every
@@ -36,6 +36,7 @@ from typing import Any
 from veil._validation import check_int
 from veil.audit import AttackResult, Run, RunRecord, write_run
 from veil.datasets import available, partition
+from veil.dp.distributed import Trust
 from veil.dp.ledger import Ledger
 from veil.experiments.membership import AuditPool
 from veil.experiments.runs import ledger_folder, persisted_ledger
@@ -108,7 +109,7 @@ class DemoReport:
     ``run_dir``: where the run directory was written, if it was)."""
 
     parties: int
-    trust: int
+    honest: int
     threshold: int
     key_bits: int
     keygen_seconds: float
@@ -150,12 +151,12 @@ def run_demo(*, parties: int = 10, epsilon: float = 1.0, delta: float = 1e-5,
     ``on_progress(done, total, what)`` is called before each training run."""
     audit_records = check_int(audit_records, "audit_records", low=2)
     rng = check_rng(rng)
-    trust = math.ceil(parties / 2)
+    trust = Trust(parties, math.ceil(parties / 2))
     folder = None if out is None else ledger_folder(Path(out) / "ledgers")
     start = time.perf_counter()
-    keys: HybridKeys = deal_keys(parties, trust, bits=key_bits, insecure_ok=key_bits < 2048,
+    keys: HybridKeys = deal_keys(trust, bits=key_bits, insecure_ok=key_bits < 2048,
                                  rng=rng)
-    report = DemoReport(parties, trust, parties - trust + 1, key_bits,
+    report = DemoReport(parties, trust.honest, trust.threshold, key_bits,
                         time.perf_counter() - start, epsilon, delta, noise, audit_records)
     tasks = _tasks(quick)
     total, done = len(tasks) * len(_ORDER), 0
@@ -171,8 +172,9 @@ def run_demo(*, parties: int = 10, epsilon: float = 1.0, delta: float = 1e-5,
             if on_progress is not None:
                 on_progress(done, total, f"{name}: {method}")
             done += 1
-            t = trust if METHODS[method].encrypted else None
-            agreement = Agreement(parties, method, trust=t, noise=noise,
+            trusted = trust if METHODS[method].encrypted else None
+            t = None if trusted is None else trusted.honest
+            agreement = Agreement(parties, method, trust=trusted, noise=noise,
                                   noise_multiplier=z, delta=delta)
             ledger = None
             if METHODS[method].noise:
@@ -182,7 +184,7 @@ def run_demo(*, parties: int = 10, epsilon: float = 1.0, delta: float = 1e-5,
             aggregator = HybridAggregator(data, agreement, runtime=LocalRuntime(),
                                           keys=keys if agreement.encrypted else None)
             fit = fit_queries(make_learner(task, **options), aggregator, method=method,
-                              trust=t, noise=noise, ledger=ledger, noise_multiplier=z,
+                              trust=trusted, noise=noise, ledger=ledger, noise_multiplier=z,
                               delta=delta, rng=rng)
             seconds = time.perf_counter() - began
             spent = 0.0

@@ -19,7 +19,7 @@ Sections and keys (every key optional unless marked; unknown sections or keys ar
                 identities (a deployment's identity table, veil.crypto.identity; relative
                 to the config file), min_cohort (fewest clients a round may have; default:
                 what the sampling implies for the identity table, veil.fl.strategies.SecAgg)
-    [hybrid]    trust*, noise (skellam | gaussian | laplace), key_bits, keygen (dealer |
+    [hybrid]    honest*, noise (skellam | gaussian | laplace), key_bits, keygen (dealer |
                 distributed: the parties generate the key, veil.crypto.dkg), insecure_ok,
                 count_weight, max_records, packed, min_answers (n only: an encrypted sum
                 needs every party's answer)
@@ -43,9 +43,10 @@ in the output directory. A ``[secagg]`` section turns on secure aggregation.
 :class:`veil.fl.strategies.Hybrid`): every round is one full-batch gradient query whose
 answers are encrypted under a threshold Paillier key dealt at start (``key_bits``; a key
 under 2048 bits only with ``insecure_ok = true``, for tests and demos), each of the
-``clients`` parties adding the noise share for ``trust`` = t honest parties (decryption
-threshold t_bar = clients - t + 1). It needs ``[privacy]`` (epsilon, delta, clip_norm: the
-per-example gradient clip, accountant) and ``[hybrid]``; keys that do not apply to it --
+``clients`` parties adding the noise share for ``honest`` = t honest parties (decryption
+``threshold`` = clients - t + 1: :class:`veil.dp.distributed.Trust`). It needs
+``[privacy]`` (epsilon, delta, clip_norm: the per-example gradient clip, accountant) and
+``[hybrid]``; keys that do not apply to it --
 local training ([training] local_epochs, batch_size, server_learning_rate, fraction,
 min_clients, weighted, mu; [privacy] noise, adaptive, target_quantile, clip_learning_rate),
 ``[secagg]`` (the answers are already encrypted) and ``[audit]`` canaries (the parties are
@@ -75,6 +76,8 @@ import numpy as np
 from veil._validation import check_choice, check_delta, check_positive, check_probability
 from veil.crypto.paillier import MIN_SECURE_BITS
 from veil.dp.accounting import DEFAULT_ACCOUNTANT
+from veil.dp.distributed import Trust
+from veil.dp.privacy_budget import PrivacyBudget
 from veil.errors import ConfigError, DataError
 from veil.random import Generator, RngLike
 
@@ -99,7 +102,7 @@ SCHEMA: dict[str, dict[str, tuple[Any, Any]]] = {
                "threshold": (_NUM, 0.5), "min_survivors": (_NUM, None), "prg": (str, "aes-ctr"),
                "consistency": (bool, True), "identities": (str, None),
                "min_cohort": (int, None)},
-    "hybrid": {"trust": (int, None), "noise": (str, "skellam"), "key_bits": (int, 2048),
+    "hybrid": {"honest": (int, None), "noise": (str, "skellam"), "key_bits": (int, 2048),
                "keygen": (str, "dealer"),
                "insecure_ok": (bool, False), "count_weight": (_NUM, 0.25),
                "max_records": (int, 2 ** 16), "packed": (bool, True), "min_answers": (int, None)},
@@ -117,7 +120,7 @@ SCHEMA: dict[str, dict[str, tuple[Any, Any]]] = {
 #: one of its file beside [run] (seed, out)
 VERTICAL_SECTIONS = frozenset({"vertical", "transfer"})
 _VERTICAL_RUN_KEYS = frozenset({"seed", "out"})
-_REQUIRED = {("data", "dataset"), ("privacy", "epsilon"), ("hybrid", "trust")}
+_REQUIRED = {("data", "dataset"), ("privacy", "epsilon"), ("hybrid", "honest")}
 #: counts that must be >= 1, checked here so the error names the key the file spells
 _COUNTS = (("data", "clients"), ("training", "rounds"), ("training", "local_epochs"))
 _MODELS = ("logistic_regression", "softmax_regression", "linear_svm")
@@ -208,6 +211,24 @@ class FLConfig:
                SoftmaxRegression, "linear_svm": LinearSVC}[kind]
         return cls(alpha=m["alpha"])
 
+    def budget(self) -> PrivacyBudget | None:
+        """``[privacy]`` epsilon, delta and accountant as the one
+        :class:`~veil.dp.PrivacyBudget` that calibrates the strategy's noise and caps the
+        run's ledger (None without ``[privacy]``)."""
+        if not self.has("privacy"):
+            return None
+        p = self["privacy"]
+        return PrivacyBudget(p["epsilon"], p["delta"], p["accountant"])
+
+    def trust(self) -> Trust:
+        """The hybrid run's :class:`~veil.dp.distributed.Trust`: ``[data] clients`` parties,
+        ``[hybrid] honest`` of them honest; what the dealer, the strategy, the agreement and
+        the noise mechanism all use."""
+        try:
+            return Trust(self["data"]["clients"], self["hybrid"]["honest"])
+        except ConfigError as exc:
+            raise ConfigError(f"{self.path}: [hybrid] {exc}") from None
+
     def strategy(self, clients: list[tuple[np.ndarray, np.ndarray]], setup: Any = None) -> Any:
         """The run's strategy for ``clients``. ``setup``: for the hybrid approach, the
         public set-up of parties that hold their own key shares
@@ -217,7 +238,7 @@ class FLConfig:
         t = self["training"]
         kind = check_choice(t["strategy"], "training.strategy", _STRATEGIES)
         if kind == "hybrid":
-            return self._hybrid(len(clients), setup)
+            return self._hybrid(setup)
         weighted = t["weighted"] and not self.has("privacy")
         max_weight = max(len(y) for _, y in clients) if self.has("secagg") and weighted \
             else None
@@ -235,8 +256,8 @@ class FLConfig:
                 raise ConfigError(f"{self.path}: privacy.noise='distributed' needs a [secagg] "
                                   "section (the noise shares only protect a secure sum)")
             strategy = DPFedAvg.from_budget(
-                strategy, epsilon=p["epsilon"], delta=p["delta"], rounds=t["rounds"],
-                accountant=p["accountant"], clip_norm=p["clip_norm"], noise=noise,
+                strategy, self.budget(), rounds=t["rounds"], clip_norm=p["clip_norm"],
+                noise=noise,
                 sample_rate=float(t["fraction"]), adaptive=p["adaptive"],
                 target_quantile=p["target_quantile"],
                 clip_learning_rate=p["clip_learning_rate"],
@@ -252,7 +273,7 @@ class FLConfig:
                               min_cohort=s["min_cohort"])
         return strategy
 
-    def _hybrid(self, parties: int, setup: Any = None) -> Any:
+    def _hybrid(self, setup: Any = None) -> Any:
         """The Hybrid strategy; without ``setup`` the dealer generates the threshold key now
         (secure randomness, whatever the run's seed)."""
         from veil.fl.hybrid.protocol import HybridKeys
@@ -267,13 +288,12 @@ class FLConfig:
             keys, identities = HybridKeys(setup.public_key, ()), setup.identities
         given = self.given.get("training", frozenset())
         learning_rate = t["learning_rate"] if "learning_rate" in given else 1.0
-        return Hybrid(parties, h["trust"], rounds=t["rounds"], epsilon=p["epsilon"],
-                      delta=p["delta"], noise=h["noise"], learning_rate=learning_rate,
+        return Hybrid(self.trust(), rounds=t["rounds"], budget=self.budget(),
+                      noise=h["noise"], learning_rate=learning_rate,
                       clip_norm=p["clip_norm"], count_weight=h["count_weight"],
                       max_records=h["max_records"], key_bits=h["key_bits"],
                       insecure_ok=h["insecure_ok"], keygen=h["keygen"], packed=h["packed"],
-                      min_answers=h["min_answers"], accountant=p["accountant"], keys=keys,
-                      identities=identities)
+                      min_answers=h["min_answers"], keys=keys, identities=identities)
 
     @property
     def kind(self) -> str:
@@ -339,7 +359,10 @@ def load_config(path: str | os.PathLike) -> FLConfig:
         _check_hybrid(path, sections, given)
     if "audit" in sections:
         _check_audit(path, sections["audit"], sections.get("privacy"))
-    return FLConfig(path, sections, given)
+    config = FLConfig(path, sections, given)
+    if config.kind == "hybrid":
+        config.trust()   # refused here, before anything runs
+    return config
 
 
 def _section(path: str, name: str, table: Any) -> dict[str, Any]:

@@ -212,16 +212,23 @@ def _seed(cfg: FLConfig) -> int:
 
 
 def _federation(config: str | os.PathLike, *, seeded: bool = True, remote: bool = False,
-                setup: Any = None) -> tuple[FLConfig, Federation]:
+                setup: Any = None, ledger_path: Path | None = None) -> tuple[FLConfig,
+                                                                           Federation]:
     """The run's config and federation; ``seeded=False``: the server's own randomness
     (sampling, central noise) is secure, the seed only splits the data; ``remote``: no
-    party is built here; ``setup``: the hybrid approach's public set-up."""
+    party is built here; ``setup``: the hybrid approach's public set-up; ``ledger_path``:
+    a DP run's ledger file, for the config's budget."""
+    from veil.dp import Ledger
+
     cfg = load_config(config)
     seed = _seed(cfg)
     clients, test, classes = cfg.data(seed)
+    budget = cfg.budget()
+    ledger = None if budget is None or ledger_path is None else \
+        Ledger.for_budget(budget, path=ledger_path)
     federation = Federation(clients, cfg.model(), cfg.strategy(clients, setup),
                             cfg["training"]["rounds"], test=test, classes=classes,
-                            rng=seed if seeded else None, remote=remote)
+                            rng=seed if seeded else None, remote=remote, ledger=ledger)
     return cfg, federation
 
 
@@ -257,19 +264,13 @@ def server(config: str | os.PathLike) -> ServerApp:
     def main(grid: Grid, context: Context) -> None:
         from flwr.common.logger import log as flower_log
 
-        from veil.dp import Ledger
-
         cfg = load_config(config)
         setup = app_setup(config)
-        _, federation = _federation(config, seeded=False, remote=True, setup=setup)
         out = Path(str(context.run_config["out"]))
         out.mkdir(parents=True, exist_ok=True)
-        ledger = None
-        if cfg.has("privacy"):
-            p = cfg["privacy"]
-            ledger = federation.ledger = Ledger(p["epsilon"], p["delta"],
-                                                accountant=p["accountant"],
-                                                path=out / "ledger.sqlite")
+        _, federation = _federation(config, seeded=False, remote=True, setup=setup,
+                                    ledger_path=out / "ledger.sqlite")
+        ledger = federation.ledger
         name = Path(str(context.run_config.get("plan", config))).stem
         runtime = federation.runtime = FlowerRuntime(grid, cfg.faults(),
                                                      timeout=cfg["run"]["timeout"],
@@ -412,9 +413,7 @@ class _Node:
         """The party's own ledger file (node config ``ledger``), under its plan's budget."""
         from veil.dp import Ledger
 
-        p = self.cfg["privacy"]
-        return Ledger(p["epsilon"], p["delta"], accountant=p["accountant"],
-                      path=self._file("ledger"))
+        return Ledger.for_budget(self.cfg.budget(), path=self._file("ledger"))
 
 
 def client(config: str | os.PathLike) -> Any:

@@ -39,7 +39,7 @@ from veil._io import atomic_open, atomic_write
 from veil._validation import check_choice, check_delta, check_epsilon, check_int
 from veil.audit import Run, RunRecord
 from veil.datasets import partition
-from veil.dp.distributed import NOISES
+from veil.dp.distributed import NOISES, Trust
 from veil.dp.ledger import Ledger
 from veil.errors import ConfigError
 from veil.experiments.runs import ledger_folder, persisted_ledger
@@ -104,10 +104,11 @@ def parse_trust(token: Any, parties: int) -> int:
         t = int(text)
     except ValueError:
         raise ConfigError(f"trust={token!r} is not allowed: use 1..n, 'half' or 'n'") from None
-    if not 1 <= t <= parties:
-        raise ConfigError(f"trust={token!r} is not allowed with {parties} parties: t must be "
-                          f"in 1..{parties}")
-    return t
+    try:
+        return Trust(parties, t).honest
+    except ConfigError as exc:
+        raise ConfigError(f"trust={token!r} is not allowed with {parties} parties: "
+                          f"{exc}") from None
 
 
 def _methods(config: TruexConfig, n: int) -> list[tuple[str, int | None]]:
@@ -142,7 +143,8 @@ def run_truex(config: TruexConfig, *, ledgers: str | os.PathLike | None = None,
                 persisted_ledger(folder, f"n={n} {_label(method, t, n)} eps={eps:g} r{r}", eps,
                                  ledger_delta, accountant="rdp")
         began = time.perf_counter()
-        fit = fit_queries(make_learner(task, **config.options), agg, method=method, trust=t,
+        fit = fit_queries(make_learner(task, **config.options), agg, method=method,
+                          trust=None if t is None else Trust(n, t),
                           noise=config.noise, epsilon=eps, delta=config.delta, ledger=ledger,
                           noise_multiplier=z, rng=rng)
         seconds = time.perf_counter() - began

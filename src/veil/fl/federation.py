@@ -5,7 +5,7 @@ Each round ``t``:
 1. the strategy samples clients (the server does not know which are alive);
 2. the round's privacy cost (``strategy.round_event``) is checked against the ledger *before*
    any client trains or any noise is drawn (BudgetExceededError stops the run there). When
-   the strategy's round event is fixed by its configuration (``strategy.fixed_round_event``,
+   the strategy's round event is fixed by its configuration (``strategy.privacy.fixed_event``,
    e.g. DP-FedAvg), the first private round reserves all the remaining rounds as one
    planned block (:meth:`veil.dp.Ledger.plan`): the run is priced tightly by PLD as one
    schedule, and each round is then charged as a step of the plan (an early stop still
@@ -36,7 +36,7 @@ uninterrupted one, and, with an integer ``rng`` (the randomness of round t is de
 budget is never reset.
 
 This holds when the server adds the noise (central DP: a trusted server, whose in-memory
-round dies with it). When the clients add it (``strategy.noise_at_clients``: local,
+round dies with it). When the clients add it (``strategy.privacy.noise_at_clients``: local,
 distributed or hybrid noise, meant to hold against the server), the server receives
 noisy values *during* the round and may keep them across a crash; such a round is charged
 before it runs, as a release to the server, and a round re-run after a crash mid-round is
@@ -57,7 +57,8 @@ import numpy as np
 
 from veil._validation import check_array, check_int
 from veil.dp.accounting.serialize import event_from_json, event_to_json
-from veil.dp.ledger import Ledger
+from veil.dp.ledger import Ledger, check_ledger
+from veil.dp.privacy_budget import same_budget
 from veil.errors import ConfigError, DataError
 from veil.fl.checkpoint import Checkpoint
 from veil.fl.history import History
@@ -95,6 +96,9 @@ class Federation:
         ``(X_test, y_test)`` to evaluate the global model on after every round.
     ledger:
         A :class:`veil.dp.Ledger`; required when the strategy is differentially private.
+        A strategy calibrated for a :class:`~veil.dp.PrivacyBudget`
+        (``strategy.privacy.budget``) needs the ledger of exactly that budget
+        (``Ledger.for_budget(budget, path=...)``): another is refused.
     runtime:
         The runtime (default: a fault-free :class:`~veil.fl.runtime.LocalRuntime`).
     checkpoint:
@@ -139,10 +143,12 @@ class Federation:
         if not isinstance(model, GradientClassifier):
             raise ConfigError(f"model={type(model).__name__} is not allowed: expected a "
                               "veil.learn model")
-        if strategy.requires_secure_aggregation and not strategy.secure:
+        self.privacy = strategy.privacy   # what the run protects; the run branches on it
+        if self.privacy.needs_secure_aggregation and not self.privacy.secure_aggregation:
             raise ConfigError("this strategy adds distributed noise, which protects only "
                               "the aggregate: wrap it in SecAgg(...) so that the server never "
                               "sees a single update")
+        same_budget(check_ledger(ledger, optional=True), self.privacy.budget, "the strategy")
         self.rounds = check_int(rounds, "rounds", low=1)
         if not clients:
             raise DataError("clients is empty; expected one (X, y) pair per client")
@@ -198,7 +204,7 @@ class Federation:
             label = f"fl round {t}" + (SIMULATION if self.simulate_noise else "")
             if event is not None:
                 self._check_budget(event, t)
-                if self.strategy.noise_at_clients:   # released to the server during the round
+                if self.privacy.noise_at_clients:   # released to the server during the round
                     self._charge(event, label)
             server = self.strategy.server(t, self.params, sampled, rng)
             report = self.runtime.run_round(server, self.clients, rng)
@@ -210,7 +216,7 @@ class Federation:
             self._next_round = t + 1
             self.history.params = self.params.copy()
             owed = None
-            if event is not None and not self.strategy.noise_at_clients:
+            if event is not None and not self.privacy.noise_at_clients:
                 paid = [c.index for c in self.ledger.history()]
                 owed = {"label": label, "event": event_to_json(event),
                         "after": max(paid, default=0)}
@@ -231,7 +237,7 @@ class Federation:
                               "its rounds to")
         if self._rounds is None or self._rounds.ledger is not self.ledger:
             self._rounds = RoundLedger(self.ledger, self.rounds,
-                                       fixed=self.strategy.fixed_round_event,
+                                       fixed=self.privacy.fixed_event,
                                        suffix=SIMULATION if self.simulate_noise else "")
         return self._rounds
 
@@ -290,7 +296,7 @@ class Federation:
         if self.ledger is not None:  # the spend once this round's charge is paid
             record["epsilon"], record["delta"] = (float(v) for v in self.ledger.spent())
             rounds = self._round_ledger() if event is not None else None
-            if rounds is not None and not self.strategy.noise_at_clients and \
+            if rounds is not None and not self.privacy.noise_at_clients and \
                     not rounds.planned(event):  # charged after, alone
                 record["epsilon"] = float(self.ledger.would_spend(event,
                                                                   delta=rounds.round_delta))

@@ -26,8 +26,9 @@ from veil.audit.conformance.registry import (
     Pair,
     register,
 )
-from veil.dp import Ledger
+from veil.dp import Ledger, PrivacyBudget
 from veil.dp.accounting import make_accountant
+from veil.dp.distributed import Trust
 
 EPS, DELTA = 1.0, 1e-5
 
@@ -76,7 +77,7 @@ def _multiplier(noise: str) -> float:
     """The noise multiplier DPFedAvg.from_budget calibrates for one round at (EPS, DELTA)."""
     from veil.fl.strategies import DPFedAvg, FedAvg
 
-    return DPFedAvg.from_budget(FedAvg(), epsilon=EPS, delta=DELTA, rounds=1, clip_norm=1.0,
+    return DPFedAvg.from_budget(FedAvg(), PrivacyBudget(EPS, DELTA), rounds=1, clip_norm=1.0,
                                 noise=noise).noise_multiplier
 
 
@@ -144,7 +145,7 @@ def _fit_queries(parties, rng):
 
     model = LogisticRegression(alpha=0.0).initialize(3, [0, 1])
     return fit_queries(GradientQueries(model, rounds=2), SimulatedAggregator(parties),
-                       method="hybrid", trust=2, epsilon=EPS, delta=DELTA,
+                       method="hybrid", trust=Trust(len(parties), 2), epsilon=EPS, delta=DELTA,
                        ledger=Ledger(EPS, DELTA), rng=rng)
 
 
@@ -165,10 +166,11 @@ def _hybrid(parties, rng):
     from veil.fl.strategies import Hybrid
     from veil.learn import LogisticRegression
 
-    strategy = Hybrid(3, 3, rounds=1, epsilon=EPS, delta=DELTA, key_bits=512,
+    budget = PrivacyBudget(EPS, DELTA)
+    strategy = Hybrid(Trust(3, 3), rounds=1, budget=budget, key_bits=512,
                       primes=_hybrid_primes(), insecure_ok=True)
     return Federation(parties, LogisticRegression(alpha=0.0), strategy, 1, classes=[0, 1],
-                      ledger=Ledger(EPS, DELTA)).run()
+                      ledger=Ledger.for_budget(budget)).run()
 
 
 # -- vertical ----------------------------------------------------------------------------

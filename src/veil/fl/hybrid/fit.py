@@ -27,7 +27,13 @@ import numpy as np
 
 from veil._validation import check_choice
 from veil.dp.accounting import DEFAULT_ACCOUNTANT
-from veil.dp.distributed import NOISES, DistributedMechanism, calibrate_multiplier, check_trust
+from veil.dp.distributed import (
+    NOISES,
+    DistributedMechanism,
+    Trust,
+    calibrate_multiplier,
+    check_trust,
+)
 from veil.dp.ledger import Ledger
 from veil.errors import ConfigError, DataError
 from veil.fl.hybrid.grid import contribute, decode, noise_std, query_noise
@@ -47,17 +53,19 @@ class Method:
     encrypted: bool
     noise: str | None
 
-    def noise_parties(self, trust: int | None, parties: int) -> tuple[int, int]:
-        """(how many add noise, t: how many honest of them must suffice): (n, 1) for local
-        DP, (n, t) for the hybrid, (1, 1) for central DP (the aggregator alone)."""
+    def noise_parties(self, trust: Trust | None, parties: int) -> Trust:
+        """The trust among those who add noise (how many, and how many honest of them must
+        suffice): n with 1 honest for local DP, the parties' ``trust`` for the hybrid, the
+        aggregator alone for central DP."""
         if self.name == "local":
-            return parties, 1
+            return Trust(parties, 1)
         if self.name != "hybrid":
-            return 1, 1
+            return Trust(1, 1)
         if trust is None:
-            raise ConfigError("trust=None is not allowed with method='hybrid': give t, the "
-                              f"minimum number of honest parties, in 1..{parties}")
-        return parties, check_trust(trust, parties)[0]
+            raise ConfigError("trust=None is not allowed with method='hybrid': give "
+                              f"Trust({parties}, honest), honest in 1..{parties} the minimum "
+                              "number of honest parties")
+        return check_trust(trust, parties)
 
 
 #: the hybrid approach and its baselines (module docstring)
@@ -143,7 +151,7 @@ class QueryFit:
 
 
 def fit_queries(learner: QueryLearner, aggregator: Aggregator, *, method: str = "hybrid",
-                trust: int | None = None, noise: str = "skellam", epsilon: float | None = None,
+                trust: Trust | None = None, noise: str = "skellam", epsilon: float | None = None,
                 delta: float = 1e-6, ledger: Ledger | None = None,
                 noise_multiplier: float | None = None, rng: RngLike = None) -> QueryFit:
     """Train ``learner`` through ``aggregator`` with ``method`` (:data:`METHODS`).
@@ -155,13 +163,13 @@ def fit_queries(learner: QueryLearner, aggregator: Aggregator, *, method: str = 
     as one planned block before the first runs (:meth:`veil.dp.Ledger.plan`, priced at
     ``delta``; an early stop still pays for it); Laplace queries (pure DP) are charged one
     by one. Each query is charged before its noise is drawn.
-    ``trust``: t, the minimum number of honest parties (``method="hybrid"`` only).
+    ``trust``: the parties' :class:`~veil.dp.distributed.Trust` (``method="hybrid"`` only).
     ``noise_multiplier``: skip the calibration (e.g. reuse one across methods); the ledger
     still refuses any query that does not fit.
     """
     m = METHODS[check_choice(method, "method", tuple(METHODS))]
     check_choice(noise, "noise", tuple(NOISES))
-    adders, honest = m.noise_parties(trust, aggregator.parties)
+    adders = m.noise_parties(trust, aggregator.parties)
     rng = check_rng(rng)
     z = None
     if m.noise is not None:
@@ -177,7 +185,7 @@ def fit_queries(learner: QueryLearner, aggregator: Aggregator, *, method: str = 
     fit = QueryFit(learner.model, ledger, z)
 
     def mechanism(shape: Any) -> DistributedMechanism:
-        return query_noise(noise, z, shape, parties=adders, honest=honest, delta=delta)
+        return query_noise(noise, z, shape, trust=adders, delta=delta)
 
     block = None
     if z is not None and noise != "laplace":

@@ -20,7 +20,7 @@ import numpy as np
 
 from veil._validation import check_array, check_choice
 from veil.crypto.encoding import FixedPoint
-from veil.dp.distributed import NOISES, DistributedMechanism, distributed_noise
+from veil.dp.distributed import NOISES, DistributedMechanism, Trust, distributed_noise
 from veil.dp.sensitivity import clip_values
 from veil.errors import DataError
 from veil.learn.queries import QueryShape
@@ -54,16 +54,17 @@ def value_limit(shape: QueryShape, noise: DistributedMechanism | None, *,
     return limit
 
 
-def query_noise(kind: str, noise_multiplier: float, shape: QueryShape, *, parties: int,
-                honest: int, delta: float) -> DistributedMechanism:
-    """The distributed mechanism of ``kind`` for a query: integer noise (Skellam) on the
-    grid's sensitivities, real noise on the query's own."""
+def query_noise(kind: str, noise_multiplier: float, shape: QueryShape, *, trust: Trust,
+                delta: float) -> DistributedMechanism:
+    """The distributed mechanism of ``kind`` for a query, shared among ``trust.parties``
+    of which ``trust.honest`` suffice: integer noise (Skellam) on the grid's
+    sensitivities, real noise on the query's own."""
     if NOISES[check_choice(kind, "noise", tuple(NOISES))].integer:
         l1, l2 = shape.grid_sensitivity(shape.frac_bits)
     else:
         l1, l2 = shape.l1, shape.l2
     return distributed_noise(kind, noise_multiplier, l1_sensitivity=l1, l2_sensitivity=l2,
-                             parties=parties, honest=honest, delta=delta)
+                             parties=trust.parties, honest=trust.honest, delta=delta)
 
 
 def contribute(shape: QueryShape, answer: Any, noise: DistributedMechanism | None,

@@ -4,7 +4,7 @@ Roles and trust
 ---------------
 n parties hold data; an aggregator (the server) coordinates; a **dealer** sets up the keys.
 t is the minimum number of honest, non-colluding parties; the decryption threshold is
-``t_bar = n - t + 1``, so the at most ``n - t`` colluding parties can never decrypt on
+``threshold = n - t + 1``, so the at most ``n - t`` colluding parties can never decrypt on
 their own, and up to ``t - 1`` parties may drop out before decryption. Assumptions: the
 dealer is trusted to generate the threshold key and hand each party its own share over a
 private channel, then to forget them (:func:`deal_keys`; the strategy objects hand each
@@ -55,17 +55,17 @@ round):
    summands) and encrypts them under the threshold key with its noise pool. It sends
    **only the ciphertexts**.
 2. The aggregator multiplies the ciphertexts of the parties that answered: ``Enc(sum_i r_i)``.
-3. **decrypt** -- it sends the n signed answers to ``t_bar`` parties chosen at random; each
+3. **decrypt** -- it sends the n signed answers to ``threshold`` parties chosen at random; each
    checks them, multiplies them itself and returns its partial decryption with its proof
    of correctness (:mod:`veil.crypto.threshold`, root decryption: about 7x faster than
    Damgard-Jurik's; the aggregator also learns a power of the aggregate's noise, which
    reveals nothing beyond the sum because the aggregate multiplies fresh encryptions with
    independent noise -- the argument is in that module's docstring).
 4. Each proof is verified on arrival: a wrong partial decryption is rejected, its party
-   named and excluded. When the stage closes with fewer than ``t_bar`` valid partials
+   named and excluded. When the stage closes with fewer than ``threshold`` valid partials
    (dropouts, bad proofs) the aggregator asks as many other live parties as are missing,
-   until ``t_bar`` are in; when no live party is left it aborts the round
-   (:class:`~veil.errors.ProtocolError`: fewer than t_bar parties alive). It combines the
+   until ``threshold`` are in; when no live party is left it aborts the round
+   (:class:`~veil.errors.ProtocolError`: fewer than threshold parties alive). It combines the
    partials, unpacks, and obtains ``sum_i Q_s(D_i) + sum_i noise_i``, the only plaintext
    it ever sees.
 
@@ -94,7 +94,7 @@ from veil.crypto.encoding import Packing
 from veil.crypto.identity import make_identities, public_identity, sign, verify
 from veil.crypto.paillier import EncryptedArray, NoisePool
 from veil.dp import Ledger
-from veil.dp.distributed import NOISES, DistributedMechanism, check_trust
+from veil.dp.distributed import NOISES, DistributedMechanism, Trust, check_trust
 from veil.dp.ledger import Block
 from veil.errors import ConfigError, CryptoError, DataError, ProtocolError
 from veil.fl.hybrid.fit import METHODS
@@ -120,8 +120,9 @@ class Agreement:
     """What all parties agree on at set-up (public; see the module docstring).
 
     ``method``: one of :data:`veil.fl.hybrid.fit.METHODS`; it decides whether answers are
-    encrypted and who adds the noise. ``trust``: t (for ``smc`` it only sets the decryption
-    threshold; default ceil(n/2)). ``noise`` / ``noise_multiplier`` / ``delta``: the noise
+    encrypted and who adds the noise. ``trust``: the parties'
+    :class:`~veil.dp.distributed.Trust` (honest = t; for ``smc`` it only sets the decryption
+    threshold; default t = ceil(n/2)). ``noise`` / ``noise_multiplier`` / ``delta``: the noise
     (ignored for ``none`` and ``smc``). ``packed``: many values per ciphertext (False: one
     per ciphertext, for comparison). ``min_answers``: fewest answers a round proceeds with
     (default n; the encrypted methods allow only n, see the module docstring).
@@ -129,7 +130,7 @@ class Agreement:
 
     parties: int
     method: str = "hybrid"
-    trust: int | None = None
+    trust: Trust | None = None
     noise: str = "skellam"
     noise_multiplier: float | None = None
     delta: float = 1e-6
@@ -141,10 +142,12 @@ class Agreement:
         n = check_int(self.parties, "parties", low=1)
         check_choice(self.method, "method", tuple(METHODS))
         check_choice(self.noise, "noise", tuple(NOISES))
-        if self.encrypted:
-            check_trust(self.t, n)
+        if self.trust is not None:
+            check_trust(self.trust, n)
         if self.method == "hybrid" and self.trust is None:
-            raise ConfigError(f"trust=None is not allowed with method='hybrid': give t in 1..{n}")
+            raise ConfigError(f"trust=None is not allowed with method='hybrid': give "
+                              f"Trust({n}, honest), honest in 1..{n}")
+        object.__setattr__(self, "_mechanisms", {})   # shape -> mechanism (mechanism())
         if METHODS[self.method].noise is not None:
             if self.noise_multiplier is None:
                 raise ConfigError(f"noise_multiplier=None is not allowed with method="
@@ -167,7 +170,7 @@ class Agreement:
 
     def digest(self, public_key: threshold.ThresholdPublicKey) -> bytes:
         """SHA-256 of this agreement and the session key: what a run id starts from."""
-        body = [self.parties, self.method, self.t, self.noise,
+        body = [self.parties, self.method, self.trusted.honest, self.noise,
                 float(self.noise_multiplier or 0.0), float(self.delta), self.packed,
                 list(self.identities), public_key.fingerprint]
         return hashlib.sha256(b"veil.hybrid.agreement|" + encode(body)).digest()
@@ -177,14 +180,15 @@ class Agreement:
         return METHODS[self.method].encrypted
 
     @property
-    def t(self) -> int:
-        """The trust parameter t (ceil(n/2) for ``smc`` when not given)."""
-        return self.trust if self.trust is not None else math.ceil(self.parties / 2)
+    def trusted(self) -> Trust:
+        """The parties' trust (honest = ceil(n/2) for ``smc`` when not given)."""
+        return self.trust if self.trust is not None else \
+            Trust(self.parties, math.ceil(self.parties / 2))
 
     @property
     def threshold(self) -> int:
-        """t_bar = n - t + 1: partial decryptions needed."""
-        return self.parties - self.t + 1
+        """n - t + 1: partial decryptions needed."""
+        return self.trusted.threshold
 
     @property
     def party_noise(self) -> bool:
@@ -192,13 +196,16 @@ class Agreement:
 
     def mechanism(self, shape: QueryShape) -> DistributedMechanism | None:
         """The query's noise: each party's share mechanism, or central DP's (the aggregator
-        draws it once); None without noise. It also fixes the query's integer grid."""
-        where = METHODS[self.method].noise
-        if where is None:
+        draws it once); None without noise. It also fixes the query's integer grid. Built
+        once per query shape (every round of a model asks the same shape) and kept."""
+        if METHODS[self.method].noise is None:
             return None
-        adders, honest = METHODS[self.method].noise_parties(self.trust, self.parties)
-        return query_noise(self.noise, self.noise_multiplier, shape, parties=adders,
-                           honest=honest, delta=self.delta)
+        cache: dict[QueryShape, DistributedMechanism] = self._mechanisms  # type: ignore
+        if shape not in cache:
+            cache[shape] = query_noise(self.noise, self.noise_multiplier, shape,
+                                       trust=METHODS[self.method].noise_parties(
+                                           self.trust, self.parties), delta=self.delta)
+        return cache[shape]
 
 
 def run_id(agreement_digest: bytes, nonces: dict[int, bytes]) -> bytes:
@@ -228,21 +235,23 @@ class HybridKeys:
     shares: tuple[threshold.KeyShare, ...]
 
 
-def deal_keys(parties: int, trust: int, *, bits: int = 2048, primes: Any = None,
+def deal_keys(trust: Trust, *, bits: int = 2048, primes: Any = None,
               insecure_ok: bool = False, keygen: str = "dealer",
               rng: RngLike = None) -> HybridKeys:
-    """A threshold Paillier key with threshold ``t_bar = n - t + 1`` and one key share per
-    party. ``keygen="dealer"``: the trusted dealer (:func:`veil.crypto.threshold.keygen`;
+    """A threshold Paillier key for ``trust.parties`` parties with threshold
+    ``trust.threshold = n - t + 1``, and one key share per party. ``keygen="dealer"``: the
+    trusted dealer (:func:`veil.crypto.threshold.keygen`;
     ``primes``: pre-generated safe primes); ``"distributed"``: the parties generate it
     together and nobody ever knows the factorization (:func:`veil.crypto.dkg.
     distributed_keygen`, honest majority during key generation; all parties simulated in
     this process). ``insecure_ok`` for test keys under 2048 bits."""
-    t, n = check_trust(trust, parties)
+    trust = check_trust(trust)
     check_choice(keygen, "keygen", ("dealer", "distributed"))
+    n, need = trust.parties, trust.threshold
     if keygen == "distributed":
-        pk, shares = distributed_keygen(bits, n, n - t + 1, insecure_ok=insecure_ok, rng=rng)
+        pk, shares = distributed_keygen(bits, n, need, insecure_ok=insecure_ok, rng=rng)
     else:
-        pk, shares = threshold.keygen(bits, n, n - t + 1, insecure_ok=insecure_ok,
+        pk, shares = threshold.keygen(bits, n, need, insecure_ok=insecure_ok,
                                       primes=primes, rng=rng)
     return HybridKeys(pk, tuple(shares))
 
@@ -350,7 +359,7 @@ class HybridServer(ServerRound):
                                     public_key.threshold != agreement.threshold):
             raise ConfigError(f"the key is {public_key.threshold}-of-{public_key.parties}; "
                               f"the agreement needs {agreement.threshold}-of-"
-                              f"{agreement.parties} (t_bar = n - t + 1)")
+                              f"{agreement.parties} (threshold = n - t + 1)")
         self.query = query
         self.agreement = agreement
         self.public_key = public_key
@@ -427,7 +436,7 @@ class HybridServer(ServerRound):
             raise ProtocolError(
                 f"round {self.round} aborted: {len(self.partials)} valid partial "
                 f"decryption(s) and {len(candidates)} live party(ies) not yet asked: fewer "
-                f"than t_bar = {self.agreement.threshold} parties alive")
+                f"than threshold = {self.agreement.threshold} parties alive")
         self.repeat_stage()
         return self._ask(candidates, need)
 
@@ -456,7 +465,7 @@ class HybridServer(ServerRound):
         self.total = total
         if len(self.answered) < self.agreement.threshold:
             raise ProtocolError(f"round {self.round} aborted: {len(self.answered)} parties "
-                                f"alive, fewer than t_bar = {self.agreement.threshold}")
+                                f"alive, fewer than threshold = {self.agreement.threshold}")
         return self._ask(self.answered, self.agreement.threshold)
 
     def _ask(self, candidates: Sequence[int], count: int) -> list[Message]:

@@ -69,7 +69,7 @@ class HybridAggregator(Aggregator):
         identities: list[bytes | None] = [None] * agreement.parties
         if agreement.encrypted:
             if keys is None:
-                keys = deal_keys(agreement.parties, agreement.t, bits=key_bits, primes=primes,
+                keys = deal_keys(agreement.trusted, bits=key_bits, primes=primes,
                                  insecure_ok=insecure_ok, rng=rng)
             if not agreement.identities:  # the parties make their identity keys at set-up
                 identities, public = make_identities(agreement.parties)

@@ -49,6 +49,7 @@ from veil._codec import Format
 from veil._io import atomic_write, check_absent, write_private
 from veil._validation import check_int
 from veil.crypto import identity, keyfile, serialization, threshold
+from veil.dp.distributed import Trust, check_trust
 from veil.errors import ConfigError, CryptoError
 from veil.fl.hybrid.protocol import deal_keys, make_identities
 
@@ -172,9 +173,10 @@ class PartyIdentity:
         return cls(index, private, setup)
 
 
-def deal(parties: int, trust: int, out_dir: str | os.PathLike, *, bits: int = 2048,
+def deal(trust: Trust, out_dir: str | os.PathLike, *, bits: int = 2048,
          insecure_ok: bool = False, keygen: str = "dealer") -> PublicSetup:
-    """The dealer: make the key and identities, write ``public.bin`` and each party's
+    """The dealer: make the key (for ``trust``: ``trust.threshold`` of ``trust.parties``
+    decrypt) and identities, write ``public.bin`` and each party's
     ``party-I.key`` / ``party-I.id`` into ``out_dir``; returns the public set-up.
     ``keygen="distributed"`` is refused: one process writing every share is a dealer
     whatever made the key; without a dealer each party runs the key generation itself
@@ -186,11 +188,12 @@ def deal(parties: int, trust: int, out_dir: str | os.PathLike, *, bits: int = 20
                           "dealer, each party runs `veil keygen` (the distributed key "
                           "generation) on its own machine, then `veil fl identity`, "
                           "`veil fl setup` and `veil fl enrol`")
+    trust = check_trust(trust)
     out = Path(out_dir)
-    check_absent([out / f"party-{i}.{ext}" for i in range(parties) for ext in ("key", "id")],
-                 what="party file")
-    keys = deal_keys(parties, trust, bits=bits, insecure_ok=insecure_ok, keygen=keygen)
-    private, public = make_identities(parties)
+    check_absent([out / f"party-{i}.{ext}" for i in range(trust.parties)
+                  for ext in ("key", "id")], what="party file")
+    keys = deal_keys(trust, bits=bits, insecure_ok=insecure_ok, keygen=keygen)
+    private, public = make_identities(trust.parties)
     setup = PublicSetup(keys.public_key, public)
     out.mkdir(parents=True, exist_ok=True)
     setup.save(out / "public.bin")

@@ -533,7 +533,7 @@ class SecAggClient(ClientProtocol):
         distributed noise each round's cost, from this client's own plan (its noise
         multiplier and sampling; module docstring, Budget), is charged once before its
         noisy masked input leaves it (:class:`veil.fl.party_ledger.RoundLedger`)."""
-        self.ledger = RoundLedger(ledger, rounds, fixed=self.strategy.fixed_round_event,
+        self.ledger = RoundLedger(ledger, rounds, fixed=self.strategy.privacy.fixed_event,
                                   who=f"client {self.client_id}")
 
     def _new_round(self) -> None:

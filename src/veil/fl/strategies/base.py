@@ -23,18 +23,21 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import dp_accounting
 import numpy as np
 
+from veil._validation import check_choice
+from veil.dp.privacy_budget import PrivacyBudget, check_budget
 from veil.errors import ConfigError, ProtocolError
 from veil.fl.messages import Message
 from veil.fl.protocol import Aggregate, ClientProtocol, ClientUpdate, RoundResult, ServerRound
 from veil.fl.trainer import LocalTrainer
 from veil.random import Generator
 
-__all__ = ["Strategy", "StrategyWrapper", "UpdateStrategy", "PlainServer", "PlainClient",
+__all__ = ["Privacy", "Strategy", "StrategyWrapper", "UpdateStrategy", "PlainServer", "PlainClient",
            "config_value", "sum_updates"]
 
 
@@ -51,6 +54,61 @@ def config_value(config: Mapping[str, Any], name: str, kind: type | tuple[type, 
             not (math.isfinite(value) and low <= value <= high):
         raise ProtocolError(f"round configuration {name}={value!r} is outside [{low}, {high}]")
     return value
+
+
+#: where a strategy's DP noise is added (:class:`Privacy`)
+NOISE_AT = ("central", "local", "distributed")
+
+
+@dataclass(frozen=True)
+class Privacy:
+    """What a strategy protects, and how: the one description a
+    :class:`~veil.fl.Federation` branches on (returned by :attr:`Strategy.privacy`).
+
+    noise: where the DP noise is added -- None (the output is not differentially private),
+        "central" (by the server, trusted), "local" (by each client, on its own update) or
+        "distributed" (each client adds a share; only a secure sum of the shares is
+        private: hybrid and SecAgg's distributed noise).
+    secure_aggregation: the transport hides single updates from the server.
+    fixed_event: the round's event is the same every round, set by the configuration
+        alone (never by data or earlier rounds): a federation then charges its rounds as
+        one planned block (:meth:`veil.dp.Ledger.plan`), priced tightly for the whole run.
+    relation: the neighbour relation the DP certificate is stated for (None: none stated).
+    budget: the :class:`~veil.dp.PrivacyBudget` the noise was calibrated for (None: the
+        noise was given directly); a federation's ledger must hold exactly this budget.
+    """
+
+    noise: str | None = None
+    secure_aggregation: bool = False
+    fixed_event: bool = False
+    relation: str | None = None
+    budget: PrivacyBudget | None = None
+
+    def __post_init__(self) -> None:
+        if self.noise is not None:
+            check_choice(self.noise, "noise", NOISE_AT)
+        elif self.fixed_event or self.budget is not None:
+            raise ConfigError("Privacy(noise=None) is not allowed with fixed_event or budget: "
+                              "a strategy without DP noise has no round event and no budget")
+        if self.budget is not None:
+            check_budget(self.budget)
+
+    @property
+    def private(self) -> bool:
+        """True when the strategy's output is differentially private."""
+        return self.noise is not None
+
+    @property
+    def noise_at_clients(self) -> bool:
+        """True when the clients add the DP noise (local or distributed): the server sees
+        noisy values during the round, so the round is charged before it runs."""
+        return self.noise in ("local", "distributed")
+
+    @property
+    def needs_secure_aggregation(self) -> bool:
+        """True when the noise protects only the aggregate, and no one may see single
+        updates (distributed noise)."""
+        return self.noise == "distributed"
 
 
 def sum_updates(updates: Mapping[int, ClientUpdate], dim: int,
@@ -97,42 +155,14 @@ class Strategy(ABC):
         """The privacy cost of one round (None: no differential privacy)."""
         return None
 
-    @property
-    def private(self) -> bool:
-        """True when the strategy's output is differentially private."""
-        return False
-
-    @property
-    def relation(self) -> str | None:
-        """The neighbour relation its DP certificate is stated for (None: none stated)."""
-        return None
-
     def distributed_noise(self, server_round: int) -> Any:
         """The noise secure aggregation must add for ``server_round`` (None: none); see DPFedAvg."""
         return None
 
     @property
-    def requires_secure_aggregation(self) -> bool:
-        """True when the strategy is only private if no one sees single updates."""
-        return False
-
-    @property
-    def noise_at_clients(self) -> bool:
-        """True when the clients add the DP noise (local, distributed or hybrid noise): the
-        server sees noisy values during the round, so the round is charged before it runs."""
-        return False
-
-    @property
-    def fixed_round_event(self) -> bool:
-        """True when ``round_event`` is the same every round, set by the configuration
-        alone (never by data or by earlier rounds): a federation then charges its rounds as
-        one planned block (:meth:`veil.dp.Ledger.plan`), priced tightly for the whole run."""
-        return False
-
-    @property
-    def secure(self) -> bool:
-        """True when the transport hides single updates from the server."""
-        return False
+    def privacy(self) -> Privacy:
+        """What this strategy protects, and how (:class:`Privacy`; default: nothing)."""
+        return Privacy()
 
     def state_dict(self) -> dict[str, Any]:
         """Server-side state that changes across rounds (for checkpoints)."""
@@ -193,7 +223,7 @@ class StrategyWrapper(UpdateStrategy):
             raise ConfigError(f"inner={type(inner).__name__} is not allowed: expected a "
                               "veil.fl strategy whose clients send updates (FedAvg, FedProx, "
                               "DPFedAvg)")
-        if inner.secure:
+        if inner.privacy.secure_aggregation:
             raise ConfigError(f"{type(self).__name__}({type(inner).__name__}(...)) is not "
                               "allowed: secure aggregation carries the updates and must be "
                               f"the outermost wrapper, e.g. {type(inner).__name__}("
@@ -228,32 +258,12 @@ class StrategyWrapper(UpdateStrategy):
     def round_event(self, server_round, params, sampled, population):
         return self.inner.round_event(server_round, params, sampled, population)
 
-    @property
-    def private(self) -> bool:
-        return self.inner.private
-
-    @property
-    def relation(self) -> str | None:
-        return self.inner.relation
-
     def distributed_noise(self, server_round):
         return self.inner.distributed_noise(server_round)
 
     @property
-    def requires_secure_aggregation(self) -> bool:
-        return self.inner.requires_secure_aggregation
-
-    @property
-    def noise_at_clients(self) -> bool:
-        return self.inner.noise_at_clients
-
-    @property
-    def fixed_round_event(self) -> bool:
-        return self.inner.fixed_round_event
-
-    @property
-    def secure(self) -> bool:
-        return self.inner.secure
+    def privacy(self) -> Privacy:
+        return self.inner.privacy
 
     def state_dict(self):
         return {"inner": self.inner.state_dict()}

@@ -38,7 +38,7 @@ Releasing both sums is one Gaussian mechanism with noise multiplier z when
 ``z_Delta = (z^-2 - (2 sigma_b)^-2)^(-1/2)`` (their Theorem 1: the count query has
 sensitivity 1/2, so its multiplier is 2 sigma_b); sigma_b defaults to qN/20.
 
-Privacy, and the neighbour relation each certificate names (:attr:`DPFedAvg.relation`):
+Privacy, and the neighbour relation each certificate names (``DPFedAvg.privacy.relation``):
 
 * central and distributed noise: **add/remove of one client's data** (user level, McMahan
   et al. 2018): the clipped updates' sum moves by at most C, so each round is
@@ -76,27 +76,35 @@ import dp_accounting
 import numpy as np
 
 from veil._validation import check_choice, check_positive, check_probability
-from veil.dp.accounting import (
-    DEFAULT_ACCOUNTANT,
-    calibrate_noise,
-    subsampled_gaussian_event,
-)
+from veil.dp.accounting import calibrate_noise, subsampled_gaussian_event
+from veil.dp.privacy_budget import PrivacyBudget, check_budget
 from veil.dp.samplers import rounded_gaussian
 from veil.dp.sensitivity import clip_l2
 from veil.errors import ConfigError, ProtocolError
 from veil.fl.protocol import Aggregate, ClientUpdate
-from veil.fl.strategies.base import StrategyWrapper, UpdateStrategy, config_value
+from veil.fl.strategies.base import (
+    NOISE_AT,
+    Privacy,
+    StrategyWrapper,
+    UpdateStrategy,
+    config_value,
+)
 from veil.fl.trainer import LocalTrainer
 from veil.random import Generator, noise_rng
 
 __all__ = ["DPFedAvg", "DistributedNoise"]
 
-_NOISE = ("central", "local", "distributed")
 _UNCLIPPED = "unclipped"
 #: noise -> the neighbour relation its certificate names (module docstring)
 RELATIONS = {"central": "add/remove one client's data",
              "local": "replace-one: any two inputs of one client (against the server)",
              "distributed": "add/remove one client's data"}
+
+
+def _sample_rate(inner: UpdateStrategy, sample_rate: float | None) -> float:
+    """q: ``sample_rate``, by default the inner strategy's ``fraction`` (else 1)."""
+    q = getattr(inner, "fraction", 1.0) if sample_rate is None else sample_rate
+    return check_probability(q, "sample_rate", low_open=True)
 
 
 def _charged(noise: str, sample_rate: float) -> tuple[float, float]:
@@ -142,13 +150,15 @@ class DPFedAvg(StrategyWrapper):
     adaptive, target_quantile, clip_learning_rate, clipped_count_stddev: adaptive clipping
         (gamma, eta_C and sigma_b; sigma_b None: qN/20).
     server_learning_rate: eta_s.
+    budget: the :class:`~veil.dp.PrivacyBudget` z was calibrated for (set by
+        :meth:`from_budget`; None when z is given directly).
     """
 
     def __init__(self, inner: UpdateStrategy, *, noise_multiplier: float, clip_norm: float = 1.0,
                  noise: str = "central", sample_rate: float | None = None,
                  adaptive: bool = False, target_quantile: float = 0.5,
                  clip_learning_rate: float = 0.2, clipped_count_stddev: float | None = None,
-                 server_learning_rate: float = 1.0) -> None:
+                 server_learning_rate: float = 1.0, budget: PrivacyBudget | None = None) -> None:
         super().__init__(inner)
         if inner.extras_bounds():
             raise ConfigError(f"inner={type(inner).__name__} reports extra scalars "
@@ -156,9 +166,9 @@ class DPFedAvg(StrategyWrapper):
                               "cannot bound")
         self.noise_multiplier = check_positive(noise_multiplier, "noise_multiplier")
         self.clip_norm = check_positive(clip_norm, "clip_norm")
-        self.noise = check_choice(noise, "noise", _NOISE)
-        q = getattr(inner, "fraction", 1.0) if sample_rate is None else sample_rate
-        self.sample_rate = check_probability(q, "sample_rate", low_open=True)
+        self.noise = check_choice(noise, "noise", NOISE_AT)
+        self.sample_rate = _sample_rate(inner, sample_rate)
+        self.budget = None if budget is None else check_budget(budget)
         self.adaptive = bool(adaptive)
         self.target_quantile = check_probability(target_quantile, "target_quantile")
         self.clip_learning_rate = check_positive(clip_learning_rate, "clip_learning_rate")
@@ -174,24 +184,22 @@ class DPFedAvg(StrategyWrapper):
         self._expected = 0.0
 
     @classmethod
-    def from_budget(cls, inner: UpdateStrategy, *, epsilon: float, delta: float, rounds: int,
-                    accountant: str = DEFAULT_ACCOUNTANT, **kwargs: Any) -> DPFedAvg:
-        """A DPFedAvg whose z makes ``rounds`` rounds (epsilon, delta)-DP (client level),
-        calibrated with :func:`veil.dp.accounting.calibrate_noise` for the event a round
-        is charged (the sampling rate for central noise; rate 1 for local and distributed
-        noise, which claim no amplification by sampling: the server that samples is the
-        party they protect against; local noise for replace-one, sensitivity 2C), with
-        ``accountant`` (the default policy's; "rdp" for distributed noise, which SecAgg
-        charges as zCDP)."""
-        noise = check_choice(kwargs.get("noise", "central"), "noise", _NOISE)
-        sensitivity, q = _charged(noise, kwargs.get("sample_rate")
-                                  or getattr(inner, "fraction", 1.0))
-        if noise == "distributed":
-            # charged by SecAgg as zCDP, whose cost every policy takes from its Renyi curve
-            # (the Gaussian's, exactly): calibrate on that curve
-            accountant = "rdp"
-        z = calibrate_noise(epsilon, delta, sample_rate=q, steps=rounds, accountant=accountant)
-        return cls(inner, noise_multiplier=sensitivity * z, **kwargs)
+    def from_budget(cls, inner: UpdateStrategy, budget: PrivacyBudget, *, rounds: int,
+                    **kwargs: Any) -> DPFedAvg:
+        """A DPFedAvg whose z makes ``rounds`` rounds ``budget``-DP (client level), calibrated
+        with :func:`veil.dp.accounting.calibrate_noise` for the event a round is charged
+        (:func:`_charged`: the sampling rate for central noise; rate 1 for local and
+        distributed noise, local noise for replace-one, sensitivity 2C) with
+        ``budget.accountant`` ("rdp" for distributed noise, which SecAgg charges as zCDP:
+        every policy takes that cost from its Renyi curve, the Gaussian's, exactly). The
+        strategy carries ``budget`` (:attr:`privacy`): the federation's ledger must cap it."""
+        budget = check_budget(budget)
+        noise = check_choice(kwargs.get("noise", "central"), "noise", NOISE_AT)
+        sensitivity, q = _charged(noise, _sample_rate(inner, kwargs.get("sample_rate")))
+        accountant = "rdp" if noise == "distributed" else budget.accountant
+        z = calibrate_noise(budget.epsilon, budget.delta, sample_rate=q, steps=rounds,
+                            accountant=accountant)
+        return cls(inner, noise_multiplier=sensitivity * z, budget=budget, **kwargs)
 
     # -- server side ---------------------------------------------------------------------
     def sample(self, server_round: int, clients: Sequence[int], rng: Generator) -> list[int]:
@@ -234,25 +242,12 @@ class DPFedAvg(StrategyWrapper):
         return subsampled_gaussian_event(self.noise_multiplier / sensitivity, q)
 
     @property
-    def private(self) -> bool:
-        return True
-
-    @property
-    def relation(self) -> str:
-        """The neighbour relation of this strategy's certificate (module docstring)."""
-        return RELATIONS[self.noise]
-
-    @property
-    def noise_at_clients(self) -> bool:
-        return self.noise != "central"
-
-    @property
-    def fixed_round_event(self) -> bool:
-        return self.noise != "distributed"  # z and q are fixed; SecAgg prices distributed
-
-    @property
-    def requires_secure_aggregation(self) -> bool:
-        return self.noise == "distributed"
+    def privacy(self) -> Privacy:
+        """Noise at the server, at each client or shared among them; the neighbour relation
+        of its certificate (module docstring); a fixed event per round unless distributed
+        (SecAgg prices that one from the round's cohort)."""
+        return Privacy(noise=self.noise, fixed_event=self.noise != "distributed",
+                       relation=RELATIONS[self.noise], budget=self.budget)
 
     def distributed_noise(self, server_round: int) -> DistributedNoise | None:
         """For SecAgg: the total noise the clients must add (None unless distributed)."""

@@ -1,13 +1,14 @@
 """The hybrid approach (Truex et al., AISec 2019) as a federated strategy for gradient models.
 
-``Federation(clients, model, Hybrid(parties=n, trust=t, ...), rounds, ledger=...)`` trains
-any veil.learn model (logistic regression, linear SVM, a torch network) by full-batch
-gradient descent in which every round is one aggregate query answered through the hybrid
-protocol of :mod:`veil.fl.hybrid.protocol`: each party sends, encrypted under a threshold
-Paillier key with threshold ``t_bar = n - t + 1``, the sum over its records of the clipped
-per-example gradients at the global parameters plus a record count, with its share of the
-noise; the aggregator multiplies the ciphertexts, has ``t_bar`` live parties decrypt the
-product, and steps (:class:`veil.learn.private.GradientQueries`)
+``Federation(clients, model, Hybrid(Trust(parties=n, honest=t), ...), rounds, ledger=...)``
+trains any veil.learn model (logistic regression, linear SVM, a torch network) by
+full-batch gradient descent in which every round is one aggregate query answered through
+the hybrid protocol of :mod:`veil.fl.hybrid.protocol`: each party sends, encrypted under a
+threshold Paillier key needing ``threshold = n - t + 1`` partial decryptions, the sum over
+its records of the clipped per-example gradients at the global parameters plus a record
+count, with its share of the noise; the aggregator multiplies the ciphertexts, has
+``threshold`` live parties decrypt the product, and steps
+(:class:`veil.learn.private.GradientQueries`)
 
     w <- w - eta ( (sum_i g_i + noise) / N + alpha M w ),
 
@@ -31,10 +32,10 @@ from typing import Any
 import dp_accounting
 import numpy as np
 
-from veil._validation import check_choice, check_delta, check_epsilon, check_int
-from veil.dp import Ledger
-from veil.dp.accounting import DEFAULT_ACCOUNTANT
-from veil.dp.distributed import NOISES, check_trust
+from veil._validation import check_choice, check_delta, check_int
+from veil.dp.distributed import NOISES, Trust, check_trust
+from veil.dp.ledger import Ledger
+from veil.dp.privacy_budget import PrivacyBudget, check_budget
 from veil.errors import ConfigError
 from veil.fl.hybrid.fit import plan_multiplier
 from veil.fl.hybrid.protocol import (
@@ -48,7 +49,7 @@ from veil.fl.hybrid.protocol import (
     next_run,
 )
 from veil.fl.protocol import ClientProtocol, ServerRound
-from veil.fl.strategies.base import Strategy
+from veil.fl.strategies.base import Privacy, Strategy
 from veil.fl.trainer import LocalTrainer
 from veil.learn.private.queries import GradientQueries
 from veil.learn.queries import QueryAnswer
@@ -58,14 +59,19 @@ __all__ = ["Hybrid"]
 
 
 class Hybrid(Strategy):
-    """Truex et al.'s hybrid approach for ``parties`` parties trusting that ``trust`` of them
-    are honest (see the module docstring).
+    """Truex et al.'s hybrid approach for ``trust.parties`` parties trusting that
+    ``trust.honest`` of them are honest (see the module docstring).
 
     Parameters
     ----------
-    parties, trust: n and t (1 <= t <= n); the decryption threshold is n - t + 1.
+    trust: the :class:`~veil.dp.distributed.Trust` (n parties, t honest); the decryption
+        threshold is ``trust.threshold`` = n - t + 1. It is the one given to the key
+        generation, the agreement and the noise mechanism.
     rounds: the planned number of rounds (the noise is calibrated for all of them).
-    epsilon, delta: the budget the rounds share (or give ``noise_multiplier``).
+    budget: the :class:`~veil.dp.PrivacyBudget` the rounds share: the noise is calibrated
+        for it, each party's own ledger caps it, and the federation's ledger must hold it;
+        or give ``noise_multiplier`` (and the ``delta`` its mechanism is stated at,
+        default 1e-6) instead.
     noise: "skellam" (integer, exact accounting; default), "gaussian" or "laplace".
     learning_rate, clip_norm, count_weight, max_records: as
         :class:`~veil.learn.private.GradientQueries` (max_records bounds one party's
@@ -74,31 +80,35 @@ class Hybrid(Strategy):
         ``insecure_ok``, by a dealer or, ``keygen="distributed"``, by the parties
         together: :func:`veil.fl.hybrid.protocol.deal_keys`); packed: many values per
         ciphertext; min_answers: n or None (an encrypted sum needs every party's answer:
-        :mod:`veil.fl.hybrid.protocol`);
-        accountant: the ledger's (for calibration).
+        :mod:`veil.fl.hybrid.protocol`).
     identities: the parties' Ed25519 identity public keys, when each party made its own
         (a deployment: :mod:`veil.fl.hybrid.setup`); then ``keys`` is the public set-up's
         key with no shares (the aggregator holds none) and each party is built on its own
         machine with :meth:`party`. Default: simulated here at set-up.
     """
 
-    def __init__(self, parties: int, trust: int, *, rounds: int, epsilon: float | None = None,
-                 delta: float = 1e-6, noise: str = "skellam",
-                 noise_multiplier: float | None = None, learning_rate: float = 1.0,
-                 clip_norm: float = 1.0, count_weight: float = 0.25,
+    def __init__(self, trust: Trust, *, rounds: int,
+                 budget: PrivacyBudget | None = None, noise: str = "skellam",
+                 noise_multiplier: float | None = None, delta: float | None = None,
+                 learning_rate: float = 1.0, clip_norm: float = 1.0, count_weight: float = 0.25,
                  max_records: int = 2 ** 16, keys: HybridKeys | None = None,
                  key_bits: int = 2048, primes: Any = None, insecure_ok: bool = False,
                  keygen: str = "dealer",
                  packed: bool = True, min_answers: int | None = None,
-                 accountant: str = DEFAULT_ACCOUNTANT, identities: Sequence[bytes] | None = None,
+                 identities: Sequence[bytes] | None = None,
                  rng: RngLike = None) -> None:
-        self.trust, self.parties = check_trust(trust, parties)
+        self.trust = trust = check_trust(trust)
+        self.parties = trust.parties
         self.rounds = check_int(rounds, "rounds", low=1)
-        if (epsilon is None) == (noise_multiplier is None):
-            raise ConfigError(f"epsilon={epsilon!r}, noise_multiplier={noise_multiplier!r}: "
+        if (budget is None) == (noise_multiplier is None):
+            raise ConfigError(f"budget={budget!r}, noise_multiplier={noise_multiplier!r}: "
                               "give exactly one of them")
-        self.epsilon = None if epsilon is None else check_epsilon(epsilon)
-        self.delta = check_delta(delta)
+        self.budget = None if budget is None else check_budget(budget)
+        if self.budget is not None and delta is not None:
+            raise ConfigError(f"delta={delta!r} is not allowed with budget=: the budget "
+                              f"holds the delta ({self.budget})")
+        self.delta = self.budget.delta if self.budget is not None else \
+            check_delta(1e-6 if delta is None else delta)
         self.noise = check_choice(noise, "noise", tuple(NOISES))
         self.noise_multiplier = noise_multiplier
         self.learner_options = {"rounds": self.rounds, "learning_rate": learning_rate,
@@ -106,17 +116,15 @@ class Hybrid(Strategy):
                                 "max_records": max_records}
         self.packed = bool(packed)
         self.min_answers = min_answers
-        self.accountant = accountant
         self.min_clients = self.parties
         if keys is None:
-            keys = deal_keys(self.parties, self.trust, bits=key_bits, primes=primes,
-                             keygen=keygen,
+            keys = deal_keys(trust, bits=key_bits, primes=primes, keygen=keygen,
                              insecure_ok=insecure_ok, rng=rng)
-        if keys.public_key.parties != self.parties or \
-                keys.public_key.threshold != self.parties - self.trust + 1:
+        if (keys.public_key.parties, keys.public_key.threshold) != (trust.parties,
+                                                                    trust.threshold):
             raise ConfigError(f"keys are {keys.public_key.threshold}-of-"
-                              f"{keys.public_key.parties}; need {self.parties - self.trust + 1}"
-                              f"-of-{self.parties}")
+                              f"{keys.public_key.parties}; {trust} needs "
+                              f"{trust.threshold}-of-{trust.parties}")
         # the dealer's shares are handed to their parties by client(), and forgotten here
         self.public_key = keys.public_key
         self._shares: list[Any] = list(keys.shares) or [None] * self.parties
@@ -131,8 +139,8 @@ class Hybrid(Strategy):
         self.learner = GradientQueries(copy.deepcopy(model), **self.learner_options)
         z = self.noise_multiplier
         if z is None:
-            z = plan_multiplier(self.learner, self.noise, self.epsilon, self.delta,
-                                accountant=self.accountant)
+            z = plan_multiplier(self.learner, self.noise, self.budget.epsilon, self.delta,
+                                accountant=self.budget.accountant)
         if self._public is None:
             # each party makes its identity key at set-up (simulated here; make_identities)
             self._identities, public = make_identities(self.parties)
@@ -165,8 +173,7 @@ class Hybrid(Strategy):
                               "(build it on its machine with Hybrid.party)")
         self._shares[client_id] = self._identities[client_id] = None
         # the party's own budget: it refuses a query that would overspend it
-        ledger = None if self.epsilon is None else Ledger(self.epsilon, self.delta,
-                                                          accountant=self.accountant)
+        ledger = None if self.budget is None else Ledger.for_budget(self.budget)
         return self.party(client_id, trainer, share, identity, ledger)
 
     def party(self, client_id: int, trainer: LocalTrainer, key_share: Any, identity: bytes,
@@ -205,20 +212,11 @@ class Hybrid(Strategy):
         return QueryEncoding(learner.shape, agreement, self.public_key.bits).ciphertexts
 
     @property
-    def private(self) -> bool:
-        return True
-
-    @property
-    def fixed_round_event(self) -> bool:
-        return True  # the agreed mechanism for the model's shape, the same every round
-
-    @property
-    def noise_at_clients(self) -> bool:
-        return True
-
-    @property
-    def secure(self) -> bool:
-        return True
+    def privacy(self) -> Privacy:
+        """Noise shared among the parties, answers hidden in threshold ciphertexts, and the
+        agreed mechanism for the model's shape: the same event every round."""
+        return Privacy(noise="distributed", secure_aggregation=True, fixed_event=True,
+                       budget=self.budget)
 
     def server(self, server_round: int, params: np.ndarray, sampled: Sequence[int],
                      rng: Generator) -> ServerRound:

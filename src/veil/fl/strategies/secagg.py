@@ -32,6 +32,7 @@ The modular reduction is post-processing of the exact integer sum.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -47,7 +48,7 @@ from veil.dp.ledger import Ledger
 from veil.errors import ConfigError
 from veil.fl.secagg.protocol import SecAggClient, SecAggServer
 from veil.fl.secagg.ring import CLIPPED, MAX_LEVELS, PRGS, WEIGHT, Plan
-from veil.fl.strategies.base import StrategyWrapper, UpdateStrategy
+from veil.fl.strategies.base import Privacy, StrategyWrapper, UpdateStrategy
 from veil.fl.strategies.fedavg import round_half_up
 from veil.fl.trainer import LocalTrainer
 
@@ -148,10 +149,6 @@ class SecAgg(StrategyWrapper):
                 raise ConfigError(f"SecAgg encodes extra scalars in [-1, 1]; {name!r} has "
                                   f"range [{lo}, {hi}]")
 
-    @property
-    def secure(self) -> bool:
-        return True
-
     def min_cohort_of(self, population: int | None) -> int:
         """The fewest clients a round may have in a federation of ``population`` clients
         (the size of the identity table; None: unknown, the semi-honest variant, 2).
@@ -231,15 +228,17 @@ class SecAgg(StrategyWrapper):
                      extras_scale, sigma, sigmas, rho, self.prg)
 
     @property
-    def fixed_round_event(self) -> bool:
-        """With distributed noise a round's zCDP cost depends on the number of clients in
-        it and on the clip norm: fixed when every client takes part (sampling rate 1) and
-        the clip norm is fixed (a round whose event differs from the plan is then charged
-        on its own by the federation, so this is only an optimisation)."""
-        if not self.inner.requires_secure_aggregation:
-            return self.inner.fixed_round_event
-        return getattr(self.inner, "sample_rate", None) == 1.0 and \
+    def privacy(self) -> Privacy:
+        """The inner strategy's, with single updates hidden from the server. With
+        distributed noise a round's zCDP cost depends on the number of clients in it and on
+        the clip norm: the event is fixed when every client takes part (sampling rate 1)
+        and the clip norm is fixed (a round whose event differs from the plan is then
+        charged on its own by the federation, so this is only an optimisation)."""
+        inner = self.inner.privacy
+        fixed = inner.fixed_event if not inner.needs_secure_aggregation else \
+            getattr(self.inner, "sample_rate", None) == 1.0 and \
             getattr(self.inner, "adaptive", True) is False
+        return dataclasses.replace(inner, secure_aggregation=True, fixed_event=fixed)
 
     def round_event(self, server_round: int, params: np.ndarray, sampled: Sequence[int],
                     population: int) -> dp_accounting.DpEvent | None:

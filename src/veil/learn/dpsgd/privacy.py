@@ -49,6 +49,7 @@ from veil.dp.accounting import (
     subsampled_gaussian_event,
 )
 from veil.dp.ledger import Ledger, check_ledger
+from veil.dp.privacy_budget import PrivacyBudget, check_budget, same_budget
 from veil.dp.selection import pure_dp_event
 from veil.errors import BudgetExceededError, ConfigError
 from veil.learn.dpsgd._torch import nn, torch
@@ -179,8 +180,9 @@ def _sigma_to_fit(ledger: Ledger, q: float, steps: int, sampling: str, n: int,
 
 
 def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data: Any, *,
-                 delta: float, max_grad_norm: float, epochs: int,
-                 epsilon: float | None = None, noise_multiplier: float | None = None,
+                 max_grad_norm: float, epochs: int, budget: PrivacyBudget | None = None,
+                 epsilon: float | None = None, delta: float | None = None,
+                 noise_multiplier: float | None = None,
                  batch_size: int | None = None, sample_rate: float | None = None,
                  sampling: str = "poisson", max_physical_batch_size: int | None = None,
                  loss_reduction: str = "mean", accountant: str | None = None,
@@ -198,10 +200,15 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data: Any, 
         A tensor/array, a tuple of them (e.g. ``(X, y)``), a map-style Dataset or a
         DataLoader (its dataset, collate function and, by default, batch size are used;
         its own sampler is not: batches are drawn by veil's sampler).
+    budget:
+        The :class:`~veil.dp.PrivacyBudget` sigma is calibrated for, and the budget of the
+        ledger (a given ``ledger=`` must hold exactly it; default: a new one for it).
+        Or, without it:
     epsilon, noise_multiplier:
         Exactly one: the target epsilon (sigma is calibrated to it) or sigma itself.
     delta:
-        The target delta; the plan's epsilon is certified at this delta.
+        The target delta (required without ``budget``); the plan's epsilon is certified at
+        this delta.
     max_grad_norm:
         C, the L2 bound on each example's gradient.
     epochs, batch_size | sample_rate:
@@ -255,9 +262,24 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data: Any, 
                                                                        PrivateOptimizer):
         raise ConfigError(f"optimizer={type(optimizer).__name__} is not allowed: expected a "
                           "torch.optim.Optimizer that is not already private")
+    check_ledger(ledger, optional=True)
+    if budget is not None:
+        budget = check_budget(budget)
+        twice = [name for name, value in (("epsilon", epsilon), ("delta", delta),
+                                          ("accountant", accountant),
+                                          ("noise_multiplier", noise_multiplier))
+                 if value is not None]
+        if twice:
+            raise ConfigError(f"{', '.join(twice)} is not allowed with budget= ({budget}): "
+                              "the budget is given once")
+        same_budget(ledger, budget, "make_private(budget=...)")
+        epsilon, delta, accountant = budget.epsilon, budget.delta, budget.accountant
     if (epsilon is None) == (noise_multiplier is None):
-        raise ConfigError("give exactly one of epsilon= (sigma is calibrated to it) and "
-                          "noise_multiplier=")
+        raise ConfigError("give exactly one of epsilon= (or budget=: sigma is calibrated "
+                          "to it) and noise_multiplier=")
+    if delta is None:
+        raise ConfigError("delta=None is not allowed: give delta= (the plan's epsilon is "
+                          "certified at it) or budget=")
     delta = check_delta(delta)
     if delta == 0:
         raise ConfigError("delta=0 is not allowed: the Gaussian noise of DP-SGD gives "
@@ -270,7 +292,6 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data: Any, 
     if max_physical_batch_size is not None:
         max_physical_batch_size = check_int(max_physical_batch_size, "max_physical_batch_size",
                                             low=1)
-    check_ledger(ledger, optional=True)
     default = ledger.accountant if ledger is not None else DEFAULT_ACCOUNTANT
     accountant = default if accountant is None else accountant
     check_choice(accountant, "accountant", ("pld", "rdp", NOT_A_FILTER))
