@@ -211,3 +211,26 @@ def test_dp_training_still_learns(clients):
     history = Federation(data, LogisticRegression(), strategy, 5, rng=0,
                          test=(X_test, y_test), ledger=Ledger(100.0, 1e-5)).run()
     assert history.rounds[-1]["accuracy"] > 0.8  # the label is x_0 > 0 plus noise
+
+
+def test_one_privacy_descriptor_says_what_each_strategy_protects(known_updates):
+    """Six capability flags on every strategy (private, relation, noise_at_clients,
+    fixed_round_event, requires_secure_aggregation, secure), each delegated by every
+    wrapper, are one frozen Privacy that the federation branches on."""
+    from veil.fl.strategies.base import Privacy
+
+    central = DPFedAvg(known_updates(), noise_multiplier=1.0).privacy
+    local = DPFedAvg(known_updates(), noise_multiplier=1.0, noise="local").privacy
+    shared = SecAgg(DPFedAvg(known_updates(weighted=False), noise_multiplier=1.0,
+                             noise="distributed", sample_rate=1.0)).privacy
+    assert FedAvg().privacy == Privacy() and not Privacy().private
+    assert (central.noise, central.noise_at_clients, central.fixed_event) == \
+        ("central", False, True)
+    assert (local.noise, local.noise_at_clients, local.secure_aggregation) == \
+        ("local", True, False)
+    assert shared.secure_aggregation and shared.needs_secure_aggregation and shared.fixed_event
+    assert SecAgg(known_updates(weighted=False)).privacy == Privacy(secure_aggregation=True)
+    with pytest.raises(ConfigError, match="noise='somewhere' is not allowed"):
+        Privacy(noise="somewhere")
+    with pytest.raises(ConfigError, match="Privacy\\(noise=None\\) is not allowed"):
+        Privacy(budget=PrivacyBudget(1.0))
