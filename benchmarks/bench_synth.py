@@ -20,8 +20,9 @@ pandas < 3 and opendp < 0.15, which veil's environment does not hold): install i
 ``pip install --target DIR --no-deps smartnoise-synth mbi ...`` (RESULTS.md has the list).
 Its output is read back and scored by the same code.
 
-    python benchmarks/bench_synth.py --table adult9 --epsilon 1 --peer-path /tmp/snlib
-    python benchmarks/bench_synth.py --table adult9 adult15 --epsilon 0.5 1 4 --peer-path DIR
+    python benchmarks/bench_synth.py --peer-path /tmp/snlib      # adult9, epsilon 0.5, 1, 4
+    python benchmarks/bench_synth.py --table adult9 --epsilon 1 --peer-path DIR
+    python benchmarks/bench_synth.py --table adult15             # veil alone (no peer path)
 """
 
 from __future__ import annotations
@@ -157,7 +158,7 @@ def peer_fit(method: str, real: pd.DataFrame, epsilon: float, path: str,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--table", nargs="+", default=["adult9"], choices=["adult9", "adult15"])
-    parser.add_argument("--epsilon", nargs="+", type=float, default=[1.0])
+    parser.add_argument("--epsilon", nargs="+", type=float, default=[0.5, 1.0, 4.0])
     parser.add_argument("--methods", nargs="*", default=["aim", "mst", "independent"])
     parser.add_argument("--peer", nargs="*", default=["aim", "mst"])
     parser.add_argument("--peer-path", default=None, help="smartnoise-synth's install dir")
