@@ -143,12 +143,15 @@ def peer_fit(method: str, real: pd.DataFrame, epsilon: float, path: str,
         data, out = os.path.join(tmp, "real.csv"), os.path.join(tmp, "syn.csv")
         real.to_csv(data, index=False)
         env = dict(os.environ, PYTHONPATH=path + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         try:
             run = subprocess.run([sys.executable, __file__, "--peer-worker", method, data,
                                   str(epsilon), out], env=env, capture_output=True, text=True,
                                  timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return None, timeout, float("nan"), f"over the {timeout:g} s limit"
+        except subprocess.TimeoutExpired:   # killed and reaped: its CPU so far is counted
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+            return None, timeout, cpu, f"over the {timeout:g} s limit ({cpu:.0f} CPU-s)"
         if run.returncode != 0:
             return None, float("nan"), float("nan"), run.stderr.strip().splitlines()[-1]
         times = json.loads(run.stdout.strip().splitlines()[-1])
