@@ -20,8 +20,9 @@ pandas < 3 and opendp < 0.15, which veil's environment does not hold): install i
 ``pip install --target DIR --no-deps smartnoise-synth mbi ...`` (RESULTS.md has the list).
 Its output is read back and scored by the same code.
 
-    python benchmarks/bench_synth.py --table adult9 --epsilon 1 --peer-path /tmp/snlib
-    python benchmarks/bench_synth.py --table adult9 adult15 --epsilon 0.5 1 4 --peer-path DIR
+    python benchmarks/bench_synth.py --peer-path /tmp/snlib      # adult9, epsilon 0.5, 1, 4
+    python benchmarks/bench_synth.py --table adult9 --epsilon 1 --peer-path DIR
+    python benchmarks/bench_synth.py --table adult15             # veil alone (no peer path)
 """
 
 from __future__ import annotations
@@ -142,12 +143,15 @@ def peer_fit(method: str, real: pd.DataFrame, epsilon: float, path: str,
         data, out = os.path.join(tmp, "real.csv"), os.path.join(tmp, "syn.csv")
         real.to_csv(data, index=False)
         env = dict(os.environ, PYTHONPATH=path + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         try:
             run = subprocess.run([sys.executable, __file__, "--peer-worker", method, data,
                                   str(epsilon), out], env=env, capture_output=True, text=True,
                                  timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return None, timeout, float("nan"), f"over the {timeout:g} s limit"
+        except subprocess.TimeoutExpired:   # killed and reaped: its CPU so far is counted
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+            return None, timeout, cpu, f"over the {timeout:g} s limit ({cpu:.0f} CPU-s)"
         if run.returncode != 0:
             return None, float("nan"), float("nan"), run.stderr.strip().splitlines()[-1]
         times = json.loads(run.stdout.strip().splitlines()[-1])
@@ -157,7 +161,7 @@ def peer_fit(method: str, real: pd.DataFrame, epsilon: float, path: str,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--table", nargs="+", default=["adult9"], choices=["adult9", "adult15"])
-    parser.add_argument("--epsilon", nargs="+", type=float, default=[1.0])
+    parser.add_argument("--epsilon", nargs="+", type=float, default=[0.5, 1.0, 4.0])
     parser.add_argument("--methods", nargs="*", default=["aim", "mst", "independent"])
     parser.add_argument("--peer", nargs="*", default=["aim", "mst"])
     parser.add_argument("--peer-path", default=None, help="smartnoise-synth's install dir")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from veil.random import default_rng
-from veil.synth.model import JunctionTree, Measurement, estimate, marginal_counts
+from veil.synth.model import JunctionTree, Measurement, _Plan, estimate, marginal_counts
 
 SIZES = (3, 4, 2, 3)
 
@@ -84,3 +84,23 @@ def test_a_warm_start_reproduces_the_previous_fit():
     model, theta = estimate(SIZES, ms, iters=400)
     again, _ = estimate(SIZES, ms, iters=1, warm=theta)
     np.testing.assert_allclose(again.marginal((0, 1, 2)), model.marginal((0, 1, 2)), atol=1e-3)
+
+
+def test_a_plan_reaches_every_set_as_direct_sums_do():
+    """The shared marginalisation (and its adjoint, the gathering of potentials) gives each
+    set's marginal, and the clique's potential, exactly as one sum (one broadcast) per set."""
+    g = np.random.default_rng(1)
+    clique = (0, 1, 2, 3)
+    sets = [(0,), (3,), (1, 3), (0, 1, 2), (0, 2), (2, 3), clique]
+    plan = _Plan.of(clique, sets)
+    table = g.random(SIZES)
+    found: dict = {}
+    plan.project(table, found)
+    for s in sets:
+        axes = tuple(i for i, a in enumerate(clique) if a not in s)
+        assert np.allclose(found[s], table.sum(axis=axes))
+    theta = {s: g.normal(size=[SIZES[a] for a in s]) for s in sets}
+    direct = sum(t.reshape([SIZES[a] if a in s else 1 for a in clique])
+                 for s, t in theta.items())
+    assert np.allclose(plan.gather(theta, SIZES), direct)
+    assert np.allclose(_Plan.of(clique, []).gather({}, SIZES), 0.0)

@@ -20,10 +20,12 @@ restart, O'Donoghue & Candes 2015).
 Inference is exact on a junction tree: the graph joining the attributes of each measured set
 is triangulated by greedy elimination (the variable whose neighbourhood has the fewest cells
 first), its maximal cliques joined by a maximum-weight spanning tree on separator sizes
-(a junction tree, Jensen 1996). Sum-product messages run in log space (leaves to root and
-back), vectorised with numpy: the work of an iteration is a few passes over the cliques'
-cells, ``cells()``, which :class:`JunctionTree` reports before anything is measured so a model
-too large is refused first.
+(a junction tree, Jensen 1996). Sum-product messages run leaves to root in log space and
+back from the parents' normalised marginals (:meth:`JunctionTree.marginals`), vectorised
+with numpy. A clique's measured sets share the work of reaching them (:class:`_Plan`: sum
+out the variable most of them lack, then recurse), so the work of an iteration is a few
+passes over the cliques' cells, ``cells()``, which :class:`JunctionTree` reports before
+anything is measured so a model too large is refused first.
 
 Marginals of sets no clique contains (AIM's candidates) come from the smallest subtree that
 covers them: the top clique's marginal times its descendants' conditionals, summed by
@@ -140,11 +142,15 @@ class JunctionTree:
         found = [i for i, c in enumerate(self.cliques) if set(attrs) <= set(c)]
         return min(found, key=lambda i: len(self.cliques[i])) if found else None
 
-    def log_marginals(self, potentials: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """Normalised log marginals of every clique for clique log-potentials (sum-product
-        belief propagation, leaves to root and back)."""
+    def marginals(self, potentials: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """The marginal (probabilities) of every clique for clique log-potentials:
+        sum-product belief propagation. Up (leaves to root) in log space,
+        ``up_c = log sum_{C \\ S} exp(psi_c + sum of c's children's up)``; down (root to
+        leaves) from the parent's normalised marginal ``mu_P``: ``log sum_{P \\ S} mu_P - up_c``
+        (the parent's belief with c's own message divided out), which leaves every child's
+        belief normalised. One ``exp`` per cell and direction."""
         k = len(self.cliques)
-        up: list[np.ndarray | None] = [None] * k
+        up: list[np.ndarray] = [np.empty(0)] * k
         partial: list[np.ndarray] = [np.empty(0)] * k
         for i in reversed(self.order):
             b = potentials[i]
@@ -153,17 +159,18 @@ class JunctionTree:
             partial[i] = b
             if self.parent[i] >= 0:
                 up[i] = _logsumexp(b, _axes(self.separator[i], self.cliques[i]))
-        beliefs: list[np.ndarray] = [np.empty(0)] * k
-        down: list[np.ndarray | None] = [None] * k
+        probs: list[np.ndarray] = [np.empty(0)] * k
         for i in self.order:
-            b = partial[i]
-            if self.parent[i] >= 0:
-                b = b + _expand(down[i], self.separator[i], self.cliques[i])
-            beliefs[i] = b - _logsumexp(b, tuple(range(b.ndim)))
-            for c in self.children[i]:
-                down[c] = _logsumexp(b - _expand(up[c], self.separator[c], self.cliques[i]),
-                                     _axes(self.separator[c], self.cliques[i]))
-        return beliefs
+            p = self.parent[i]
+            if p < 0:
+                b = partial[i] - _logsumexp(partial[i], tuple(range(partial[i].ndim)))
+            else:
+                sep, parent = self.separator[i], self.cliques[p]
+                with np.errstate(divide="ignore"):
+                    down = np.log(probs[p].sum(axis=_axes(sep, parent))) - up[i]
+                b = partial[i] + _expand(down, sep, self.cliques[i])
+            probs[i] = np.exp(b)
+        return probs
 
 
 def model_cells(sizes: Sequence[int], sets: Sequence[Attrs]) -> int:
@@ -196,11 +203,11 @@ class GraphicalModel:
     """A fitted model: the junction tree, its clique marginals (probabilities) and the
     estimated number of records ``total``."""
 
-    def __init__(self, tree: JunctionTree, log_marginals: list[np.ndarray],
-                 total: float) -> None:
+    def __init__(self, tree: JunctionTree, probs: list[np.ndarray], total: float) -> None:
         self.tree = tree
-        self.probs = [np.exp(m) for m in log_marginals]
+        self.probs = probs
         self.total = float(total)
+        self._conditionals: dict[int, np.ndarray] = {}
 
     def marginal(self, attrs: Attrs) -> np.ndarray:
         """The model's probability table on ``attrs`` (sorted attribute indices)."""
@@ -221,14 +228,20 @@ class GraphicalModel:
                     changed = True
         operands: list = []
         for i in keep:
-            p = self.probs[i]
-            if tree.parent[i] in keep:  # the conditional given the separator
-                sep = _expand(p.sum(axis=_axes(tree.separator[i], tree.cliques[i])),
-                              tree.separator[i], tree.cliques[i])
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    p = np.where(sep > 0, p / np.where(sep > 0, sep, 1.0), 0.0)
+            p = self._conditional(i) if tree.parent[i] in keep else self.probs[i]
             operands += [p, list(tree.cliques[i])]
         return np.einsum(*operands, list(attrs), optimize="greedy")
+
+    def _conditional(self, i: int) -> np.ndarray:
+        """Clique ``i``'s marginal divided by its separator's (0 where that is 0); computed
+        once (AIM asks for many candidates' marginals of one model)."""
+        if i not in self._conditionals:
+            tree, p = self.tree, self.probs[i]
+            sep = _expand(p.sum(axis=_axes(tree.separator[i], tree.cliques[i])),
+                          tree.separator[i], tree.cliques[i])
+            with np.errstate(invalid="ignore", divide="ignore"):
+                self._conditionals[i] = np.where(sep > 0, p / np.where(sep > 0, sep, 1.0), 0.0)
+        return self._conditionals[i]
 
     def sample(self, n: int, rng: Generator) -> np.ndarray:
         """``n`` records ``(n, d)`` drawn clique by clique with controlled rounding."""
@@ -279,6 +292,47 @@ def _round_rows(expected: np.ndarray, totals: np.ndarray, rng: Generator) -> np.
     return out
 
 
+class _Plan:
+    """How a clique's measured sets are reached from its table: sum out, one at a time, the
+    variable that the most of them lack; the sets lacking it come from that smaller table
+    (recursively), the others from this one. :meth:`project` takes every set's marginal from
+    a clique table and :meth:`gather` adds the sets' log-potentials into a clique table
+    (its adjoint), each in about one pass over the clique rather than one per set."""
+
+    def __init__(self, attrs: Attrs, sets: list[Attrs], children: list[tuple[int, _Plan]]):
+        self.attrs, self.sets, self.children = attrs, sets, children
+
+    @classmethod
+    def of(cls, attrs: Attrs, sets: Sequence[Attrs]) -> _Plan:
+        rest = [s for s in sets if s != attrs]
+        children = []
+        while rest:
+            v = max(attrs, key=lambda a: (sum(a not in s for s in rest), -a))
+            children.append((attrs.index(v), cls.of(tuple(a for a in attrs if a != v),
+                                                    [s for s in rest if v not in s])))
+            rest = [s for s in rest if v in s]
+        return cls(attrs, [s for s in sets if s == attrs], children)
+
+    def project(self, table: np.ndarray, out: dict[Attrs, np.ndarray]) -> None:
+        for s in self.sets:
+            out[s] = table
+        for axis, child in self.children:
+            child.project(table.sum(axis=axis), out)
+
+    def gather(self, theta: dict[Attrs, np.ndarray], shape: tuple[int, ...] | None = None
+               ) -> np.ndarray:
+        """The sum of the sets' potentials, broadcast to this table (``shape``: at the
+        clique, the full table)."""
+        total: np.ndarray | float = 0.0
+        for s in self.sets:
+            total = total + theta[s]
+        for axis, child in self.children:
+            total = total + np.expand_dims(child.gather(theta), axis)
+        if shape is None:
+            return np.asarray(total)
+        return np.broadcast_to(total, shape).copy()
+
+
 def estimated_total(measurements: Sequence[Measurement]) -> float:
     """The number of records: each measurement's sum, weighted by its inverse variance
     (``sigma^2`` times its cells); at least 1."""
@@ -312,37 +366,37 @@ def estimate(sizes: Sequence[int], measurements: Sequence[Measurement], *, iters
     for s in sets:
         target[s] /= weight[s]
     home = {s: tree.home(s) for s in sets}
+    plans = [_Plan.of(c, [s for s in sets if home[s] == i]) for i, c in enumerate(tree.cliques)]
 
     def infer(th: dict[Attrs, np.ndarray]) -> tuple[list[np.ndarray], dict, float, dict]:
-        pots = [np.zeros(tuple(sizes[a] for a in c)) for c in tree.cliques]
-        for s, t in th.items():
-            pots[home[s]] = pots[home[s]] + _expand(t, s, tree.cliques[home[s]])
-        logs = tree.log_marginals(pots)
-        probs = [np.exp(lg) for lg in logs]
-        mu = {s: probs[home[s]].sum(axis=_axes(s, tree.cliques[home[s]])) for s in sets}
+        pots = [plan.gather(th, tuple(sizes[a] for a in plan.attrs)) for plan in plans]
+        probs = tree.marginals(pots)
+        mu: dict[Attrs, np.ndarray] = {}
+        for plan, p in zip(plans, probs):
+            plan.project(p, mu)
         loss = sum(weight[s] * float(((mu[s] - target[s]) ** 2).sum()) for s in sets)
         grad = {s: 2.0 * weight[s] * (mu[s] - target[s]) for s in sets}
-        return logs, mu, loss, grad
+        return probs, mu, loss, grad
 
-    logs, mu, loss, grad = infer(theta)
+    probs, mu, loss, grad = infer(theta)
     previous = theta
     alpha = 1.0 / (2.0 * sum(weight.values()))
     k = 0
     for _ in range(iters):
         momentum = k / (k + 3.0)
         y = {s: theta[s] + momentum * (theta[s] - previous[s]) for s in sets} if k else theta
-        y_logs, y_mu, y_loss, y_grad = infer(y) if k else (logs, mu, loss, grad)
+        _, y_mu, y_loss, y_grad = infer(y) if k else (probs, mu, loss, grad)
         trial = {s: y[s] - alpha * y_grad[s] for s in sets}
-        t_logs, t_mu, t_loss, t_grad = infer(trial)
+        t_probs, t_mu, t_loss, t_grad = infer(trial)
         decrease = sum(float((y_grad[s] * (y_mu[s] - t_mu[s])).sum()) for s in sets)
         if y_loss - t_loss >= 0.5 * decrease:
             k = k + 1 if t_loss <= loss else 0   # adaptive restart (O'Donoghue & Candes 2015)
             previous = theta
-            theta, logs, mu, loss, grad = trial, t_logs, t_mu, t_loss, t_grad
+            theta, probs, mu, loss, grad = trial, t_probs, t_mu, t_loss, t_grad
             alpha *= 1.1
         else:
             alpha *= 0.5
             k = 0
     logger.debug("estimate: %d sets, %d cells, loss %.4g, step %.3g", len(sets),
                  tree.cells(), loss, alpha)
-    return GraphicalModel(tree, logs, n_total), theta
+    return GraphicalModel(tree, probs, n_total), theta
