@@ -13,6 +13,12 @@ machine slow the figures less.
     python benchmarks/bench_dpsgd.py                  # ~2 minutes
     python benchmarks/bench_dpsgd.py --full           # longer timings, 5 accuracy seeds
     python benchmarks/bench_dpsgd.py --baseline DIR   # + another veil version (DIR/veil_old)
+    python benchmarks/bench_dpsgd.py --ratios 15      # veil / non-private only, 15 rounds
+
+``--ratios N`` times only non-private PyTorch and veil, alternating (private, non-private)
+for N rounds of ``--seconds`` each, and reports per model the median, lowest and highest of
+the N per-round ratios veil / non-private (a round's two runs see the same load) with the
+load average before and after.
 """
 
 from __future__ import annotations
@@ -274,6 +280,8 @@ def main() -> None:
     parser.add_argument("--only", choices=("throughput", "accuracy"), help="run one part")
     parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
                         help="time the steps by process CPU time (default) or wall-clock time")
+    parser.add_argument("--ratios", type=int, metavar="N",
+                        help="only veil / non-private, N interleaved rounds (per-round ratios)")
     parser.add_argument("--baseline", metavar="DIR",
                         help="also time the veil_old package in DIR (a renamed copy of another "
                              "version's src/veil) as 'veil (baseline)'")
@@ -288,6 +296,9 @@ def main() -> None:
     print(f"torch {torch.__version__}, {args.threads} thread(s), {args.clock} time\n")
 
     X, y = digits()
+    if args.ratios:
+        compare_ratios(args, X, y)
+        return
     if args.only != "accuracy":
         compare_throughput(args, X, y)
     if args.only != "throughput":
@@ -322,6 +333,36 @@ def compare_throughput(args: argparse.Namespace, X: torch.Tensor, y: torch.Tenso
     for label, (vs_plain, vs_hooks, vs_best) in summary.items():
         print(f"{label}: veil = {vs_plain:.2f}x non-private, {vs_hooks:.1f}x Opacus hooks, "
               f"{vs_best:.1f}x the faster Opacus mode")
+
+
+def compare_ratios(args: argparse.Namespace, X: torch.Tensor, y: torch.Tensor) -> None:
+    """veil / non-private per round, ``args.ratios`` rounds alternating the two (the order
+    within a round alternates too), ``args.seconds`` of steps each; median and range."""
+    import os
+
+    images = synthetic_images()
+    print(f"{'model':<28}{'rounds':>7}{'median':>9}{'lowest':>9}{'highest':>9}"
+          f"{'non-private /s':>16}{'veil /s':>10}{'load before/after':>20}")
+    for label, build, (data, target) in [("MLP 64-128-10, digits", mlp, (X, y)),
+                                         ("CNN, 1x28x28 synthetic", cnn, images)]:
+        load = os.getloadavg()[0]
+        steps = {"plain": plain_step(build, data, target, 256),
+                 "veil": veil_step(build, data, target, 256)}
+        for step in steps.values():  # warm up
+            for _ in range(5):
+                step()
+        rates: dict[str, list[float]] = {"plain": [], "veil": []}
+        for k in range(args.ratios):
+            for name in (("veil", "plain") if k % 2 else ("plain", "veil")):
+                done, start = 0, clock()
+                while clock() - start < args.seconds:
+                    done += steps[name]()
+                rates[name].append(done / (clock() - start))
+        ratios = [v / p for v, p in zip(rates["veil"], rates["plain"])]
+        print(f"{label:<28}{args.ratios:>7}{statistics.median(ratios):>8.2f}x"
+              f"{min(ratios):>8.2f}x{max(ratios):>8.2f}x"
+              f"{statistics.median(rates['plain']):>16,.0f}{statistics.median(rates['veil']):>10,.0f}"
+              f"{f'{load:.1f} / {os.getloadavg()[0]:.1f}':>20}")
 
 
 def compare_accuracy(args: argparse.Namespace, X: torch.Tensor, y: torch.Tensor) -> None:

@@ -539,3 +539,29 @@ def test_one_clients_malformed_share_or_array_drops_that_client_not_the_round(
         exact = run.fed.params + np.mean([np.clip(inner.delta(*data[i]), -1, 1)
                                           for i in survivors], axis=0)
         np.testing.assert_allclose(run.server.result.params, exact, atol=1e-6)
+
+
+def test_a_share_off_the_polynomial_aborts_the_round_naming_its_owner(clients, known_updates):
+    """A well-formed share at its sender's index whose values are off the polynomial of
+    the others passes the server's per-message checks; the reconstruction must still catch
+    it (the shares beyond the threshold are checked at once by a random combination, issue
+    35) and abort the round naming the client whose seed cannot be rebuilt, not return a
+    wrong sum."""
+    data = clients(6)
+    run = _Round(data, SecAgg(known_updates(scale=0.5, weighted=False), bits=32))
+    requests = run.honest_until("unmask")
+    answers = run.ask(requests, to_server=False)
+    liar = 2
+    owner = next(iter(answers[liar].body["seed_shares"]))
+    for c, reply in answers.items():
+        body = dict(reply.body)
+        if c == liar:
+            share = ShamirShare.from_bytes(body["seed_shares"][owner])
+            values = share.values.copy()
+            values[0] = (int(values[0]) + 1) % (2**61 - 1)
+            forged = ShamirShare(share.x, share.threshold, values, share.tag, share.length)
+            body["seed_shares"] = {**body["seed_shares"], owner: forged.to_bytes()}
+        run.server.receive(Message(reply.protocol, reply.round, reply.stage, c, SERVER, body))
+    with pytest.raises(ProtocolError, match=f"client {owner}'s self-mask seed could not be "
+                                            "reconstructed: inconsistent shares"):
+        run.server.close_stage()

@@ -16,7 +16,9 @@ points determine ``f`` and ``s = f(0) = sum_j lambda_j f(x_j)`` with the Lagrang
 ``lambda_j = prod_{m != j} x_m / (x_m - x_j)``; any ``t - 1`` points are uniform and independent
 of ``s``. With more than ``t`` points the extra ones must lie on the polynomial through the
 first ``t``; :func:`shamir_reconstruct` checks that and raises :class:`CryptoError` when a share
-disagrees (a corrupted share, or shares of different secrets). With exactly ``t`` shares no
+disagrees (a corrupted share, or shares of different secrets): all extra shares at once by a
+random linear combination (a bad share passes with probability 2^-61), then share by share
+to name the bad one. With exactly ``t`` shares no
 check is possible (any ``t`` points fit some polynomial), so every dealing also carries a
 random 16-byte tag that reconstruction compares: mixing shares of different dealings by
 mistake is caught even then (a forger can copy a tag: the tag is no authentication).
@@ -41,7 +43,7 @@ import numpy as np
 from veil._codec import Format
 from veil._validation import check_int
 from veil.errors import CryptoError, DataError
-from veil.random import check_rng
+from veil.random import check_rng, secure_rng
 
 __all__ = [
     "PRIME",
@@ -373,7 +375,15 @@ def _reconstruct_many(dealings: Sequence[Sequence[ShamirShare]]) -> list[np.ndar
     """Each dealing's secret (:func:`shamir_reconstruct`); the dealings whose shares sit at
     the same points (in the same order) are interpolated together: one Lagrange matrix and
     one field product ``W @ [ys_1 | ys_2 | ...]`` for all of them. CryptoError (the reason
-    of one that fails) if any fails."""
+    of one that fails) if any fails.
+
+    The e shares beyond the first t are checked at once, by a random linear combination
+    (batch verification): with rho uniform in GF(p)^e from the CSPRNG, unknown to whoever
+    made the shares, ``rho . (W_extra Y_t - Y_extra) = 0`` for every column, where
+    ``W_extra Y_t`` are the values the polynomial through the first t points takes at the
+    extra points. A nonzero difference column d passes only if rho . d = 0, which a uniform
+    rho satisfies with probability 1/p (about 2^-61); a dealing that fails is checked
+    share by share, to name the share."""
     points = [_points(shares) for shares in dealings]
     groups: dict[tuple[int, ...], list[int]] = {}
     for k, (xs, _, _) in enumerate(points):
@@ -387,17 +397,23 @@ def _reconstruct_many(dealings: Sequence[Sequence[ShamirShare]]) -> list[np.ndar
                 out[k] = _reconstruct_many([dealings[k]])[0]
             continue
         ys = np.concatenate([points[k][1] for k in members], axis=1)
-        at = _dot(_lagrange(xs[:t], (0, *xs[t:])), ys[:t])
+        weights = _lagrange(xs[:t], (0, *xs[t:]))
+        if len(xs) > t:
+            rho = secure_rng().integers(0, PRIME, size=(1, len(xs) - t)).astype(np.uint64)
+            at = _dot(np.vstack([weights[:1], _dot(rho, weights[1:])]), ys[:t])
+            agree = at[1] == _dot(rho, ys[t:])[0]
+        else:
+            at, agree = _dot(weights, ys[:t]), np.ones(ys.shape[1], dtype=bool)
         column = 0
         for k in members:
             width = points[k][1].shape[1]
-            mine = at[:, column:column + width]
-            off = np.flatnonzero(np.any(mine[1:] != points[k][1][t:], axis=1))
-            if off.size:
+            if not agree[column:column + width].all():
+                full = _dot(weights[1:], points[k][1][:t])
+                off = np.flatnonzero(np.any(full != points[k][1][t:], axis=1))
                 failed[k] = (f"inconsistent shares: the share at x={xs[t + off[0]]} is not on "
                              f"the polynomial through x={list(xs[:t])} (a corrupted share or "
                              "shares of different secrets)")
-            out[k] = mine[0].reshape(points[k][2].values.shape)
+            out[k] = at[0, column:column + width].reshape(points[k][2].values.shape)
             column += width
     if failed:
         raise CryptoError(failed[min(failed)])
