@@ -21,7 +21,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("veil.errors", "veil.random", "veil._validation", "veil._json", "veil._codec",
-     "veil._io", "veil._plotting", "veil.model_format", "veil._native"),  # foundation
+     "veil._io", "veil._plotting", "veil.model_format", "veil._native", "veil._lazy"),  # foundation
     # links between hosts (TLS, framing): below crypto, mpc and fl, which all move bytes
     ("veil.net",),                                                      # transport
     ("veil.datasets",),                                                 # data

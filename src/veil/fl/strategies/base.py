@@ -23,9 +23,8 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import dp_accounting
 import numpy as np
 
 from veil.errors import ConfigError, ProtocolError
@@ -33,6 +32,9 @@ from veil.fl.messages import Message
 from veil.fl.protocol import Aggregate, ClientProtocol, ClientUpdate, RoundResult, ServerRound
 from veil.fl.trainer import LocalTrainer
 from veil.random import Generator
+
+if TYPE_CHECKING:
+    import dp_accounting
 
 __all__ = ["Strategy", "StrategyWrapper", "UpdateStrategy", "PlainServer", "PlainClient",
            "config_value", "sum_updates"]
