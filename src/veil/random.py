@@ -53,7 +53,6 @@ from typing import Any
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
-from scipy.special import gammaln
 
 from veil import _native
 from veil.errors import ConfigError
@@ -435,6 +434,8 @@ class Generator:
         return k
 
     def _poisson_ptrs(self, lam: float, n: int) -> np.ndarray:
+        from scipy.special import gammaln  # lazy: keeps `import veil.random` free of scipy
+
         slam, loglam = math.sqrt(lam), math.log(lam)
         b = 0.931 + 2.53 * slam
         a = -0.059 + 0.02483 * b

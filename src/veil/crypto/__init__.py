@@ -17,17 +17,24 @@
 
 from __future__ import annotations
 
-from veil.crypto import (
-    encoding,
-    identity,
-    millionaires,
-    multiplicative,
-    paillier,
-    psi,
-    serialization,
-    sharing,
-    threshold,
-)
+from typing import TYPE_CHECKING
+
+from veil._lazy import lazy_exports
+
+if TYPE_CHECKING:  # exported lazily (veil._lazy)
+    from veil.crypto import (
+        encoding,
+        identity,
+        millionaires,
+        multiplicative,
+        paillier,
+        psi,
+        serialization,
+        sharing,
+        threshold,
+    )
 
 __all__ = ["paillier", "threshold", "encoding", "multiplicative", "serialization",
            "sharing", "psi", "millionaires", "identity"]
+
+__getattr__, __dir__ = lazy_exports(__name__, __all__)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from veil._validation import check_delta, check_epsilon
-from veil.dp.accounting.registry import DEFAULT_ACCOUNTANT, make_policy
+from veil.dp.accounting.defaults import DEFAULT_ACCOUNTANT
 from veil.errors import ConfigError
 
 __all__ = ["PrivacyBudget", "check_budget", "same_budget"]
@@ -39,6 +39,8 @@ class PrivacyBudget:
     def __post_init__(self) -> None:
         object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
         object.__setattr__(self, "delta", check_delta(self.delta))
+        from veil.dp.accounting.registry import make_policy  # lazy: dp_accounting, scipy
+
         make_policy(self.accountant, self.delta)  # ConfigError naming the policies
 
     def __str__(self) -> str:

@@ -11,16 +11,23 @@
   so that an experiment's output is a run directory ``veil audit`` reads.
 """
 
-from veil.experiments.tasks import DATASETS, MODELS, Task, load_task, make_learner
-from veil.experiments.truex import (
-    TruexConfig,
-    parse_trust,
-    plot,
-    run_truex,
-    summarize,
-    truex_run,
-    write_csv,
-)
+from typing import TYPE_CHECKING
+
+from veil._lazy import lazy_exports
+
+if TYPE_CHECKING:  # exported lazily (veil._lazy)
+    from veil.experiments.tasks import DATASETS, MODELS, Task, load_task, make_learner
+    from veil.experiments.truex import (
+        TruexConfig,
+        parse_trust,
+        plot,
+        run_truex,
+        summarize,
+        truex_run,
+        write_csv,
+    )
 
 __all__ = ["DATASETS", "MODELS", "Task", "TruexConfig", "load_task", "make_learner",
            "parse_trust", "plot", "run_truex", "summarize", "truex_run", "write_csv"]
+
+__getattr__, __dir__ = lazy_exports(__name__, __all__)

@@ -12,13 +12,20 @@
   format every protocol (secure aggregation, the hybrid approach) is built on.
 """
 
-from veil.fl.federation import Federation
-from veil.fl.history import History
-from veil.fl.messages import SERVER, Message
-from veil.fl.protocol import Aggregate, ClientProtocol, ClientUpdate, RoundResult, ServerRound
-from veil.fl.runtime import Faults, LocalRuntime, RoundReport, WorkerLost
-from veil.fl.trainer import LocalTrainer
+from typing import TYPE_CHECKING
+
+from veil._lazy import lazy_exports
+
+if TYPE_CHECKING:  # exported lazily (veil._lazy)
+    from veil.fl.federation import Federation
+    from veil.fl.history import History
+    from veil.fl.messages import SERVER, Message
+    from veil.fl.protocol import Aggregate, ClientProtocol, ClientUpdate, RoundResult, ServerRound
+    from veil.fl.runtime import Faults, LocalRuntime, RoundReport, WorkerLost
+    from veil.fl.trainer import LocalTrainer
 
 __all__ = ["Aggregate", "ClientProtocol", "ClientUpdate", "Faults", "Federation", "History",
            "LocalRuntime", "LocalTrainer", "Message", "RoundReport", "RoundResult", "SERVER",
            "ServerRound", "WorkerLost"]
+
+__getattr__, __dir__ = lazy_exports(__name__, __all__)

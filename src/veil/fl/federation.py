@@ -51,24 +51,23 @@ import hashlib
 import logging
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from veil._validation import check_array, check_int
-from veil.dp.accounting.serialize import event_from_json, event_to_json
-from veil.dp.ledger import Ledger, check_ledger
-from veil.dp.privacy_budget import same_budget
 from veil.errors import ConfigError, DataError
 from veil.fl.checkpoint import Checkpoint
 from veil.fl.history import History
-from veil.fl.party_ledger import RoundLedger
 from veil.fl.runtime import LocalRuntime, RoundReport
 from veil.fl.strategies.base import Strategy
 from veil.fl.trainer import LocalTrainer
-from veil.learn.base import GradientClassifier
-from veil.learn.public import declared_classes
 from veil.random import Generator, RngLike, check_rng
+
+if TYPE_CHECKING:
+    from veil.dp.ledger import Ledger
+    from veil.fl.party_ledger import RoundLedger
+    from veil.learn.base import GradientClassifier
 
 __all__ = ["Federation"]
 
@@ -137,6 +136,9 @@ class Federation:
                  classes: Sequence[Any] | None = None,
                  on_progress: Callable[[dict[str, Any]], None] | None = None,
                  simulate_noise: bool = False, remote: bool = False) -> None:
+        from veil.learn.base import GradientClassifier  # lazy: scikit-learn, scipy
+        from veil.learn.public import declared_classes
+
         if not isinstance(strategy, Strategy):
             raise ConfigError(f"strategy={strategy!r} is not allowed: expected a veil.fl "
                               "strategy (FedAvg, FedProx, DPFedAvg, SecAgg, ...)")
@@ -148,7 +150,11 @@ class Federation:
             raise ConfigError("this strategy adds distributed noise, which protects only "
                               "the aggregate: wrap it in SecAgg(...) so that the server never "
                               "sees a single update")
-        same_budget(check_ledger(ledger, optional=True), self.privacy.budget, "the strategy")
+        if ledger is not None:
+            from veil.dp.ledger import check_ledger  # lazy: dp_accounting
+            from veil.dp.privacy_budget import same_budget
+
+            same_budget(check_ledger(ledger), self.privacy.budget, "the strategy")
         self.rounds = check_int(rounds, "rounds", low=1)
         if not clients:
             raise DataError("clients is empty; expected one (X, y) pair per client")
@@ -217,6 +223,8 @@ class Federation:
             self.history.params = self.params.copy()
             owed = None
             if event is not None and not self.privacy.noise_at_clients:
+                from veil.dp.accounting.serialize import event_to_json  # lazy: dp_accounting
+
                 paid = [c.index for c in self.ledger.history()]
                 owed = {"label": label, "event": event_to_json(event),
                         "after": max(paid, default=0)}
@@ -236,6 +244,8 @@ class Federation:
                               "ledger=veil.dp.Ledger(epsilon, delta, ...) to charge "
                               "its rounds to")
         if self._rounds is None or self._rounds.ledger is not self.ledger:
+            from veil.fl.party_ledger import RoundLedger  # lazy: dp_accounting
+
             self._rounds = RoundLedger(self.ledger, self.rounds,
                                        fixed=self.privacy.fixed_event,
                                        suffix=SIMULATION if self.simulate_noise else "")
@@ -362,6 +372,8 @@ class Federation:
             return
         log.info("paying the charge of %s, recorded with its release before the crash",
                  owed["label"])
+        from veil.dp.accounting.serialize import event_from_json  # lazy: dp_accounting
+
         self._charge(event_from_json(owed["event"]), owed["label"])
 
 

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from veil._validation import check_xy
 from veil.errors import DataError
-from veil.learn.base import GradientClassifier, sgd
 from veil.random import RngLike
+
+if TYPE_CHECKING:
+    from veil.learn.base import GradientClassifier
 
 __all__ = ["LocalTrainer"]
 
@@ -24,6 +26,8 @@ class LocalTrainer:
     """
 
     def __init__(self, model: GradientClassifier, X: Any, y: Any) -> None:
+        from veil.learn.base import GradientClassifier  # lazy: scikit-learn
+
         if not isinstance(model, GradientClassifier):
             raise DataError(f"model is a {type(model).__name__}; expected a veil.learn model")
         self.model = copy.deepcopy(model)
@@ -38,6 +42,8 @@ class LocalTrainer:
               batch_size: int | None, rng: RngLike,
               penalty: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
         """Local SGD from ``params``; returns the parameters after training."""
+        from veil.learn.base import sgd
+
         self.model.set_params_vector(params)
         sgd(self.model, self.X, self.y, epochs=epochs, learning_rate=learning_rate,
             batch_size=batch_size, rng=rng, penalty=penalty)

@@ -17,31 +17,35 @@
 
 from __future__ import annotations
 
-from veil.dp.accounting.advanced import AdvancedAccountant
-from veil.dp.accounting.base import Accountant
-from veil.dp.accounting.basic import BasicAccountant
-from veil.dp.accounting.calibration import calibrate, calibrate_noise, epsilon_for
-from veil.dp.accounting.events import (
-    ParallelDpEvent,
-    describe,
-    parallel,
-    subsampled_gaussian_event,
-)
-from veil.dp.accounting.filter import PLDFilter
-from veil.dp.accounting.gdp import GDPAccountant
-from veil.dp.accounting.pld import PLDAccountant
-from veil.dp.accounting.rdp import RDPAccountant, RDPFilter
-from veil.dp.accounting.registry import (
-    ACCOUNTANTS,
-    CERTIFIED,
-    DEFAULT_ACCOUNTANT,
-    NOT_A_FILTER,
-    POLICIES,
-    make_accountant,
-    make_policy,
-)
-from veil.dp.accounting.serialize import event_from_json, event_to_json
-from veil.dp.accounting.skellam import SkellamDpEvent
+from typing import TYPE_CHECKING
+
+from veil._lazy import lazy_exports
+
+if TYPE_CHECKING:  # exported lazily (veil._lazy)
+    from veil.dp.accounting.advanced import AdvancedAccountant
+    from veil.dp.accounting.base import Accountant
+    from veil.dp.accounting.basic import BasicAccountant
+    from veil.dp.accounting.calibration import calibrate, calibrate_noise, epsilon_for
+    from veil.dp.accounting.defaults import DEFAULT_ACCOUNTANT, NOT_A_FILTER
+    from veil.dp.accounting.events import (
+        ParallelDpEvent,
+        describe,
+        parallel,
+        subsampled_gaussian_event,
+    )
+    from veil.dp.accounting.filter import PLDFilter
+    from veil.dp.accounting.gdp import GDPAccountant
+    from veil.dp.accounting.pld import PLDAccountant
+    from veil.dp.accounting.rdp import RDPAccountant, RDPFilter
+    from veil.dp.accounting.registry import (
+        ACCOUNTANTS,
+        CERTIFIED,
+        POLICIES,
+        make_accountant,
+        make_policy,
+    )
+    from veil.dp.accounting.serialize import event_from_json, event_to_json
+    from veil.dp.accounting.skellam import SkellamDpEvent
 
 __all__ = [
     "Accountant", "PLDAccountant", "RDPAccountant", "BasicAccountant", "AdvancedAccountant",
@@ -51,3 +55,5 @@ __all__ = [
     "ParallelDpEvent", "SkellamDpEvent", "parallel", "subsampled_gaussian_event", "describe",
     "event_to_json", "event_from_json",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, __all__)

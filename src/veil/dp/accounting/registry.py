@@ -36,6 +36,7 @@ from veil._validation import check_choice
 from veil.dp.accounting.advanced import AdvancedAccountant
 from veil.dp.accounting.base import Accountant
 from veil.dp.accounting.basic import BasicAccountant
+from veil.dp.accounting.defaults import DEFAULT_ACCOUNTANT, NOT_A_FILTER
 from veil.dp.accounting.filter import PLDFilter
 from veil.dp.accounting.gdp import GDPAccountant
 from veil.dp.accounting.pld import PLDAccountant
@@ -44,11 +45,6 @@ from veil.errors import ConfigError
 
 __all__ = ["ACCOUNTANTS", "CERTIFIED", "DEFAULT_ACCOUNTANT", "NOT_A_FILTER", "POLICIES",
            "make_accountant", "make_policy"]
-
-#: the default accounting of every entry point (ledger policy and calibration accountant)
-DEFAULT_ACCOUNTANT = "pld"
-#: the opt-in policy that composes all charges by PLD as if fixed in advance (not a filter)
-NOT_A_FILTER = "pld-nonadaptive"
 
 ACCOUNTANTS: dict[str, type[Accountant]] = {
     cls.name: cls for cls in (PLDAccountant, RDPAccountant, BasicAccountant,

@@ -10,17 +10,24 @@ The strategy that trains a :class:`~veil.fl.Federation` this way is
 :class:`veil.fl.strategies.Hybrid`.
 """
 
-from veil.fl.hybrid.fit import (
-           METHODS,
-           Aggregator,
-           SimulatedAggregator,
-           fit_queries,
-           plan_multiplier,
-)
-from veil.fl.hybrid.grid import contribute, decode
-from veil.fl.hybrid.protocol import Agreement, HybridClient, HybridKeys, HybridServer, deal_keys
-from veil.fl.hybrid.run import HybridAggregator
+from typing import TYPE_CHECKING
+
+from veil._lazy import lazy_exports
+
+if TYPE_CHECKING:  # exported lazily (veil._lazy)
+    from veil.fl.hybrid.fit import (
+               METHODS,
+               Aggregator,
+               SimulatedAggregator,
+               fit_queries,
+               plan_multiplier,
+    )
+    from veil.fl.hybrid.grid import contribute, decode
+    from veil.fl.hybrid.protocol import Agreement, HybridClient, HybridKeys, HybridServer, deal_keys
+    from veil.fl.hybrid.run import HybridAggregator
 
 __all__ = ["METHODS", "Aggregator", "Agreement", "HybridAggregator", "HybridClient", "HybridKeys",
            "HybridServer", "SimulatedAggregator", "contribute", "decode", "deal_keys",
            "fit_queries", "plan_multiplier"]
+
+__getattr__, __dir__ = lazy_exports(__name__, __all__)

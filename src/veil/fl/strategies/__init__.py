@@ -10,12 +10,19 @@
 * :class:`Hybrid` — threshold Paillier + distributed DP noise (Truex et al. 2019).
 """
 
-from veil.fl.strategies.base import Strategy, StrategyWrapper, UpdateStrategy
-from veil.fl.strategies.dp import DPFedAvg
-from veil.fl.strategies.fedavg import FedAvg
-from veil.fl.strategies.fedprox import FedProx
-from veil.fl.strategies.hybrid import Hybrid
-from veil.fl.strategies.secagg import SecAgg
+from typing import TYPE_CHECKING
+
+from veil._lazy import lazy_exports
+
+if TYPE_CHECKING:  # exported lazily (veil._lazy)
+    from veil.fl.strategies.base import Strategy, StrategyWrapper, UpdateStrategy
+    from veil.fl.strategies.dp import DPFedAvg
+    from veil.fl.strategies.fedavg import FedAvg
+    from veil.fl.strategies.fedprox import FedProx
+    from veil.fl.strategies.hybrid import Hybrid
+    from veil.fl.strategies.secagg import SecAgg
 
 __all__ = ["DPFedAvg", "FedAvg", "FedProx", "Hybrid", "SecAgg", "Strategy", "StrategyWrapper",
            "UpdateStrategy"]
+
+__getattr__, __dir__ = lazy_exports(__name__, __all__)

@@ -24,9 +24,8 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import dp_accounting
 import numpy as np
 
 from veil._validation import check_choice
@@ -36,6 +35,9 @@ from veil.fl.messages import Message
 from veil.fl.protocol import Aggregate, ClientProtocol, ClientUpdate, RoundResult, ServerRound
 from veil.fl.trainer import LocalTrainer
 from veil.random import Generator
+
+if TYPE_CHECKING:
+    import dp_accounting
 
 __all__ = ["Privacy", "Strategy", "StrategyWrapper", "UpdateStrategy", "PlainServer", "PlainClient",
            "config_value", "sum_updates"]
