@@ -286,6 +286,8 @@ LOADERS = {
     "veil.cli.main": "each sub-command's module (veil.cli.<name>) loads when it runs, so "
                      "`veil --help` imports none of them",
     "veil.learn.dpsgd": "its public names load their torch modules on first use (_EXPORTS)",
+    "veil._lazy": "a package's lazy exports (PEP 562) import the modules its "
+                  "'if TYPE_CHECKING:' block names, on first use",
     "veil.audit.conformance.tester": "imports every veil module to find every Mechanism "
                                      "subclass (the conformance registry's completeness)",
 }

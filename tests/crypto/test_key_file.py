@@ -6,7 +6,7 @@ import pytest
 
 from veil.crypto import threshold
 from veil.crypto.serialization import dump_key_share, load_key_share
-from veil.dp.distributed import Trust
+from veil.dp.trust import Trust
 from veil.errors import ConfigError, CryptoError
 
 

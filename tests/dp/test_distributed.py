@@ -13,12 +13,11 @@ from veil.dp.distributed import (
     DistributedGaussian,
     DistributedLaplace,
     DistributedSkellam,
-    Trust,
     calibrate_multiplier,
-    check_trust,
     distributed_noise,
 )
 from veil.dp.gaussian import analytic_gaussian_sigma
+from veil.dp.trust import Trust, check_trust
 from veil.errors import ConfigError, DataError
 from veil.random import Generator
 

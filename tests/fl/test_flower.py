@@ -18,7 +18,7 @@ pytest.importorskip("flwr", reason="the Flower runtime needs the 'flower' extra 
 from flwr.app import Context, Error, RecordDict  # noqa: E402
 from flwr.app import Message as FlowerMessage  # noqa: E402
 
-from veil.dp.distributed import Trust
+from veil.dp.trust import Trust
 from veil.errors import ProtocolError  # noqa: E402
 from veil.fl import Federation, LocalRuntime  # noqa: E402
 from veil.fl.messages import Message  # noqa: E402

@@ -24,7 +24,7 @@ pytest.importorskip("flwr", reason="the Flower runtime needs the 'flower' extra 
 from veil.cli.main import main  # noqa: E402
 from veil.crypto.identity import write_identities  # noqa: E402
 from veil.dp import Ledger  # noqa: E402
-from veil.dp.distributed import Trust  # noqa: E402
+from veil.dp.trust import Trust  # noqa: E402
 from veil.errors import BudgetExceededError, ConfigError, ProtocolError  # noqa: E402
 from veil.experiments.fl_config import load_config  # noqa: E402
 from veil.experiments.flower_app import (  # noqa: E402

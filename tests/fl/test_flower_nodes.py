@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("flwr", reason="the Flower runtime needs the 'flower' extra (flwr)")
 
 from veil.dp import Ledger  # noqa: E402
-from veil.dp.distributed import Trust
+from veil.dp.trust import Trust
 from veil.errors import ConfigError, CryptoError, ProtocolError  # noqa: E402
 from veil.experiments.flower_app import (  # noqa: E402
     _federation,

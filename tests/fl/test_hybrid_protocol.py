@@ -11,7 +11,7 @@ import pytest
 from scipy import stats
 
 from veil.crypto import paillier, serialization, threshold
-from veil.dp.distributed import Trust
+from veil.dp.trust import Trust
 from veil.errors import ConfigError, ProtocolError
 from veil.fl import Faults, LocalRuntime, Message
 from veil.fl.hybrid.fit import SimulatedAggregator, fit_queries

@@ -7,7 +7,8 @@ import pytest
 
 from veil.datasets import partition
 from veil.dp import Ledger
-from veil.dp.distributed import DistributedSkellam, Trust
+from veil.dp.distributed import DistributedSkellam
+from veil.dp.trust import Trust
 from veil.errors import BudgetExceededError, ConfigError, DataError
 from veil.fl.hybrid.fit import METHODS, SimulatedAggregator, fit_queries, plan_multiplier
 from veil.fl.hybrid.grid import contribute, grid_bits, query_noise, value_limit

@@ -7,7 +7,7 @@ import pytest
 
 from veil.crypto import threshold
 from veil.dp import Ledger, PrivacyBudget
-from veil.dp.distributed import Trust
+from veil.dp.trust import Trust
 from veil.errors import BudgetExceededError, ConfigError
 from veil.fl import Faults, Federation, LocalRuntime
 from veil.fl.strategies import Hybrid

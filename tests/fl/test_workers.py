@@ -16,7 +16,7 @@ import pytest
 
 from veil.crypto import threshold
 from veil.dp import Ledger
-from veil.dp.distributed import Trust
+from veil.dp.trust import Trust
 from veil.errors import ConfigError, ProtocolError
 from veil.fl import Faults, Federation, LocalRuntime
 from veil.fl.hybrid.protocol import Agreement, deal_keys

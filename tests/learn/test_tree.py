@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from veil.datasets import partition
-from veil.dp.distributed import Trust
+from veil.dp.trust import Trust
 from veil.errors import ConfigError, DataError
 from veil.fl.hybrid.fit import SimulatedAggregator, fit_queries
 from veil.learn.queries import QueryAnswer

@@ -249,7 +249,7 @@ def keygen(
     from veil._validation import check_positive
     from veil.crypto.hosts import keygen_on_hosts
     from veil.crypto.keyfile import save_key_share
-    from veil.dp.distributed import Trust
+    from veil.dp.trust import Trust
     check_positive(timeout, "--timeout")
     target = Path(out)
     if target.exists() and not force:

@@ -25,9 +25,10 @@ if TYPE_CHECKING:  # exported lazily (veil._lazy)
     from veil.dp.selection import Exponential, ReportNoisyMax, pure_dp_event
     from veil.dp.sensitivity import clip_l1, clip_l2, sample_and_aggregate
     from veil.dp.sparse_vector import AboveThreshold, SparseVector
+    from veil.dp.trust import Trust
 
 __all__ = [
-    "Ledger", "Mechanism", "PrivacyBudget", "Result",
+    "Ledger", "Mechanism", "PrivacyBudget", "Trust", "Result",
     "Laplace", "Gaussian", "DiscreteLaplace", "Geometric", "DiscreteGaussian",
     "Exponential", "ReportNoisyMax", "RandomizedResponse", "AboveThreshold", "SparseVector",
     "pure_dp_event", "clip_l1", "clip_l2", "sample_and_aggregate",

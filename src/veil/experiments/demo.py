@@ -36,8 +36,8 @@ from typing import Any
 from veil._validation import check_int
 from veil.audit import AttackResult, Run, RunRecord, write_run
 from veil.datasets import available, partition
-from veil.dp.distributed import Trust
 from veil.dp.ledger import Ledger
+from veil.dp.trust import Trust
 from veil.experiments.membership import AuditPool
 from veil.experiments.runs import ledger_folder, persisted_ledger
 from veil.experiments.tasks import load_task, make_learner

@@ -44,7 +44,7 @@ in the output directory. A ``[secagg]`` section turns on secure aggregation.
 answers are encrypted under a threshold Paillier key dealt at start (``key_bits``; a key
 under 2048 bits only with ``insecure_ok = true``, for tests and demos), each of the
 ``clients`` parties adding the noise share for ``honest`` = t honest parties (decryption
-``threshold`` = clients - t + 1: :class:`veil.dp.distributed.Trust`). It needs
+``threshold`` = clients - t + 1: :class:`veil.dp.trust.Trust`). It needs
 ``[privacy]`` (epsilon, delta, clip_norm: the per-example gradient clip, accountant) and
 ``[hybrid]``; keys that do not apply to it --
 local training ([training] local_epochs, batch_size, server_learning_rate, fraction,
@@ -76,8 +76,8 @@ import numpy as np
 from veil._validation import check_choice, check_delta, check_positive, check_probability
 from veil.crypto.paillier import MIN_SECURE_BITS
 from veil.dp.accounting import DEFAULT_ACCOUNTANT
-from veil.dp.distributed import Trust
 from veil.dp.privacy_budget import PrivacyBudget
+from veil.dp.trust import Trust
 from veil.errors import ConfigError, DataError
 from veil.random import Generator, RngLike
 
@@ -221,7 +221,7 @@ class FLConfig:
         return PrivacyBudget(p["epsilon"], p["delta"], p["accountant"])
 
     def trust(self) -> Trust:
-        """The hybrid run's :class:`~veil.dp.distributed.Trust`: ``[data] clients`` parties,
+        """The hybrid run's :class:`~veil.dp.trust.Trust`: ``[data] clients`` parties,
         ``[hybrid] honest`` of them honest; what the dealer, the strategy, the agreement and
         the noise mechanism all use."""
         try:

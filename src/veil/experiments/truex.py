@@ -39,8 +39,9 @@ from veil._io import atomic_open, atomic_write
 from veil._validation import check_choice, check_delta, check_epsilon, check_int
 from veil.audit import Run, RunRecord
 from veil.datasets import partition
-from veil.dp.distributed import NOISES, Trust
+from veil.dp.distributed import NOISES
 from veil.dp.ledger import Ledger
+from veil.dp.trust import Trust
 from veil.errors import ConfigError
 from veil.experiments.runs import ledger_folder, persisted_ledger
 from veil.experiments.tasks import DATASETS, MODELS, Task, load_task, make_learner

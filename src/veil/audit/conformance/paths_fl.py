@@ -28,7 +28,7 @@ from veil.audit.conformance.registry import (
 )
 from veil.dp import Ledger, PrivacyBudget
 from veil.dp.accounting import make_accountant
-from veil.dp.distributed import Trust
+from veil.dp.trust import Trust
 
 EPS, DELTA = 1.0, 1e-5
 

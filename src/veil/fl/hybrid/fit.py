@@ -30,11 +30,10 @@ from veil.dp.accounting import DEFAULT_ACCOUNTANT
 from veil.dp.distributed import (
     NOISES,
     DistributedMechanism,
-    Trust,
     calibrate_multiplier,
-    check_trust,
 )
 from veil.dp.ledger import Ledger
+from veil.dp.trust import Trust, check_trust
 from veil.errors import ConfigError, DataError
 from veil.fl.hybrid.grid import contribute, decode, noise_std, query_noise
 from veil.learn.queries import Query, QueryAnswer, QueryLearner
@@ -163,7 +162,7 @@ def fit_queries(learner: QueryLearner, aggregator: Aggregator, *, method: str = 
     as one planned block before the first runs (:meth:`veil.dp.Ledger.plan`, priced at
     ``delta``; an early stop still pays for it); Laplace queries (pure DP) are charged one
     by one. Each query is charged before its noise is drawn.
-    ``trust``: the parties' :class:`~veil.dp.distributed.Trust` (``method="hybrid"`` only).
+    ``trust``: the parties' :class:`~veil.dp.trust.Trust` (``method="hybrid"`` only).
     ``noise_multiplier``: skip the calibration (e.g. reuse one across methods); the ledger
     still refuses any query that does not fit.
     """

@@ -20,8 +20,9 @@ import numpy as np
 
 from veil._validation import check_array, check_choice
 from veil.crypto.encoding import FixedPoint
-from veil.dp.distributed import NOISES, DistributedMechanism, Trust, distributed_noise
+from veil.dp.distributed import NOISES, DistributedMechanism, distributed_noise
 from veil.dp.sensitivity import clip_values
+from veil.dp.trust import Trust
 from veil.errors import DataError
 from veil.learn.queries import QueryShape
 from veil.random import RngLike

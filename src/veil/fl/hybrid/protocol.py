@@ -94,8 +94,9 @@ from veil.crypto.encoding import Packing
 from veil.crypto.identity import make_identities, public_identity, sign, verify
 from veil.crypto.paillier import EncryptedArray, NoisePool
 from veil.dp import Ledger
-from veil.dp.distributed import NOISES, DistributedMechanism, Trust, check_trust
+from veil.dp.distributed import NOISES, DistributedMechanism
 from veil.dp.ledger import Block
+from veil.dp.trust import Trust, check_trust
 from veil.errors import ConfigError, CryptoError, DataError, ProtocolError
 from veil.fl.hybrid.fit import METHODS
 from veil.fl.hybrid.grid import contribute, decode, noise_std, query_noise, value_limit
@@ -121,7 +122,7 @@ class Agreement:
 
     ``method``: one of :data:`veil.fl.hybrid.fit.METHODS`; it decides whether answers are
     encrypted and who adds the noise. ``trust``: the parties'
-    :class:`~veil.dp.distributed.Trust` (honest = t; for ``smc`` it only sets the decryption
+    :class:`~veil.dp.trust.Trust` (honest = t; for ``smc`` it only sets the decryption
     threshold; default t = ceil(n/2)). ``noise`` / ``noise_multiplier`` / ``delta``: the noise
     (ignored for ``none`` and ``smc``). ``packed``: many values per ciphertext (False: one
     per ciphertext, for comparison). ``min_answers``: fewest answers a round proceeds with

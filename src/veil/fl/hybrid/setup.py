@@ -49,7 +49,7 @@ from veil._codec import Format
 from veil._io import atomic_write, check_absent, write_private
 from veil._validation import check_int
 from veil.crypto import identity, keyfile, serialization, threshold
-from veil.dp.distributed import Trust, check_trust
+from veil.dp.trust import Trust, check_trust
 from veil.errors import ConfigError, CryptoError
 from veil.fl.hybrid.protocol import deal_keys, make_identities
 

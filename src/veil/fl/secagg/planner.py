@@ -21,7 +21,14 @@ from veil.fl.secagg.ring import Plan
 from veil.fl.trainer import LocalTrainer
 from veil.random import Generator
 
-__all__ = ["RoundPlanner"]
+__all__ = ["RoundPlanner", "RoundPrivacy"]
+
+
+class RoundPrivacy(Protocol):
+    """What a SecAgg+ round reads of its strategy's privacy (:class:`veil.fl.strategies.Privacy`)."""
+
+    #: every round costs the same (its ledgers charge one planned block)
+    fixed_event: bool
 
 
 class RoundPlanner(Protocol):
@@ -33,8 +40,8 @@ class RoundPlanner(Protocol):
     identities: Mapping[int, bytes]
 
     @property
-    def fixed_round_event(self) -> bool:
-        """True when every round costs the same (its ledgers charge one planned block)."""
+    def privacy(self) -> RoundPrivacy:
+        """What the strategy protects (the round reads ``fixed_event``)."""
 
     def population(self) -> int | None:
         """N, the size of the identity table (None: the semi-honest variant)."""

@@ -33,9 +33,10 @@ import dp_accounting
 import numpy as np
 
 from veil._validation import check_choice, check_delta, check_int
-from veil.dp.distributed import NOISES, Trust, check_trust
+from veil.dp.distributed import NOISES
 from veil.dp.ledger import Ledger
 from veil.dp.privacy_budget import PrivacyBudget, check_budget
+from veil.dp.trust import Trust, check_trust
 from veil.errors import ConfigError
 from veil.fl.hybrid.fit import plan_multiplier
 from veil.fl.hybrid.protocol import (
@@ -64,7 +65,7 @@ class Hybrid(Strategy):
 
     Parameters
     ----------
-    trust: the :class:`~veil.dp.distributed.Trust` (n parties, t honest); the decryption
+    trust: the :class:`~veil.dp.trust.Trust` (n parties, t honest); the decryption
         threshold is ``trust.threshold`` = n - t + 1. It is the one given to the key
         generation, the agreement and the noise mechanism.
     rounds: the planned number of rounds (the noise is calibrated for all of them).
