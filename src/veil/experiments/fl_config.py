@@ -74,7 +74,6 @@ from typing import Any
 import numpy as np
 
 from veil._validation import check_choice, check_delta, check_positive, check_probability
-from veil.crypto.paillier import MIN_SECURE_BITS
 from veil.dp.accounting import DEFAULT_ACCOUNTANT
 from veil.dp.privacy_budget import PrivacyBudget
 from veil.dp.trust import Trust
@@ -418,6 +417,7 @@ def _check_hybrid(path: str, sections: dict[str, dict[str, Any]],
                   given: dict[str, frozenset[str]]) -> None:
     """A hybrid run: the sections it needs, nothing it would ignore, a secure key unless
     insecure keys are explicitly allowed (module docstring)."""
+    from veil.crypto.paillier import MIN_SECURE_BITS
     from veil.dp.distributed import NOISES
 
     strategy = sections["training"]["strategy"]
