@@ -286,9 +286,10 @@ def server(config: str | os.PathLike) -> ServerApp:
             runtime.connect(federation.clients)
             history = federation.run()
         except VeilError as exc:
-            done = len(federation.history.rounds)
+            rounds = federation.history.rounds   # an aborted round is the last recorded
+            failed = len(rounds) - (1 if rounds and rounds[-1]["status"] != "ok" else 0)
             where = "before the first round" if runtime.nodes is None else \
-                f"after {done} round(s)"
+                f"in round {failed}"
             if isinstance(exc, BudgetExceededError):
                 where += f": the aggregator's ledger {out / 'ledger.sqlite'} refuses"
             message = f"veil run {name} failed {where}: {exc}"
