@@ -161,9 +161,9 @@ def _two_values(a: int, b: int) -> tuple[pd.DataFrame, dict[str, Hierarchy]]:
 def test_search_draws_with_the_exponential_mechanism():
     """On a two-node lattice (v at level 0 or 1) one step walks to the bottom, and the
     release draws between the two pivots with probability proportional to
-    ``exp(epsilon_step u / 2)``, epsilon_step = search_epsilon / 2: the frequency of each
+    ``exp(e u / 2)``, e = search_epsilon / 2 (the final draw's half): the frequency of each
     choice over 600 searches is within 4 standard errors of it. A mechanism at the wrong
-    scale (epsilon_step u, or the whole search_epsilon) lands outside."""
+    scale (e u, or the whole search_epsilon) lands outside."""
     df, hierarchies = _two_values(300, 300)
     mech = SafePub(3.0, 1e-3, search_epsilon=2.0, steps=1, metric="classes")
     positions = [hierarchies["v"].positions(df["v"], "v")]
@@ -182,8 +182,8 @@ def test_search_draws_with_the_exponential_mechanism():
 
 def test_search_with_a_large_budget_finds_the_best_node(table):
     """With steps enough to visit the whole lattice (sex x job: 6 nodes) and a large
-    search budget (28.5 per draw and unit of score), the final draw is a node of best
-    score on the sample: another node is e^28 times less likely."""
+    search budget (99.75 per unit of score in the final draw), the final draw is a node of
+    best score on the sample: another node is e^99 times less likely."""
     df, hierarchies = table
     hierarchies = {c: hierarchies[c] for c in ("sex", "job")}
     nodes = list(np.ndindex(2, 3))
