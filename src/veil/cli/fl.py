@@ -262,7 +262,8 @@ def deal(config: Config, out: DealOut) -> None:
 def split(config: Config, out: Annotated[Path, typer.Option(
         "--out", help="Directory for party-I.npz.")]) -> None:
     """Write each party's share of CONFIG's data set (under [run] seed) as party-I.npz:
-    the data files of a demo deployment's nodes."""
+    the data files of a demo deployment's nodes (raw records; each node scales its own by
+    the plan's [data] bounds)."""
     from veil.experiments.flower_app import write_party_data
 
     paths = write_party_data(check_input_file(config, "CONFIG", text=True), out)
