@@ -348,12 +348,14 @@ def compare_ratios(args: argparse.Namespace, X: torch.Tensor, y: torch.Tensor) -
         load = os.getloadavg()[0]
         steps = {"plain": plain_step(build, data, target, 256),
                  "veil": veil_step(build, data, target, 256)}
+        if "veil (baseline)" in CONTENDERS:   # --baseline: timed in the same rotation
+            steps["baseline"] = CONTENDERS["veil (baseline)"](build, data, target, 256)
         for step in steps.values():  # warm up
             for _ in range(5):
                 step()
-        rates: dict[str, list[float]] = {"plain": [], "veil": []}
+        rates: dict[str, list[float]] = {name: [] for name in steps}
         for k in range(args.ratios):
-            for name in (("veil", "plain") if k % 2 else ("plain", "veil")):
+            for name in (list(steps)[::-1] if k % 2 else list(steps)):
                 done, start = 0, clock()
                 while clock() - start < args.seconds:
                     done += steps[name]()
@@ -363,6 +365,12 @@ def compare_ratios(args: argparse.Namespace, X: torch.Tensor, y: torch.Tensor) -
               f"{min(ratios):>8.2f}x{max(ratios):>8.2f}x"
               f"{statistics.median(rates['plain']):>16,.0f}{statistics.median(rates['veil']):>10,.0f}"
               f"{f'{load:.1f} / {os.getloadavg()[0]:.1f}':>20}")
+        if "baseline" in rates:
+            old = [v / p for v, p in zip(rates["baseline"], rates["plain"])]
+            mine = [v / b for v, b in zip(rates["veil"], rates["baseline"])]
+            print(f"{'  baseline / non-private':<28}{'':>7}{statistics.median(old):>8.2f}x"
+                  f"{min(old):>8.2f}x{max(old):>8.2f}x; veil / baseline median "
+                  f"{statistics.median(mine):.2f}x")
 
 
 def compare_accuracy(args: argparse.Namespace, X: torch.Tensor, y: torch.Tensor) -> None:

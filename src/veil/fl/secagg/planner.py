@@ -25,7 +25,8 @@ __all__ = ["RoundPlanner", "RoundPrivacy"]
 
 
 class RoundPrivacy(Protocol):
-    """What a SecAgg+ round reads of its strategy's privacy (:class:`veil.fl.strategies.Privacy`)."""
+    """What a SecAgg+ round reads of its strategy's privacy
+    (:class:`veil.fl.strategies.base.Privacy`)."""
 
     #: every round costs the same (its ledgers charge one planned block)
     fixed_event: bool

@@ -473,12 +473,12 @@ class SecAggServer(ServerRound):
                                 combine_bytes_many(shares)))
             except CryptoError:
                 pass
-        return {(owner, kind): self._reconstruct(owner, dict(enumerate(s)), what)
+        return {(owner, kind): self._reconstruct(owner, s, what)
                 for (owner, kind, what), s in zip(wanted, shares)}
 
-    def _reconstruct(self, owner: int, parsed: dict[int, ShamirShare], what: str) -> bytes:
-        """``owner``'s secret from its holders' shares (each checked in :meth:`_check`)."""
-        shares = [parsed[j] for j in sorted(parsed)]
+    def _reconstruct(self, owner: int, shares: list[ShamirShare], what: str) -> bytes:
+        """``owner``'s secret from its holders' shares, in the holders' order (ProtocolError
+        naming the owner if it cannot be rebuilt)."""
         if len(shares) < self.plan.threshold:
             raise ProtocolError(f"round {self.round} aborted: client {owner}'s {what} cannot "
                                 f"be recovered: {len(shares)} share(s), threshold "
