@@ -164,12 +164,11 @@ def test_every_entry_point_defaults_to_the_one_policy():
     import inspect
 
     from veil.cli import budget as cli_budget
+    from veil.dp import PrivacyBudget
     from veil.dp.accounting import DEFAULT_ACCOUNTANT
     from veil.dp.budget import noise_decay
-    from veil.fl.strategies import DPFedAvg
 
-    for entry in (Ledger.__init__, calibrate_noise, epsilon_for, noise_decay,
-                  DPFedAvg.from_budget):
+    for entry in (Ledger.__init__, calibrate_noise, epsilon_for, noise_decay, PrivacyBudget):
         assert inspect.signature(entry).parameters["accountant"].default == DEFAULT_ACCOUNTANT
     option = inspect.signature(cli_budget.calibrate).parameters["accountant"].default
     assert option.default == DEFAULT_ACCOUNTANT

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from veil.experiments import vertical_run as run_module
 from veil.experiments.fl_config import load_config
-from veil.fl.vertical import run as run_module
 from veil.fl.vertical._ftl import plain_gradients
 from veil.fl.vertical.secure_ftl_ss import SSFTLSource, SSFTLTarget
 from veil.random import check_rng
