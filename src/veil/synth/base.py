@@ -124,11 +124,11 @@ class Synthesizer:
                 f"{event.rho:.4g}) does not fit the ledger ({left:.3g} of its epsilon remains "
                 f"at delta={at:g}, and each fit's delta is reserved whole): not even the "
                 "one-way marginals can be measured; nothing was measured or charged")
-        self.simulated_ = self.rng is not None
+        gen = check_rng(self.rng)
+        self.simulated_ = gen.seeded
         if self.simulated_:
             logger.warning("%s: rng=%r seeds the privacy noise: a labelled simulation whose "
                            "epsilon is not certified", self.method, self.rng)
-        gen = check_rng(self.rng)
         self.charge_: Charge = book.charge(event, delta=self.delta, label=f"synth.{self.method}")
         self.measurements_: list[Measurement] = []
         self.model_: GraphicalModel = self._fit(codes, schema.sizes, event.rho, gen)

@@ -31,9 +31,12 @@ ledger) and :func:`mechanism_classes` imports veil for every concrete
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib
 import inspect
+import logging
 import pkgutil
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -104,6 +107,21 @@ class Verdict:
                 "skipped": self.skipped, "pairs": [p.to_dict() for p in self.pairs]}
 
 
+@contextlib.contextmanager
+def _curator_warnings_off() -> Iterator[None]:
+    """Hold veil's loggers at ERROR while a case runs: the adversarial inputs exist to
+    trigger the curator's warnings (values clipped into their bounds, rows dropped by
+    contribution bounding), and hundreds of trials would print each one hundreds of times,
+    burying the verdicts."""
+    veil_logger = logging.getLogger("veil")
+    level = veil_logger.level
+    veil_logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        veil_logger.setLevel(level)
+
+
 def _scores(case: Case, data: Any, n: int, rng: Any) -> tuple[np.ndarray, list[Any]]:
     outs = [case.run(data, rng) for _ in range(n)]
     scores = np.array([float(case.reduce(o)) for o in outs], dtype=np.float64)
@@ -157,8 +175,9 @@ def audit(case: Case, *, deep: bool = False, confidence: float = 0.99,
                        skipped=missing)
     pairs = list(case.pairs())
     n = case.trials * (DEEP if deep else 1)
-    found = [audit_pair(case, p, trials=n, confidence=confidence, tests=len(pairs), rng=rng)
-             for p in pairs]
+    with _curator_warnings_off():
+        found = [audit_pair(case, p, trials=n, confidence=confidence, tests=len(pairs),
+                            rng=rng) for p in pairs]
     return Verdict(case.name, case.relation, case.epsilon, case.delta, confidence, found)
 
 
