@@ -298,3 +298,18 @@ def test_help_has_no_type_oddities(capsys):
         text = capsys.readouterr().out
         assert text.startswith("Usage: veil"), path
         assert "<bool>" not in text and "{" not in text, (path, text)
+
+
+def test_names_stay_whole_and_every_column_shows_at_80_columns():
+    """The conformance table folded "learn.private.KMea/ns" and squeezed columns out of sight."""
+    rows = [("learn.private.KMeansClustering", "add/remove one row of the training set", 1.0,
+             0.123, "pass"),
+            ("dp.query.GroupBy", "add/remove one unit (all its rows)", 0.5, "-",
+             "skipped (needs spark: pyspark not installed here)")]
+    columns = ["path", "neighbours", "certified eps", "eps >= (0.95)", "verdict"]
+    out = Console(width=80, file=io.StringIO(), highlight=False)
+    print_table(rows, columns, out=out)
+    text = out.file.getvalue()
+    assert "learn.private.KMeansClustering" in text and "dp.query.GroupBy" in text
+    assert "verdict" in text and "skipped" in text and "installed" in text
+    assert max(len(line) for line in text.splitlines()) <= 80
