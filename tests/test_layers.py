@@ -25,7 +25,7 @@ FL_CORE = ("veil.fl.messages", "veil.fl.protocol", "veil.fl.trainer", "veil.fl.h
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("veil.errors", "veil.random", "veil._validation", "veil._json", "veil._codec",
-     "veil._io", "veil._plotting", "veil.model_format", "veil._native", "veil._lazy"),  # foundation
+     "veil._io", "veil._plotting", "veil._native", "veil._lazy"),  # foundation
     # links between hosts (TLS, framing): below crypto, mpc and fl, which all move bytes
     ("veil.net",),                                                      # transport
     ("veil.datasets",),                                                 # data

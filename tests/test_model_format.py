@@ -1,11 +1,14 @@
-"""veil.model_format: every kind of trained model saves without pickle and loads back;
+"""veil.learn.model_format: every kind of trained model saves without pickle and loads back;
 ``veil fl run`` writes its model and ``veil predict`` applies it (issue 19, item 6)."""
 
 from __future__ import annotations
 
+import ast
+import inspect
 import io
 import json
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -19,7 +22,7 @@ from veil.datasets import public_bounds
 from veil.dp import Ledger
 from veil.errors import ConfigError, DataError, VeilError
 from veil.learn import ID3Classifier, LogisticRegression, SoftmaxRegression, private
-from veil.model_format import (
+from veil.learn.model_format import (
     VERSION,
     encode_table,
     load_model,
@@ -280,6 +283,26 @@ def test_the_registry_refuses_duplicates_and_outsiders():
         register_model_class(LogisticRegression)
     with pytest.raises(ConfigError, match="not a class defined in veil"):
         register_model_class(zipfile.ZipFile)
+
+
+def _registering_modules() -> set[str]:
+    """The veil modules that register a model class (``@register_model_class``)."""
+    src = Path(__file__).resolve().parents[1] / "src"
+    return {".".join(p.relative_to(src).with_suffix("").parts)
+            for p in (src / "veil").rglob("*.py")
+            if "@register_model_class" in p.read_text() and p.name != "model_format.py"}
+
+
+def test_veil_predict_registers_every_model_class():
+    """``veil predict`` loads any model veil saves: the format imports nothing by a name read
+    from a file, so ``load_model_file`` imports each module that registers a class (a new one
+    left out would make its files unreadable by ``veil predict`` and ``veil audit``)."""
+    from veil.cli import predict
+
+    tree = ast.parse(inspect.getsource(predict.load_model_file))
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert _registering_modules() >= {"veil.learn.linear", "veil.mpc.models"}
+    assert _registering_modules() <= imported
 
 
 def test_sizes_are_checked_before_anything_is_allocated(tmp_path, data):

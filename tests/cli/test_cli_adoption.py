@@ -22,7 +22,7 @@ from veil.cli.main import COMMANDS, load_command, main
 from veil.dp import Ledger
 from veil.errors import BudgetExceededError
 from veil.learn import LogisticRegression
-from veil.model_format import save_model
+from veil.learn.model_format import save_model
 
 BRACKETED = ("weight [kg]", "dose [/mg]")
 

@@ -11,7 +11,7 @@ relation, certified epsilon, empirical lower bound and verdict (``--json``; ``--
 ``veil audit --model MODEL --members TRAIN.npz --nonmembers HOLDOUT.npz`` attacks a fitted
 classifier (anything with ``predict_proba``) on records it was / was not trained on (``.npz``
 files holding arrays ``X`` and ``y``) and reports the same way. MODEL is a veil model file
-(:mod:`veil.model_format`: no code runs on loading; its epsilon and ledger are used when
+(:mod:`veil.learn.model_format`: no code runs on loading; its epsilon and ledger are used when
 ``--epsilon``/``--ledger`` are not given), or a pickle you trust.
 """
 

@@ -361,7 +361,7 @@ def load_model(path: str | os.PathLike, *, module: Any = None) -> ModelFile:
     except (OSError, ValueError, EOFError, RuntimeError, NotImplementedError,
             zipfile.BadZipFile, zipfile.LargeZipFile):  # zipfile's words are not veil's
         raise DataError(f"{not_veil} (a veil model file is a .npz archive written by "
-                        "veil.model_format.save_model)") from None
+                        "veil.learn.model_format.save_model)") from None
     try:
         header = json.loads(arrays.pop(_HEADER).tobytes().decode("utf-8"))
     except (KeyError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
