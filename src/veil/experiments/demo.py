@@ -185,7 +185,7 @@ def run_demo(*, parties: int = 10, epsilon: float = 1.0, delta: float = 1e-5,
                                           keys=keys if agreement.encrypted else None)
             fit = fit_queries(make_learner(task, **options), aggregator, method=method,
                               trust=trusted, noise=noise, ledger=ledger, noise_multiplier=z,
-                              delta=delta, rng=rng)
+                              rng=rng)
             seconds = time.perf_counter() - began
             spent = 0.0
             if ledger is not None:

@@ -146,8 +146,7 @@ def run_truex(config: TruexConfig, *, ledgers: str | os.PathLike | None = None,
         began = time.perf_counter()
         fit = fit_queries(make_learner(task, **config.options), agg, method=method,
                           trust=None if t is None else Trust(n, t),
-                          noise=config.noise, epsilon=eps, delta=config.delta, ledger=ledger,
-                          noise_multiplier=z, rng=rng)
+                          noise=config.noise, ledger=ledger, noise_multiplier=z, rng=rng)
         seconds = time.perf_counter() - began
         spent = 0.0
         if ledger is not None:
