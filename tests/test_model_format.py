@@ -278,6 +278,21 @@ def test_a_file_names_only_registered_classes(tmp_path, data):
         assert not planted.exists()
 
 
+def test_the_spend_is_given_once(tmp_path, data):
+    """A Ledger (given, or the model's own ``ledger_``) records the spend; an epsilon or
+    delta beside it could disagree with it, so it is refused before anything is written."""
+    X, y, _, _ = data
+    ledger = Ledger(1.0, 1e-5)
+    model = private.LogisticRegression(epsilon=1.0, data_norm=6.0, classes=[0, 1],
+                                       ledger=ledger).fit(X, y)
+    for kw in ({"ledger": ledger, "epsilon": 1.0}, {"delta": 1e-5}):
+        with pytest.raises(ConfigError, match="not allowed beside a Ledger"):
+            save_model(tmp_path / "m.npz", model, **kw)
+        assert not (tmp_path / "m.npz").exists()
+    meta = load_model(save_model(tmp_path / "m.npz", model)).metadata
+    assert meta["epsilon"] == pytest.approx(ledger.spent()[0])
+
+
 def test_the_registry_refuses_duplicates_and_outsiders():
     with pytest.raises(ConfigError, match="already registered"):
         register_model_class(LogisticRegression)
