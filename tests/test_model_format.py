@@ -214,6 +214,13 @@ def test_veil_audit_reads_a_model_file_without_pickle(tmp_path, data, capsys):
     entry = json.loads(capsys.readouterr().out)["runs"][0]
     assert entry["certified"]["epsilon"] == pytest.approx(1.5)  # from the file's metadata
     assert entry["certified"]["source"] == "declared"
+    # the spend is given once: a declared epsilon beside a ledger file is refused
+    (tmp_path / "ledger.sqlite").write_bytes(b"")
+    assert main(["audit", "--model", str(path), "--members", str(tmp_path / "in.npz"),
+                 "--nonmembers", str(tmp_path / "out.npz"), "--out", str(tmp_path / "r2"),
+                 "--ledger", str(tmp_path / "ledger.sqlite"), "--epsilon", "1"]) != 0
+    assert "not allowed with --ledger" in " ".join(capsys.readouterr().err.split())
+    assert not (tmp_path / "r2").exists()
 
 
 def test_mpc_models_save_once_revealed(tmp_path, data):

@@ -186,6 +186,9 @@ def audit(
 
     if (run_dir is None) == (model is None):
         raise ConfigError("give either RUN_DIR or --model (not both, not neither)")
+    if ledger is not None and (epsilon is not None or delta is not None):
+        raise ConfigError("--epsilon/--delta are not allowed with --ledger: the ledger "
+                          "certifies the spend (the budget is given once)")
     target = out or (Path("audit-report") if model is not None else Path(run_dir) / "audit")
     check_out_dir(target, force=force)
     if model is not None:
