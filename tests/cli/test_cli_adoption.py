@@ -116,7 +116,7 @@ def test_bracketed_labels_survive_budget_show(ledger_file, capsys):
 
 
 def test_bracketed_values_survive_experiment_and_audit(tmp_path, capsys):
-    assert main(["experiment", "truex", "--trust", "x [/y]", "--out", str(tmp_path / "t")]) == 2
+    assert main(["experiment", "truex", "--honest", "x [/y]", "--out", str(tmp_path / "t")]) == 2
     assert "x [/y]" in one_line_error(capsys)
     missing = tmp_path / "members [/x].npz"
     assert main(["audit", "--model", str(missing), "--members", str(missing),
