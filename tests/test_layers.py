@@ -25,7 +25,7 @@ FL_CORE = ("veil.fl.messages", "veil.fl.protocol", "veil.fl.trainer", "veil.fl.h
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("veil.errors", "veil.random", "veil._validation", "veil._json", "veil._codec",
-     "veil._io", "veil._plotting", "veil._native", "veil._lazy"),  # foundation
+     "veil._io", "veil._plotting", "veil._native", "veil._lazy", "veil._optional"),  # foundation
     # data, and links between hosts (TLS, framing): below crypto, mpc and fl, which move bytes
     ("veil.datasets", "veil.net"),                                      # data, transport
     ("veil.learn", "veil.anon"),                                        # models in the clear
@@ -294,6 +294,8 @@ LOADERS = {
     "veil.learn.dpsgd": "its public names load their torch modules on first use (_EXPORTS)",
     "veil._lazy": "a package's lazy exports (PEP 562) import the modules its "
                   "'if TYPE_CHECKING:' block names, on first use",
+    "veil._optional": "imports the optional third-party package (torch, tenseal, pyspark) "
+                      "its caller names, so a missing extra gets one message",
     "veil.audit.conformance.tester": "imports every veil module to find every Mechanism "
                                      "subclass (the conformance registry's completeness)",
 }
