@@ -38,7 +38,7 @@ def test_parties_make_their_own_keys_and_the_ca_only_signs(tmp_path, capsys):
     hosts = write_hosts(tmp_path, 2, certs=False)
     assert main(["net", "ca", "--hosts", str(hosts)]) == 0
     assert main(["net", "ca", "--hosts", str(hosts)]) == 2   # a CA is never replaced
-    assert "already exists" in capsys.readouterr().err
+    assert "already exist" in capsys.readouterr().err
     requests = []
     for i in range(2):
         org = tmp_path / f"org{i}"
