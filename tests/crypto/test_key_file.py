@@ -104,7 +104,7 @@ def test_the_identity_command_replaces_keys_only_with_force(tmp_path, capsys):
     assert main(["fl", "identities", str(folder), "--parties", "3"]) == 0
     before = (folder / "identity-1.key").read_bytes()
     assert main(["fl", "identities", str(folder), "--parties", "3"]) == 2
-    assert "already exists" in capsys.readouterr().err
+    assert "already exist" in capsys.readouterr().err
     assert (folder / "identity-1.key").read_bytes() == before        # nothing replaced
     assert main(["fl", "identities", str(folder), "--parties", "3", "--force"]) == 0
     assert (folder / "identity-1.key").read_bytes() != before

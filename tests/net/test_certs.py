@@ -38,7 +38,7 @@ def test_parties_make_their_own_keys_and_the_ca_only_signs(tmp_path, capsys):
     hosts = write_hosts(tmp_path, 2, certs=False)
     assert main(["net", "ca", "--hosts", str(hosts)]) == 0
     assert main(["net", "ca", "--hosts", str(hosts)]) == 2   # a CA is never replaced
-    assert "already exists" in capsys.readouterr().err
+    assert "already exist" in capsys.readouterr().err
     requests = []
     for i in range(2):
         org = tmp_path / f"org{i}"
@@ -48,7 +48,7 @@ def test_parties_make_their_own_keys_and_the_ca_only_signs(tmp_path, capsys):
         assert (org / f"p{i}.key").stat().st_mode & 0o777 == 0o600
         printed = capsys.readouterr().out
         assert main(["net", "csr", "--name", f"p{i}", "--out", str(org)]) == 2  # no --force
-        assert "already exists" in capsys.readouterr().err
+        assert "already exist" in capsys.readouterr().err
     assert main(["net", "sign", *requests, "--hosts", str(hosts),
                  "--out", str(tmp_path / "certs")]) == 0
     assert "p1.example.org" in capsys.readouterr().out

@@ -191,13 +191,11 @@ def read_run(path: str | os.PathLike) -> Run:
         seen.add(label)
         arrays: dict[str, np.ndarray] = {}
         if entry.get("scores") is not None:
+            from veil._arrays import read_arrays
+
             scores = root / str(entry["scores"])
-            try:
-                with np.load(scores, allow_pickle=False) as data:
-                    arrays = {k: data[k] for k in data.files}
-            except (OSError, ValueError) as exc:
-                raise DataError(f"{where}: cannot read scores file {scores} ({exc})") from None
-            arrays = _check_arrays(arrays, f"{scores}")
+            arrays = _check_arrays(read_arrays(scores, what=f"{where}'s scores file (an .npz "
+                                               "archive of score arrays)"), f"{scores}")
         for key in ("metrics", "cost"):
             if not isinstance(entry.get(key, {}), dict):
                 raise DataError(f"{where}: '{key}' must be an object")

@@ -10,14 +10,17 @@
   lines instead (:func:`print_table`).
 * One progress bar for every long run (:func:`progress`) and one parser for comma-separated
   lists (:func:`parse_list`).
-* Input files are checked before anything is read or written (:func:`check_input_file`), and
-  output folders are refused when they already hold something (:func:`check_out_dir`).
+* Input files are checked before anything is read or written (:func:`check_input_file`);
+  output folders are refused when they already hold something (:func:`check_out_dir`), and
+  output files when they exist (:func:`check_new_files`), unless ``--force``; whatever
+  ``--force`` replaced is named (:func:`say_replaced`).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -240,6 +243,26 @@ def check_out_dir(path: Path, option: str = "--out", *, force: bool = False,
         raise ConfigError(f"{option}={str(path)!r} is not empty: choose another {option}, or "
                           "pass --force to write into it")
     return path
+
+
+def check_new_files(paths: Iterable[str | Path], *, force: bool = False,
+                    option: str = "--out") -> list[str]:
+    """Refuse (ConfigError naming them) those of ``paths`` that exist (a symlink, even a
+    dangling one, counts) unless ``force``; returns them, the files the command will replace,
+    for :func:`say_replaced`. Called before anything is computed or written."""
+    taken = [str(p) for p in paths if os.path.lexists(p)]
+    if taken and not force:
+        raise ConfigError(f"{', '.join(map(repr, taken))} already "
+                          f"{'exists' if len(taken) == 1 else 'exist'}: choose another "
+                          f"{option}, or pass --force to replace "
+                          f"{'it' if len(taken) == 1 else 'them'}")
+    return taken
+
+
+def say_replaced(replaced: Sequence[str]) -> None:
+    """Name the files ``--force`` replaced (a private key is never replaced unnamed)."""
+    if replaced:
+        warn(f"--force replaced {', '.join(replaced)}")
 
 
 def next_free(stem: Path) -> Path:

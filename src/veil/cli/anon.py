@@ -40,7 +40,14 @@ from veil.anon import (
 from veil.anon.hierarchy import sniff_separator
 from veil.anon.metrics import OBJECTIVES
 from veil.cli._groups import DefaultGroup
-from veil.cli._output import parse_list, print_json, print_mapping, progress, say
+from veil.cli._output import (
+    check_new_files,
+    parse_list,
+    print_json,
+    print_mapping,
+    progress,
+    say,
+)
 from veil.errors import ConfigError, DataError
 
 app = typer.Typer(cls=DefaultGroup, no_args_is_help=True,
@@ -227,9 +234,10 @@ def run(
     if out is not None:
         if out.is_dir():
             raise DataError(f"--out={str(out)!r} is a directory; expected a file name")
-        if out.exists() and (not force or out.resolve() == input.resolve()):
-            raise ConfigError(f"--out={str(out)!r} exists: choose another name" + (
-                "" if out.resolve() == input.resolve() else ", or pass --force to replace it"))
+        if out.resolve() == input.resolve():
+            raise ConfigError(f"--out={str(out)!r} is the input: choose another name")
+        check_new_files([out] + ([out.with_name(out.stem + "_sensitive" + out.suffix)]
+                                 if algorithm == "anatomy" else []), force=force)
     table, sep = read_table(input, sep)
     qis = parse_qis(qi, table, hierarchy_sep)
     sens_h = None if sensitive_hierarchy is None else Hierarchy.from_csv(

@@ -39,15 +39,12 @@ ATTACK_HELP = "loss | confidence | shadow | lira | lira-offline"
 
 
 def _load_xy(path: Path, option: str) -> tuple[np.ndarray, np.ndarray]:
+    from veil._arrays import read_arrays
+
     check_input_file(path, option)
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            if not {"X", "y"} <= set(data.files):
-                raise DataError(f"{option} {path}: expected arrays 'X' and 'y' in the .npz, "
-                                f"found {sorted(data.files)}")
-            return data["X"], data["y"]
-    except (OSError, ValueError, EOFError) as exc:
-        raise DataError(f"{option} {path}: cannot read it as an .npz file ({exc})") from None
+    arrays = read_arrays(path, what=f"{option}: an .npz file of arrays X and y",
+                         names=("X", "y"))
+    return arrays["X"], arrays["y"]
 
 
 def _load_model(path: Path):

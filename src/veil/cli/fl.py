@@ -9,20 +9,25 @@ from typing import Annotated, Any
 
 import typer
 
-from veil._io import atomic_write, check_absent
+from veil._io import atomic_write
 from veil.cli._output import (
     check_input_file,
+    check_new_files,
     check_out_dir,
     err_console,
     print_json,
     print_table,
     progress,
     say,
+    say_replaced,
     warn,
 )
 from veil.errors import ConfigError
 
 app = typer.Typer(help="Federated learning.", no_args_is_help=True)
+
+#: the most parties a command makes files for (--parties, --party)
+MAX_PARTIES = 10_000
 
 _COLUMNS = ("round", "status", "accuracy", "loss", "epsilon", "aggregated", "bytes_up",
             "bytes_down", "time")
@@ -44,7 +49,7 @@ Out = Annotated[Path | None, typer.Option("--out", help="Output directory, new o
                                           "(default: run.out in the config, else "
                                           "fl_results/<config name>).")]
 Force = Annotated[bool, typer.Option("--force", help="Write into a non-empty output directory "
-                                     "that holds no run.")]
+                                     "(never over a run's ledgers).")]
 Json = Annotated[bool, typer.Option("--json", help="Print the results as JSON.")]
 Report = Annotated[bool, typer.Option("--report", help="Also write the privacy report "
                                       "(report.json, report.html) into <out>/audit.")]
@@ -199,7 +204,8 @@ def _run_vertical(cfg: Any, config: Path, out: Path | None, json_: bool, force: 
                 ["result", "value"], title=f"veil fl run {config} ({kind}) -> {out_dir}")
 
 
-AppOut = Annotated[Path, typer.Option("--out", help="Directory to write the Flower app into.")]
+AppOut = Annotated[Path, typer.Option("--out", help="Directory to write the Flower app into "
+                                       "(new or empty).")]
 Results = Annotated[Path | None, typer.Option(
     "--results", help="Where the ServerApp writes results.json (default <out>/results); a "
     "path on the SuperLink's machine.")]
@@ -211,7 +217,7 @@ Setup = Annotated[Path | None, typer.Option(
 
 @app.command("app")
 def flower_app(config: Config, out: AppOut, results: Results = None,
-               setup: Setup = None) -> None:
+               setup: Setup = None, force: Force = False) -> None:
     """Write a Flower app for CONFIG: submit it with `flwr run DIR CONNECTION` to a
     SuperLink whose SuperNodes each run with --node-config node.toml (party-id, plans,
     data, ledger, key-share, identity, identity-key; a [vertical] run: party, plans, data,
@@ -220,6 +226,7 @@ def flower_app(config: Config, out: AppOut, results: Results = None,
     from veil.experiments.fl_config import load_config
     from veil.experiments.flower_app import write_app
 
+    check_out_dir(out, force=force)
     if load_config(check_input_file(config, "CONFIG", text=True)).kind == "vertical":
         if setup is not None:
             raise ConfigError("--setup is for hybrid runs; a [vertical] run has none")
@@ -236,7 +243,7 @@ DealOut = Annotated[Path, typer.Option("--out", help="Directory for public.bin a
 
 
 @app.command("deal")
-def deal(config: Config, out: DealOut) -> None:
+def deal(config: Config, out: DealOut, force: ForceKeys = False) -> None:
     """The hybrid approach's dealer, run on its own: make the threshold key and the
     parties' identities for CONFIG; hand party I its party-I.key and party-I.id (private),
     everyone public.bin; then delete the party files here."""
@@ -248,25 +255,31 @@ def deal(config: Config, out: DealOut) -> None:
         raise ConfigError(f"{config}: veil fl deal is for hybrid runs ([training] strategy = "
                           f"\"hybrid\"); this run is {cfg.kind}")
     h, trust = cfg["hybrid"], cfg.trust()
+    replaced = check_new_files([out / "public.bin"] + [
+        out / f"party-{i}.{ext}" for i in range(trust.parties) for ext in ("key", "id")],
+        force=force)
     setup = deal_keys(trust, out, bits=h["key_bits"], insecure_ok=h["insecure_ok"],
-                      keygen=h["keygen"])
+                      keygen=h["keygen"], force=force)
     print_table([["public.bin", "everyone (the aggregator too)"]] +
                 [[f"party-{i}.key, party-{i}.id", f"party {i} only"]
                  for i in range(trust.parties)], ["file", "goes to"],
                 title=f"veil fl deal -> {out} (set-up {setup.fingerprint[:16]})")
     say(f"parties {trust.parties}, honest {trust.honest}, threshold {trust.threshold} "
         "(partial decryptions needed)")
+    say_replaced(replaced)
 
 
 @app.command("split")
 def split(config: Config, out: Annotated[Path, typer.Option(
-        "--out", help="Directory for party-I.npz.")]) -> None:
+        "--out", help="Directory for party-I.npz, new or empty.")], force: Force = False
+          ) -> None:
     """Write each party's share of CONFIG's data set (under [run] seed) as party-I.npz:
     the data files of a demo deployment's nodes (raw records; each node scales its own by
     the plan's [data] bounds)."""
     from veil.experiments.flower_app import write_party_data
 
-    paths = write_party_data(check_input_file(config, "CONFIG", text=True), out)
+    check_input_file(config, "CONFIG", text=True)
+    paths = write_party_data(config, check_out_dir(out, force=force))
     say(f"{len(paths)} data files written to {out}")
 
 
@@ -279,18 +292,6 @@ ForceKeys = Annotated[bool, typer.Option("--force", help="Replace existing key o
                                           "files (each replaced one is named).")]
 
 
-def _replaced(paths: list[Path], force: bool) -> list[str]:
-    """Those of ``paths`` that exist (checked before writing), to name once replaced; without
-    ``force`` an existing one is refused (veil._io.check_absent)."""
-    check_absent(paths, force=force, what="file")
-    return [str(p) for p in paths if os.path.lexists(p)]
-
-
-def _say_replaced(replaced: list[str]) -> None:
-    if replaced:
-        warn(f"--force replaced {', '.join(replaced)}")
-
-
 @app.command("certs")
 def certs(directory: Annotated[Path, typer.Argument(help="Directory for ca.crt, server.crt "
                                                          "and server.key.")],
@@ -298,26 +299,33 @@ def certs(directory: Annotated[Path, typer.Argument(help="Directory for ca.crt, 
     """Make a self-signed CA and a SuperLink certificate (TLS for a private deployment)."""
     from veil.fl.runtime.tls import self_signed
 
-    replaced = _replaced([Path(directory) / "server.key"], force)
+    replaced = check_new_files([Path(directory) / f for f in ("ca.crt", "server.crt",
+                                                               "server.key")],
+                               force=force, option="DIRECTORY")
     paths = self_signed(directory, tuple(host) if host else ("localhost", "127.0.0.1"),
                         force=force)
     print_table([[k, str(v)] for k, v in paths.items()], ["file", "path"], title="TLS files")
-    _say_replaced(replaced)
+    say_replaced(replaced)
 
 
 @app.command("identities")
 def identities(directory: Annotated[Path, typer.Argument(help="Directory for the key files.")],
                parties: Annotated[int, typer.Option("--parties", help="Number of parties.")],
-               force: Annotated[bool, typer.Option("--force", help="Replace existing key "
-                                                   "files.")] = False) -> None:
+               force: ForceKeys = False) -> None:
     """Make the parties' Ed25519 identity keys for SecAgg on a deployment: identity-<i>.key
     (move it to party i's machine only: --node-config "party-id=i identity-key='PATH'") and
     identities.json, the table every party and the server read ([secagg] identities)."""
+    from veil._validation import check_int
     from veil.crypto.identity import write_identities
 
+    check_int(parties, "--parties", low=1, high=MAX_PARTIES)
+    keys = [Path(directory) / f"identity-{i}.key" for i in range(parties)]
+    replaced = check_new_files([*keys, Path(directory) / "identities.json"], force=force,
+                               option="DIRECTORY")
     table = write_identities(directory, parties, force=force)
-    keys = [[str(i), str(Path(directory) / f"identity-{i}.key")] for i in range(parties)]
-    print_table([*keys, ["table", str(table)]], ["party", "file"], title="identity keys")
+    print_table([*([str(i), str(k)] for i, k in enumerate(keys)), ["table", str(table)]],
+                ["party", "file"], title="identity keys")
+    say_replaced(replaced)
 
 
 PartyIndex = Annotated[int, typer.Option("--party", help="This party's index (0-based).")]
@@ -329,16 +337,22 @@ InsecureOk = Annotated[bool, typer.Option("--insecure-ok", help="Allow keys unde
 
 @app.command("identity")
 def own_identity(party: PartyIndex, out: Annotated[Path, typer.Option(
-        "--out", help="Directory for identity-I.key and identity-I.json.")]) -> None:
+        "--out", help="Directory for identity-I.key and identity-I.json.")],
+        force: ForceKeys = False) -> None:
     """Make this party's own Ed25519 identity key, with no dealer: identity-I.key (private,
     0600: stays on this machine) and identity-I.json (its public key: publish it to the
     other parties and the aggregator)."""
+    from veil._validation import check_int
     from veil.crypto.identity import read_table, write_identity
 
-    key, table = write_identity(out, party)
+    check_int(party, "--party", low=0, high=MAX_PARTIES - 1)
+    replaced = check_new_files([out / f"identity-{party}.{ext}" for ext in ("key", "json")],
+                               force=force)
+    key, table = write_identity(out, party, force=force)
     print_table([[str(key), "this party only"], [str(table), "everyone"],
                  ["public key", read_table(table)[party].hex()]], ["file", "goes to"],
                 title=f"identity of party {party}")
+    say_replaced(replaced)
 
 
 @app.command("setup")
@@ -353,9 +367,9 @@ def public_setup(key_share: KeyShare, identities: Annotated[list[Path], typer.Op
     the fingerprint."""
     from veil.fl.hybrid.setup import assemble
 
-    replaced = _replaced([out], force)
+    replaced = check_new_files([out], force=force)
     setup = assemble(key_share, identities, out, insecure_ok=insecure_ok)
-    _say_replaced(replaced)
+    say_replaced(replaced)
     say(f"public set-up written to {out} (key {setup.public_key.fingerprint.hex()[:16]}, "
         f"{len(setup.identities)} parties): fingerprint {setup.fingerprint}")
 
@@ -376,10 +390,10 @@ def enrol(party: PartyIndex, key_share: KeyShare,
     (0600), which its node config names (identity = ...)."""
     from veil.fl.hybrid.setup import enrol as enrol_party
 
-    replaced = _replaced([out], force)
+    replaced = check_new_files([out], force=force)
     ident = enrol_party(party, key_share, identity_key, setup, out, identities=identities,
                         insecure_ok=insecure_ok, force=force)
-    _say_replaced(replaced)
+    say_replaced(replaced)
     say(f"party {party}'s identity written to {out} (set-up {ident.setup.fingerprint[:16]})")
 
 

@@ -18,13 +18,15 @@ import numpy as np
 import pandas as pd
 import typer
 
-from veil.cli._output import console, print_json, print_mapping
+from veil.cli._output import check_new_files, console, print_json, print_mapping, say_replaced
 from veil.errors import ConfigError, DataError
 
 app = typer.Typer(help="Homomorphic encryption: encrypted linear regression (CKKS).",
                   no_args_is_help=True)
 
 _PRESETS = ("depth2", "depth7", "depth18")
+
+FORCE = typer.Option(False, "--force", help="Replace an existing --out file (it is named).")
 
 
 def _context(path: str):
@@ -70,16 +72,20 @@ def keygen(
                                     "defaults use; key files of ~3 GB each), depth7 "
                                     "(N=16384: 5), depth2 (N=8192: closed form only, the "
                                     "fastest): all 128-bit."),
-    force: bool = typer.Option(False, "--force", help="Replace an existing secret.ctx."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing secret.ctx and "
+                               "public.ctx (they are named)."),
 ) -> None:
     """A CKKS key pair: secret.ctx (keep it) and public.ctx (for the server)."""
     from veil._io import write_private
     from veil._validation import check_choice
     from veil.he.ckks import CKKSContext
     check_choice(preset, "preset", _PRESETS)
+    folder = Path(out)
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"--out={out!r} is an existing file; expected a folder")
+    replaced = check_new_files([folder / "secret.ctx", folder / "public.ctx"], force=force)
     start = time.perf_counter()
     ctx = CKKSContext.preset(preset, rotations=[-(1 << k) for k in range(2, 7)])
-    folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     write_private(folder / "secret.ctx", ctx.to_bytes(secret=True), force=force,
                   what="--out secret.ctx")
@@ -87,6 +93,7 @@ def keygen(
     print_mapping({"context": repr(ctx), "secret": str(folder / "secret.ctx"),
                    "public": str(folder / "public.ctx"),
                    "seconds": time.perf_counter() - start}, title="veil he keygen")
+    say_replaced(replaced)
 
 
 @app.command()
@@ -98,9 +105,11 @@ def encrypt(
                                help="Training: the label column (encrypts X and y)."),
     model: str = typer.Option(None, "--model",
                                help="Prediction: the model file whose feature scales to use."),
+    force: bool = FORCE,
 ) -> None:
     """Encrypt a training set (--target) or rows to predict (--model)."""
     from veil.he.linear import DataOwner, EncryptedModel
+    replaced = check_new_files([out], force=force)
     ctx = _context(key)
     owner = DataOwner(ctx)
     if (target is None) == (model is None):
@@ -113,6 +122,7 @@ def encrypt(
         scales = EncryptedModel.from_bytes(_read(model), ctx).x_scale
         blob = owner.encrypt_rows(X, scales).to_bytes()
     _write(out, blob)
+    say_replaced(replaced)
     print_mapping({"rows": len(X), "features": len(columns), "plaintext_bytes": X.nbytes +
                    (0 if y is None else y.nbytes), "ciphertext_bytes": len(blob),
                    "expansion": len(blob) / (X.nbytes + (0 if y is None else y.nbytes))},
@@ -137,9 +147,11 @@ def train(
     owner_key: str = typer.Option(None, "--owner-key",
                                    help="closed_form: the owner's secret.ctx (both roles in "
                                         "this process)."),
+    force: bool = FORCE,
 ) -> None:
     """Train on the encrypted set; writes E(w) (the server never decrypts)."""
     from veil.he.linear import DataOwner, EncryptedLinearRegression, EncryptedTrainingSet
+    replaced = check_new_files([out], force=force)
     server_ctx = _context(key)
     ctx = _context(owner_key) if owner_key is not None else server_ctx  # a depth18 key: GBs
     if server_ctx.fingerprint != ctx.fingerprint:
@@ -160,6 +172,7 @@ def train(
                                                       {"max_iter": iterations})).fit(enc)
     seconds = time.perf_counter() - start
     _write(out, model.encrypted_model_.to_bytes())
+    say_replaced(replaced)
     print_mapping({"solver": solver, "iterations": iterations if solver == "gd" else None,
                    "rows": enc.n, "features": enc.d, "seconds": seconds,
                    "levels_left": model.model_.level, "model": str(out)}, title="veil he train")
@@ -171,14 +184,17 @@ def predict(
     model: str = typer.Option(..., "--model", help="Encrypted model file."),
     data: str = typer.Option(..., "--data", help="Encrypted rows (veil he encrypt --model)."),
     out: str = typer.Option(..., "--out", help="Encrypted predictions file."),
+    force: bool = FORCE,
 ) -> None:
     """E(X w) from the encrypted model and encrypted rows."""
     from veil.he.linear import EncryptedLinearRegression, EncryptedModel, EncryptedRows
+    replaced = check_new_files([out], force=force)
     ctx = _context(key)
     est = EncryptedLinearRegression.from_encrypted_model(
         EncryptedModel.from_bytes(_read(model), ctx))
     rows = EncryptedRows.from_bytes(_read(data), ctx)
     _write(out, est.predict(rows).to_bytes())
+    say_replaced(replaced)
     console.print(f"wrote {rows.n} encrypted predictions to {out}", highlight=False)
 
 
@@ -189,6 +205,7 @@ def decrypt(
     model: str = typer.Option(None, "--model", help="Encrypted model (prints coefficients)."),
     out: str = typer.Option(None, "--out", help="CSV for the predictions."),
     json_: bool = typer.Option(False, "--json", help="Print JSON."),
+    force: bool = FORCE,
 ) -> None:
     """Decrypt predictions (to CSV) or a model (coefficients)."""
     from veil.he.linear import (
@@ -197,15 +214,17 @@ def decrypt(
         EncryptedModel,
         EncryptedPredictions,
     )
-    ctx = _context(key)
-    owner = DataOwner(ctx)
     if (predictions is None) == (model is None):
         raise DataError("give exactly one of --predictions or --model")
+    replaced = check_new_files([] if out is None else [out], force=force)
+    ctx = _context(key)
+    owner = DataOwner(ctx)
     if predictions is not None:
         pred = owner.decrypt_predictions(EncryptedPredictions.from_bytes(_read(predictions),
                                                                          ctx))
         if out is not None:
-            pd.DataFrame({"prediction": pred}).to_csv(out, index=False)
+            _write(out, pd.DataFrame({"prediction": pred}).to_csv(index=False).encode())
+            say_replaced(replaced)
         result = {"count": int(pred.size), "first": pred[:5].tolist(),
                   "out": None if out is None else str(out)}
     else:

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import typer
 
+from veil._arrays import NPY_ARRAY, read_arrays
 from veil.cli._output import check_input_file, print_json, print_mapping
 from veil.cli.net import CERT, HOSTS, KEY, PARTY, TIMEOUT
 from veil.errors import ConfigError, DataError
@@ -34,16 +35,21 @@ def load_data(specs: list[str]) -> dict[str, np.ndarray]:
         if name in data:
             raise ConfigError(f"--data={spec!r} is not allowed: {name!r} is named twice")
         check_input_file(Path(path), "--data")
-        try:
-            if path.endswith(".npy"):
-                arr = np.load(path, allow_pickle=False)
-            else:
+        if path.endswith(".npy"):
+            arrays = read_arrays(path, what=f"--data {name}: a .npy file of numbers")
+            if list(arrays) != [NPY_ARRAY]:
+                raise DataError(f"--data={spec!r} is an .npz archive; expected a .npy file "
+                                "(one array) or a CSV file")
+            arr = arrays[NPY_ARRAY]
+        else:
+            try:
                 arr = pd.read_csv(path).to_numpy()
-                arr = arr[:, 0] if arr.shape[1] == 1 else arr
+            except (OSError, ValueError) as exc:
+                raise DataError(f"--data={spec!r} cannot be read: {exc}") from None
+            arr = arr[:, 0] if arr.shape[1] == 1 else arr
             if not (arr.dtype == np.bool_ or np.issubdtype(arr.dtype, np.number)):
-                raise ValueError("it holds values that are not numbers")
-        except (OSError, ValueError) as exc:
-            raise DataError(f"--data={spec!r} cannot be read: {exc}") from None
+                raise DataError(f"--data={spec!r} cannot be read: it holds values that are "
+                                "not numbers")
         data[name] = arr
     return data
 

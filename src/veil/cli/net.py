@@ -17,7 +17,15 @@ from typing import Annotated
 import pandas as pd
 import typer
 
-from veil.cli._output import check_input_file, print_json, print_mapping, print_table, say
+from veil.cli._output import (
+    check_input_file,
+    check_new_files,
+    print_json,
+    print_mapping,
+    print_table,
+    say,
+    say_replaced,
+)
 from veil.errors import ConfigError, DataError
 
 app = typer.Typer(help="Parties on different hosts: certificates for the hosts file.",
@@ -34,6 +42,10 @@ TIMEOUT = typer.Option(120.0, "--timeout", help="Seconds to wait for a silent pe
                                                 "the others to connect) before naming it.")
 
 
+FORCE = typer.Option(False, "--force", help="Replace an existing private key (it is named).")
+DAYS = typer.Option(30, "--days", help="Validity of the certificate(s), in days.")
+
+
 def _identity(hosts_path: str, party: str, cert: str | None, key: str | None):
     from veil.net import Identity, load_hosts
     hosts = load_hosts(hosts_path)
@@ -45,6 +57,9 @@ def _identity(hosts_path: str, party: str, cert: str | None, key: str | None):
 def certs(
     hosts_path: str = HOSTS,
     days: int = typer.Option(30, "--days", help="Validity of the certificates, in days."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing CA and the "
+                               "parties' keys and certificates (each replaced key is "
+                               "named)."),
 ) -> None:
     """Single-machine demo: issue the CA (the hosts file's ``ca`` path) and a certificate +
     private key for every party (and the driver) beside it, all in one folder. Across
@@ -54,23 +69,22 @@ def certs(
     from veil.net import load_hosts
     from veil.net.certs import issue
     hosts = load_hosts(hosts_path, need_ca=False)
-    if hosts.ca.exists():
-        raise ConfigError(f"ca={str(hosts.ca)!r} already exists: veil never replaces a CA "
-                          "(remove it, or point the hosts file elsewhere)")
+    days = check_int(days, "--days", low=1, high=3650)
     identities = {h.name: (h.host,) for h in hosts.parties}
     if hosts.driver:
         identities[hosts.driver] = ()
-    paths = issue(hosts.ca.parent, identities, days=check_int(days, "--days", low=1,
-                                                              high=3650))
+    folder = hosts.ca.parent
+    replaced = check_new_files(
+        [hosts.ca, folder / "ca.crt"] + [folder / f"{name}.{ext}" for name in identities
+                                         for ext in ("key", "crt")], force=force,
+        option="hosts file (its ca)")
+    paths = issue(folder, identities, days=days, force=force)
     if paths["ca"] != hosts.ca:
         paths["ca"].replace(hosts.ca)
     print_mapping({"ca": str(hosts.ca), **{name: str(paths[name + ".crt"])
                                           for name in identities}},
                   title=f"certificates of session {hosts.session}")
-
-
-FORCE = typer.Option(False, "--force", help="Replace an existing private key (it is named).")
-DAYS = typer.Option(30, "--days", help="Validity of the certificate(s), in days.")
+    say_replaced(list(dict.fromkeys(replaced)))
 
 
 @app.command()
@@ -84,12 +98,13 @@ def ca(hosts_path: str = HOSTS,
     from veil.net.certs import new_ca
 
     hosts = load_hosts(hosts_path, need_ca=False)
-    replaced = [str(p) for p in (hosts.ca, hosts.ca.with_name("ca.key")) if p.exists()]
+    replaced = check_new_files([hosts.ca, hosts.ca.with_name("ca.key")], force=force,
+                               option="hosts file (its ca)")
     paths = new_ca(hosts.ca, name=f"veil CA {hosts.session}", days=days, force=force)
     print_mapping({"ca": str(paths["ca"]), "key (stays here)": str(paths["key"]),
                    "fingerprint": paths["fingerprint"]},
                   title=f"CA of session {hosts.session}")
-    _say_replaced(replaced)
+    say_replaced(replaced)
 
 
 @app.command()
@@ -106,12 +121,12 @@ def csr(name: Annotated[str, typer.Option("--name", help="This party's name (as 
     CA the printed fingerprint over another channel (phone, in person)."""
     from veil.net.certs import request
 
-    replaced = [str(out / f"{name}.key")] if (out / f"{name}.key").exists() else []
+    replaced = check_new_files([out / f"{name}.key", out / f"{name}.csr"], force=force)
     made = request(out, name, host or (), force=force)
     print_mapping({"key (stays here)": str(made["key"]), "request (to the CA)":
                    str(made["csr"]), "fingerprint": made["fingerprint"]},
                   title=f"signing request of {name}")
-    _say_replaced(replaced)
+    say_replaced(replaced)
 
 
 @app.command()
@@ -119,7 +134,9 @@ def sign(requests: Annotated[list[Path], typer.Argument(help="The parties' NAME.
          hosts_path: str = HOSTS,
          out: Annotated[Path | None, typer.Option(
              "--out", help="Folder for NAME.crt (default: beside each request).")] = None,
-         days: int = DAYS) -> None:
+         days: int = DAYS,
+         force: bool = typer.Option(False, "--force", help="Replace existing NAME.crt files "
+                                    "(they are named).")) -> None:
     """The CA: sign the parties' requests (veil net csr) with the hosts file's CA and its
     ca.key. A request must name a party (or the driver) of the hosts file and carry that
     party's address; compare each printed fingerprint with the one the party told you."""
@@ -131,22 +148,17 @@ def sign(requests: Annotated[list[Path], typer.Argument(help="The parties' NAME.
     names = {h.name: (h.host,) for h in hosts.parties}
     if hosts.driver:
         names[hosts.driver] = ()
-    for path in requests:   # every request is checked before any is signed
-        read_request(path)
+    # every request is read (and checked) before any is signed
+    targets = [(out or path.parent) / f"{read_request(path)[0]}.crt" for path in requests]
+    replaced = check_new_files(targets, force=force)
     rows = []
-    for path in requests:
+    for path, target in zip(requests, targets):
         name = read_request(path)[0]
-        target = (out or path.parent) / f"{name}.crt"
         done = sign_request(path, hosts.ca, names, target, days=days)
         rows.append([name, ", ".join(done["hosts"]), done["fingerprint"], str(target)])
     print_table(rows, ["name", "valid for", "key fingerprint", "certificate"],
                 title=f"signed by the CA of session {hosts.session}")
-
-
-def _say_replaced(replaced: list[str]) -> None:
-    if replaced:
-        from veil.cli._output import warn
-        warn(f"--force replaced {', '.join(replaced)}")
+    say_replaced(replaced)
 
 
 def _read_ids(path: str, column: str) -> list[str]:
@@ -181,6 +193,7 @@ def psi(
     key: str | None = KEY,
     timeout: float = TIMEOUT,
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing --out file."),
 ) -> None:
     """Private set intersection with a party on another host (ECDH-PSI over mutual TLS)."""
     from veil._validation import check_choice, check_positive
@@ -193,6 +206,7 @@ def psi(
     if out is not None and (role != "receiver" or output != "intersection"):
         raise ConfigError("--out is not allowed here: only the receiver of an intersection "
                           "has rows to write")
+    replaced = check_new_files([] if out is None else [out], force=force)
     hosts, identity = _identity(hosts_path, party, cert, key)
     if peer is None:
         others = [h for h in hosts.parties if h.name != identity.name]
@@ -217,6 +231,7 @@ def psi(
             from veil._io import atomic_write
             atomic_write(out, pd.DataFrame({column: result}).to_csv(index=False))
             summary["out"] = out
+            say_replaced(replaced)
         elif not as_json:
             for item in result:
                 say(str(item))
@@ -242,7 +257,8 @@ def keygen(
     cert: str | None = CERT,
     key: str | None = KEY,
     timeout: float = TIMEOUT,
-    force: bool = typer.Option(False, "--force", help="Replace an existing --out file."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing --out file (it is "
+                               "named)."),
 ) -> None:
     """Dealer-free threshold Paillier key generation with the other parties of the hosts
     file; this party writes only its own share (public key + share, one file)."""
@@ -252,9 +268,7 @@ def keygen(
     from veil.dp.trust import Trust
     check_positive(timeout, "--timeout")
     target = Path(out)
-    if target.exists() and not force:
-        raise ConfigError(f"--out={out!r} already exists: choose another file, or pass "
-                          "--force to replace it")
+    replaced = check_new_files([target], force=force)
     if not target.parent.is_dir():
         raise ConfigError(f"--out={out!r} is not allowed: its folder does not exist")
     hosts, identity = _identity(hosts_path, party, cert, key)
@@ -273,3 +287,4 @@ def keygen(
                    "seconds": round(stats["seconds"], 2),
                    "MB sent": round(stats["sent"] / 1e6, 2), "rounds": stats["rounds"]},
                   title="distributed key generation")
+    say_replaced(replaced)

@@ -129,17 +129,18 @@ def write_identities(directory: str | os.PathLike, parties: int, *,
     return write_table(out / "identities.json", dict(enumerate(public)))
 
 
-def write_identity(directory: str | os.PathLike, party: int) -> tuple[Path, Path]:
+def write_identity(directory: str | os.PathLike, party: int, *,
+                   force: bool = False) -> tuple[Path, Path]:
     """Party ``party`` makes its own key pair, with no dealer: ``identity-<party>.key``
-    (its private key, mode 0600; ConfigError if the file exists -- an identity is never
-    replaced silently) and ``identity-<party>.json`` (its one-entry table, to publish).
-    Returns both paths."""
+    (its private key, mode 0600; ConfigError if the file exists, unless ``force`` -- an
+    identity is never replaced silently) and ``identity-<party>.json`` (its one-entry table,
+    to publish). Returns both paths."""
     check_int(party, "party", low=0)
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     key = out / f"identity-{party}.key"
     (private,), (public,) = make_identities(1)
-    write_key(key, private)
+    write_key(key, private, force=force)
     return key, write_table(out / f"identity-{party}.json", {party: public})
 
 

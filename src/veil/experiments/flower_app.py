@@ -73,7 +73,7 @@ from typing import Any
 import numpy as np
 
 from veil._io import atomic_write
-from veil.errors import BudgetExceededError, ConfigError, DataError, ProtocolError, VeilError
+from veil.errors import BudgetExceededError, ConfigError, ProtocolError, VeilError
 from veil.experiments.fl_config import FLConfig, load_config
 from veil.fl.federation import Federation
 from veil.fl.runtime.flower import Context, FlowerRuntime, Grid, ServerApp, client_app, lost
@@ -383,12 +383,11 @@ class _Node:
         path = self.config.get("data")
         if path is None:
             return self.cfg.data(_seed(self.cfg))[0][self.party]
-        try:
-            with np.load(path, allow_pickle=False) as arrays:
-                X, y = np.asarray(arrays["X"], dtype=np.float64), np.asarray(arrays["y"])
-        except (OSError, KeyError, ValueError) as exc:
-            raise DataError(f"party {self.party}: data file {path!r} is not an .npz file "
-                            f"with arrays X and y ({exc})") from None
+        from veil._arrays import read_arrays
+
+        arrays = read_arrays(path, what=f"party {self.party}'s data file (an .npz file of "
+                             "arrays X and y)", names=("X", "y"))
+        X, y = np.asarray(arrays["X"], dtype=np.float64), arrays["y"]
         return self.cfg.scale(X, f"party {self.party}'s data file"), y
 
     def build(self) -> Any:

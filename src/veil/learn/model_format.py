@@ -1,7 +1,8 @@
 """The file format of a trained model: arrays and JSON, never pickle.
 
-A model file is a NumPy ``.npz`` archive (``numpy.savez``; read back with
-``allow_pickle=False``, so loading a file runs no code from it) holding
+A model file is a NumPy ``.npz`` archive (``numpy.savez``; read back by :func:`read_arrays`,
+the one reader of veil's array files, which never unpickles: loading a file runs no code
+from it) holding
 
 * ``veil.json``: a UTF-8 JSON header, stored as a uint8 array::
 
@@ -50,29 +51,26 @@ import io
 import json
 import math
 import os
-import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from tokenize import TokenError
 from typing import Any
 
 import numpy as np
 
+from veil._arrays import MAX_ARRAYS, read_arrays
 from veil._json import to_jsonable
 from veil.errors import ConfigError, DataError
 
-__all__ = ["FORMAT", "MAX_ARRAYS", "MAX_DEPTH", "VERSION", "ModelFile", "encode_table",
-           "encoded_names", "load_model", "register_model_class", "save_model"]
+__all__ = ["FORMAT", "MAX_ARRAYS", "MAX_DEPTH", "VERSION", "ModelFile",
+           "encode_table", "encoded_names", "load_model", "register_model_class",
+           "save_model"]
 
 FORMAT = "veil-model"
 VERSION = 2
-#: the most arrays a model file may hold, and the deepest nesting of its JSON header
-MAX_ARRAYS = 4096
+#: the deepest nesting of a model file's JSON header
 MAX_DEPTH = 64
 _HEADER = "veil.json"
 _TORCH = "torch.nn.Module"
-#: the dtype kinds an array may have: booleans, integers, floats, complex numbers
-_KINDS = "biufc"
 _CLASSES: dict[str, type] = {}
 
 
@@ -235,41 +233,6 @@ def _build(cls: type, kwargs: dict[str, Any]) -> Any:
         raise DataError(f"model file: cannot rebuild {_class_name(cls)} ({exc})") from None
 
 
-def _read_arrays(path: Path) -> dict[str, np.ndarray]:
-    """The archive's arrays, each checked before its memory is allocated (module docstring)."""
-    size = path.stat().st_size
-    arrays: dict[str, np.ndarray] = {}
-    with zipfile.ZipFile(path) as archive:
-        members = archive.infolist()
-        if len(members) > MAX_ARRAYS:
-            raise DataError(f"{len(members)} members, more than MAX_ARRAYS={MAX_ARRAYS}")
-        if sum(m.file_size for m in members) > size:
-            raise DataError("the members declare more bytes than the file holds")
-        for member in members:
-            if not member.filename.endswith(".npy") or member.compress_type != \
-                    zipfile.ZIP_STORED or member.file_size != member.compress_size:
-                raise DataError(f"member {member.filename[:80]!r} is not an uncompressed .npy "
-                                "array")
-            with archive.open(member) as fh:
-                try:  # numpy parses the header's Python literal; it may raise any of these
-                    version = np.lib.format.read_magic(fh)
-                    read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                                   else np.lib.format.read_array_header_2_0)
-                    shape, fortran, dtype = read_header(fh)
-                except (ValueError, TypeError, SyntaxError, TokenError, RecursionError):
-                    raise DataError(f"member {member.filename[:80]!r} has no readable .npy "
-                                    "header") from None
-                if dtype.hasobject or dtype.kind not in _KINDS or dtype.fields:
-                    raise DataError(f"array {member.filename[:80]!r} has dtype {dtype}; only "
-                                    "numbers and booleans are allowed")
-                nbytes = math.prod(shape) * dtype.itemsize
-                if nbytes != member.file_size - fh.tell():
-                    raise DataError(f"array {member.filename[:80]!r} declares shape {shape} "
-                                    f"({nbytes} bytes) but holds {member.file_size - fh.tell()}")
-                data = np.frombuffer(fh.read(nbytes), dtype=dtype)
-            arrays[member.filename[:-4]] = data.reshape(shape, order="F" if fortran
-                                                        else "C").copy()
-    return arrays
 
 
 def _ledger_metadata(ledger: Any) -> dict[str, Any]:
@@ -358,14 +321,8 @@ def load_model(path: str | os.PathLike, *, module: Any = None) -> ModelFile:
     if not path.is_file():
         raise DataError(f"model file {str(path)!r} is not an existing file")
     not_veil = f"{path} is not a veil model file"
-    try:
-        arrays = _read_arrays(path)
-    except DataError as exc:
-        raise DataError(f"{not_veil}: {exc}") from None
-    except (OSError, ValueError, EOFError, RuntimeError, NotImplementedError,
-            zipfile.BadZipFile, zipfile.LargeZipFile):  # zipfile's words are not veil's
-        raise DataError(f"{not_veil} (a veil model file is a .npz archive written by "
-                        "veil.learn.model_format.save_model)") from None
+    arrays = read_arrays(path, what="a veil model file (a .npz archive written by "
+                         "veil.learn.model_format.save_model)", deflated=False)
     try:
         header = json.loads(arrays.pop(_HEADER).tobytes().decode("utf-8"))
     except (KeyError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):

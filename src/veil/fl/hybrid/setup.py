@@ -174,10 +174,11 @@ class PartyIdentity:
 
 
 def deal(trust: Trust, out_dir: str | os.PathLike, *, bits: int = 2048,
-         insecure_ok: bool = False, keygen: str = "dealer") -> PublicSetup:
+         insecure_ok: bool = False, keygen: str = "dealer", force: bool = False) -> PublicSetup:
     """The dealer: make the key (for ``trust``: ``trust.threshold`` of ``trust.parties``
     decrypt) and identities, write ``public.bin`` and each party's
-    ``party-I.key`` / ``party-I.id`` into ``out_dir``; returns the public set-up.
+    ``party-I.key`` / ``party-I.id`` into ``out_dir``; returns the public set-up. Existing
+    files are replaced only with ``force`` (ConfigError before any key is made otherwise).
     ``keygen="distributed"`` is refused: one process writing every share is a dealer
     whatever made the key; without a dealer each party runs the key generation itself
     (``veil keygen``, :mod:`veil.crypto.dkg`) and writes only its own files (module
@@ -190,16 +191,17 @@ def deal(trust: Trust, out_dir: str | os.PathLike, *, bits: int = 2048,
                           "`veil fl setup` and `veil fl enrol`")
     trust = check_trust(trust)
     out = Path(out_dir)
-    check_absent([out / f"party-{i}.{ext}" for i in range(trust.parties)
-                  for ext in ("key", "id")], what="party file")
+    check_absent([out / "public.bin"] + [out / f"party-{i}.{ext}" for i in range(trust.parties)
+                                          for ext in ("key", "id")], force=force,
+                 what="set-up file")
     keys = deal_keys(trust, bits=bits, insecure_ok=insecure_ok, keygen=keygen)
     private, public = make_identities(trust.parties)
     setup = PublicSetup(keys.public_key, public)
     out.mkdir(parents=True, exist_ok=True)
     setup.save(out / "public.bin")
     for i, share in enumerate(keys.shares):
-        keyfile.save_key_share(out / f"party-{i}.key", share)
-        PartyIdentity(i, private[i], setup).save(out / f"party-{i}.id")
+        keyfile.save_key_share(out / f"party-{i}.key", share, force=force)
+        PartyIdentity(i, private[i], setup).save(out / f"party-{i}.id", force=force)
     return setup
 
 
