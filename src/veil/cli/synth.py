@@ -79,7 +79,8 @@ def fit(
                           "--ledger FILE (with --budget-epsilon E to create it)")
     declared = load_schema(schema)
     table, sep = read_table(check_input_file(data, "DATA"), None)
-    ledger = open_ledger(ledger_path, budget_epsilon, budget_delta, delta)
+    METHODS[method](declared, epsilon=epsilon, delta=delta).cost()  # priced before a ledger
+    ledger = open_ledger(ledger_path, budget_epsilon, budget_delta, delta)  # file is made
     with progress(f"synth {method}", total=1.0) as update:
         options: dict[str, Any] = {"epsilon": epsilon, "delta": delta}
         if method == "aim":
