@@ -127,6 +127,7 @@ def audit_dpsgd(epsilon: float, *, m: int, rows: int, steps: int, delta: float, 
     import torch
 
     from veil.datasets import load_xy
+    from veil.dp import PrivacyBudget
     from veil.learn.dpsgd import make_private
 
     g = default_rng(seed)
@@ -144,8 +145,9 @@ def audit_dpsgd(epsilon: float, *, m: int, rows: int, steps: int, delta: float, 
     sgd = torch.optim.SGD(model.parameters(), lr=lr)
     start = time.perf_counter()
     data = (torch.from_numpy(X.astype(np.float32)), torch.from_numpy(y))
-    model, opt, loader = make_private(model, sgd, data, epsilon=epsilon, delta=delta,
-                                      max_grad_norm=clip, epochs=steps, sample_rate=1.0,
+    model, opt, loader = make_private(model, sgd, data,
+                                      budget=PrivacyBudget(epsilon, delta), max_grad_norm=clip,
+                                      epochs=steps, sample_rate=1.0,
                                       rng=seed)
     loss_fn = torch.nn.CrossEntropyLoss()
     for _ in range(steps):

@@ -33,6 +33,7 @@ import torch
 from sklearn.datasets import load_digits
 from torch import nn
 
+from veil.dp import PrivacyBudget
 from veil.learn.dpsgd import make_private
 from veil.random import Generator
 
@@ -228,8 +229,9 @@ def train_veil(Xtr, ytr, epsilon, epochs, lr, q, seed):
     torch.manual_seed(seed)
     model = mlp()
     opt = torch.optim.SGD(model.parameters(), lr=lr)
-    model, opt, loader = make_private(model, opt, (Xtr, ytr), epsilon=epsilon, delta=1e-5,
-                                      max_grad_norm=1.0, epochs=epochs, sample_rate=q,
+    model, opt, loader = make_private(model, opt, (Xtr, ytr),
+                                      budget=PrivacyBudget(epsilon, 1e-5), max_grad_norm=1.0,
+                                      epochs=epochs, sample_rate=q,
                                       rng=Generator(seed))
     loss_fn = nn.CrossEntropyLoss()
     for _ in range(epochs):

@@ -17,7 +17,7 @@ import torch
 from sklearn.datasets import load_digits
 from torch import nn
 
-from veil.dp import Ledger
+from veil.dp import Ledger, PrivacyBudget
 from veil.learn.dpsgd import make_private
 
 
@@ -25,8 +25,9 @@ def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, epsilon: float,
           epochs: int, lr: float, ledger: Ledger) -> nn.Module:
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     model, optimizer, loader = make_private(
-        model, optimizer, (x, y), epsilon=epsilon, delta=1e-5, max_grad_norm=1.0,
-        epochs=epochs, batch_size=256, max_physical_batch_size=128, ledger=ledger,
+        model, optimizer, (x, y), budget=PrivacyBudget(epsilon, 1e-5), max_grad_norm=1.0,
+        epochs=epochs, batch_size=256, max_physical_batch_size=128,
+        ledger=ledger.child(type(model[0]).__name__, epsilon),  # this model's slice
         dataset_size="public")  # the digits benchmark's size is published
     loss_fn = nn.CrossEntropyLoss()
     start = time.perf_counter()

@@ -25,13 +25,13 @@ FL_CORE = ("veil.fl.messages", "veil.fl.protocol", "veil.fl.trainer", "veil.fl.h
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("veil.errors", "veil.random", "veil._validation", "veil._json", "veil._codec",
-     "veil._io", "veil._plotting", "veil.model_format", "veil._native", "veil._lazy"),  # foundation
-    # links between hosts (TLS, framing): below crypto, mpc and fl, which all move bytes
-    ("veil.net",),                                                      # transport
-    ("veil.datasets",),                                                 # data
+     "veil._io", "veil._plotting", "veil._native", "veil._lazy", "veil._optional"),  # foundation
+    # data, and links between hosts (TLS, framing): below crypto, mpc and fl, which move bytes
+    ("veil.datasets", "veil.net"),                                      # data, transport
     ("veil.learn", "veil.anon"),                                        # models in the clear
     ("veil.dp", "veil.crypto"),                                         # primitives
-    ("veil.learn.dpsgd", "veil.mpc", "veil.he", "veil.anon.safepub"),   # composed protections
+    # composed protections, and what leaks (the attacks and bounds of audit need only dp)
+    ("veil.learn.dpsgd", "veil.mpc", "veil.he", "veil.anon.safepub", "veil.audit"),
     ("veil.learn.private",),                                            # private models
     # fl, inside: a lower row never imports a higher one (issue 31)
     FL_CORE,                       # fl core: messages, stage machines, trainer, ledgers, files
@@ -41,8 +41,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # Federation (a strategy run by a runtime) and the package's face (its __init__); a
     # module of fl not listed above lands here, the top of fl, where nothing in fl sees it
     ("veil.fl",),
-    ("veil.audit",),                                                    # what leaks
-    ("veil.synth",),                                # DP synthetic data, audited by veil.audit
+    # the conformance tester's release paths exercise every protection, fl's included
+    ("veil.audit.conformance",),
+    ("veil.synth",),                  # DP synthetic data, audited by veil.audit (+ conformance)
     ("veil.experiments",),                                              # applications
     ("veil.cli",),                                                      # the command
 )
@@ -120,7 +121,9 @@ def test_no_module_imports_a_higher_layer_or_a_sibling():
 
 
 @pytest.mark.parametrize("source, module, expected", [
-    ("from veil.audit import make_canaries\n", "veil.fl.canary", "a higher layer"),
+    ("from veil.audit.conformance import register\n", "veil.fl.canary", "a higher layer"),
+    ("from veil.audit import auc\n", "veil.learn.dpsgd", "a sibling package"),
+    ("from veil.datasets import load\n", "veil.net.tls", "a sibling package"),
     ("import veil.fl.protocol\n", "veil.crypto.psi", "a higher layer"),
     ("def f():\n    from veil.crypto import paillier\n", "veil.dp.stats", "a sibling package"),
     ("from ..crypto.encoding import FixedPoint\n", "veil.learn.queries", "a higher layer"),
@@ -156,6 +159,9 @@ def test_a_forbidden_import_is_found(tmp_path, source, module, expected):
     ("from veil.fl.vertical.parties import train\n", "veil.fl.runtime.flower_vertical"),
     ("from veil.fl.protocol import Runtime\n", "veil.fl.hybrid.run"),
     ("from veil.fl.runtime import LocalRuntime\n", "veil.fl.federation"),
+    ("from veil.dp import Ledger\n", "veil.audit.report"),
+    ("from veil.fl import Federation\n", "veil.audit.conformance.paths_fl"),
+    ("from veil.audit import make_canaries\n", "veil.fl.canary"),
 ])
 def test_an_allowed_import_passes(tmp_path, source, module):
     path = tmp_path / "m.py"
@@ -288,6 +294,8 @@ LOADERS = {
     "veil.learn.dpsgd": "its public names load their torch modules on first use (_EXPORTS)",
     "veil._lazy": "a package's lazy exports (PEP 562) import the modules its "
                   "'if TYPE_CHECKING:' block names, on first use",
+    "veil._optional": "imports the optional third-party package (torch, tenseal, pyspark) "
+                      "its caller names, so a missing extra gets one message",
     "veil.audit.conformance.tester": "imports every veil module to find every Mechanism "
                                      "subclass (the conformance registry's completeness)",
 }

@@ -1,11 +1,14 @@
-"""veil.model_format: every kind of trained model saves without pickle and loads back;
+"""veil.learn.model_format: every kind of trained model saves without pickle and loads back;
 ``veil fl run`` writes its model and ``veil predict`` applies it (issue 19, item 6)."""
 
 from __future__ import annotations
 
+import ast
+import inspect
 import io
 import json
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -19,7 +22,7 @@ from veil.datasets import public_bounds
 from veil.dp import Ledger
 from veil.errors import ConfigError, DataError, VeilError
 from veil.learn import ID3Classifier, LogisticRegression, SoftmaxRegression, private
-from veil.model_format import (
+from veil.learn.model_format import (
     VERSION,
     encode_table,
     load_model,
@@ -211,6 +214,13 @@ def test_veil_audit_reads_a_model_file_without_pickle(tmp_path, data, capsys):
     entry = json.loads(capsys.readouterr().out)["runs"][0]
     assert entry["certified"]["epsilon"] == pytest.approx(1.5)  # from the file's metadata
     assert entry["certified"]["source"] == "declared"
+    # the spend is given once: a declared epsilon beside a ledger file is refused
+    (tmp_path / "ledger.sqlite").write_bytes(b"")
+    assert main(["audit", "--model", str(path), "--members", str(tmp_path / "in.npz"),
+                 "--nonmembers", str(tmp_path / "out.npz"), "--out", str(tmp_path / "r2"),
+                 "--ledger", str(tmp_path / "ledger.sqlite"), "--epsilon", "1"]) != 0
+    assert "not allowed with --ledger" in " ".join(capsys.readouterr().err.split())
+    assert not (tmp_path / "r2").exists()
 
 
 def test_mpc_models_save_once_revealed(tmp_path, data):
@@ -275,11 +285,46 @@ def test_a_file_names_only_registered_classes(tmp_path, data):
         assert not planted.exists()
 
 
+def test_the_spend_is_given_once(tmp_path, data):
+    """A Ledger (given, or the model's own ``ledger_``) records the spend; an epsilon or
+    delta beside it could disagree with it, so it is refused before anything is written."""
+    X, y, _, _ = data
+    ledger = Ledger(1.0, 1e-5)
+    model = private.LogisticRegression(epsilon=1.0, data_norm=6.0, classes=[0, 1],
+                                       ledger=ledger).fit(X, y)
+    for kw in ({"ledger": ledger, "epsilon": 1.0}, {"delta": 1e-5}):
+        with pytest.raises(ConfigError, match="not allowed beside a Ledger"):
+            save_model(tmp_path / "m.npz", model, **kw)
+        assert not (tmp_path / "m.npz").exists()
+    meta = load_model(save_model(tmp_path / "m.npz", model)).metadata
+    assert meta["epsilon"] == pytest.approx(ledger.spent()[0])
+
+
 def test_the_registry_refuses_duplicates_and_outsiders():
     with pytest.raises(ConfigError, match="already registered"):
         register_model_class(LogisticRegression)
     with pytest.raises(ConfigError, match="not a class defined in veil"):
         register_model_class(zipfile.ZipFile)
+
+
+def _registering_modules() -> set[str]:
+    """The veil modules that register a model class (``@register_model_class``)."""
+    src = Path(__file__).resolve().parents[1] / "src"
+    return {".".join(p.relative_to(src).with_suffix("").parts)
+            for p in (src / "veil").rglob("*.py")
+            if "@register_model_class" in p.read_text() and p.name != "model_format.py"}
+
+
+def test_veil_predict_registers_every_model_class():
+    """``veil predict`` loads any model veil saves: the format imports nothing by a name read
+    from a file, so ``load_model_file`` imports each module that registers a class (a new one
+    left out would make its files unreadable by ``veil predict`` and ``veil audit``)."""
+    from veil.cli import predict
+
+    tree = ast.parse(inspect.getsource(predict.load_model_file))
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert _registering_modules() >= {"veil.learn.linear", "veil.mpc.models"}
+    assert _registering_modules() <= imported
 
 
 def test_sizes_are_checked_before_anything_is_allocated(tmp_path, data):

@@ -102,11 +102,11 @@ def test_seeded_dpsgd_is_labelled_a_simulation(caplog):
 
     def run(rng):
         model = torch.nn.Linear(3, 2)
-        ledger = Ledger(2.0, DELTA)
+        ledger = Ledger(1.0, DELTA)
         x = torch.randn(40, 3)
         y = torch.randint(0, 2, (40,))
         _, opt, _ = make_private(model, torch.optim.SGD(model.parameters(), lr=0.1),
-                                 (x, y), epsilon=1.0, delta=DELTA, max_grad_norm=1.0,
+                                 (x, y), budget=ledger.budget, max_grad_norm=1.0,
                                  epochs=1, batch_size=10, rng=rng, dataset_size="public",
                                  ledger=ledger)
         return opt, ledger

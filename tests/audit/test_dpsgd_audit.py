@@ -7,6 +7,7 @@ import pytest
 from sklearn.datasets import make_classification
 
 from veil.audit import coordinate_canaries
+from veil.dp import PrivacyBudget
 from veil.errors import DataError
 
 DELTA = 1e-5
@@ -29,7 +30,8 @@ def train(epsilon, seed, *, private=True):
     steps, certified, loader = 10, None, [data]
     loss_fn = torch.nn.CrossEntropyLoss()
     if private:
-        model, sgd, loader = make_private(model, sgd, data, epsilon=epsilon, delta=DELTA,
+        model, sgd, loader = make_private(model, sgd, data,
+                                          budget=PrivacyBudget(epsilon, DELTA),
                                           max_grad_norm=0.5, epochs=steps, sample_rate=1.0,
                                           rng=seed)
         certified = sgd.plan.epsilon

@@ -129,10 +129,10 @@ def test_fl_plot_numbers_rounds_like_the_tables_and_shows_the_budget(tmp_path, f
 
 
 def test_truex_figure_keeps_its_title_and_plain_log_ticks(tmp_path, figures):
-    summary = [{"parties": 10, "method": m, "trust": t, "epsilon": e,
+    summary = [{"parties": 10, "method": m, "honest": t, "epsilon": e,
                 "accuracy_mean": 0.7, "accuracy_std": 0.01}
                for m, t in (("central", None), ("hybrid", 5)) for e in (0.1, 0.6, 2.0)]
-    summary.append({"parties": 10, "method": "none", "trust": None, "epsilon": 0,
+    summary.append({"parties": 10, "method": "none", "honest": None, "epsilon": 0,
                     "accuracy_mean": 0.9, "accuracy_std": 0.0})
     long_title = "Truex et al. comparison: nursery, tree (laplace noise, noise-only simulation)"
     truex_plot(summary, tmp_path / "t.png", title=long_title)

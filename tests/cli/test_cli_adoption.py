@@ -22,7 +22,7 @@ from veil.cli.main import COMMANDS, load_command, main
 from veil.dp import Ledger
 from veil.errors import BudgetExceededError
 from veil.learn import LogisticRegression
-from veil.model_format import save_model
+from veil.learn.model_format import save_model
 
 BRACKETED = ("weight [kg]", "dose [/mg]")
 
@@ -116,7 +116,7 @@ def test_bracketed_labels_survive_budget_show(ledger_file, capsys):
 
 
 def test_bracketed_values_survive_experiment_and_audit(tmp_path, capsys):
-    assert main(["experiment", "truex", "--trust", "x [/y]", "--out", str(tmp_path / "t")]) == 2
+    assert main(["experiment", "truex", "--honest", "x [/y]", "--out", str(tmp_path / "t")]) == 2
     assert "x [/y]" in one_line_error(capsys)
     missing = tmp_path / "members [/x].npz"
     assert main(["audit", "--model", str(missing), "--members", str(missing),
@@ -298,3 +298,18 @@ def test_help_has_no_type_oddities(capsys):
         text = capsys.readouterr().out
         assert text.startswith("Usage: veil"), path
         assert "<bool>" not in text and "{" not in text, (path, text)
+
+
+def test_names_stay_whole_and_every_column_shows_at_80_columns():
+    """The conformance table folded "learn.private.KMea/ns" and squeezed columns out of sight."""
+    rows = [("learn.private.KMeansClustering", "add/remove one row of the training set", 1.0,
+             0.123, "pass"),
+            ("dp.query.GroupBy", "add/remove one unit (all its rows)", 0.5, "-",
+             "skipped (needs spark: pyspark not installed here)")]
+    columns = ["path", "neighbours", "certified eps", "eps >= (0.95)", "verdict"]
+    out = Console(width=80, file=io.StringIO(), highlight=False)
+    print_table(rows, columns, out=out)
+    text = out.file.getvalue()
+    assert "learn.private.KMeansClustering" in text and "dp.query.GroupBy" in text
+    assert "verdict" in text and "skipped" in text and "installed" in text
+    assert max(len(line) for line in text.splitlines()) <= 80

@@ -12,7 +12,7 @@ import pytest
 
 from veil.cli.main import main
 from veil.errors import DataError
-from veil.model_format import NPY_ARRAY, read_arrays
+from veil.learn.model_format import NPY_ARRAY, read_arrays
 
 #: a pickle whose loading would create this file: proof that nothing was unpickled
 _RAN = "unpickled.txt"
@@ -88,7 +88,7 @@ def test_predict_refuses_a_non_veil_model(bad_files, tmp_path, capsys, kind):
 @pytest.mark.parametrize("kind", ["pickle", "object.npz", "text", "broken.npz"])
 def test_audit_refuses_non_veil_members(bad_files, tmp_path, capsys, kind):
     from veil.learn.linear import LogisticRegression
-    from veil.model_format import save_model
+    from veil.learn.model_format import save_model
 
     rng = np.random.default_rng(0)
     X, y = rng.normal(size=(40, 3)), np.arange(40) % 2

@@ -25,7 +25,7 @@ def files(tmp_path_factory):
         '[columns.ward]\ntype = "categorical"\ncategories = ["a", "b"]\n'
         '[columns.age]\ntype = "numeric"\nedges = [0, 30, 60, 100]\ninteger = true\n')
     from veil.learn.linear import LogisticRegression
-    from veil.model_format import save_model
+    from veil.learn.model_format import save_model
 
     rng = np.random.default_rng(0)
     X, y = rng.normal(size=(40, 3)), np.arange(40) % 2

@@ -10,7 +10,7 @@ import pytest
 
 from veil.datasets import FeatureBounds, load_xy, public_bounds
 from veil.errors import ConfigError, DataError
-from veil.model_format import encode_table
+from veil.learn.model_format import encode_table
 
 
 def test_scaling_maps_each_feature_from_its_bounds_into_unit_range():

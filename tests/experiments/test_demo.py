@@ -68,6 +68,9 @@ def test_demo_cli_writes_the_privacy_report(tmp_path, capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["key_bits"] == 512 and len(data["runs"]) == 10
     assert {r["method"] for r in data["runs"]} == METHODS
+    # t given once, as honest, with the threshold it implies beside it
+    assert {(r["honest"], r["threshold"]) for r in data["runs"] if r["method"] == "hybrid"} \
+        == {(data["honest"], data["threshold"])}
     assert data["report"]["html"] == str(out / "audit" / "report.html")
     # veil audit reads the run directory
     assert main(["audit", str(out), "--out", str(tmp_path / "again"), "--seed", "1"]) == 0

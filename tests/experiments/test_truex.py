@@ -10,18 +10,19 @@ from veil.audit import read_run
 from veil.cli.main import main
 from veil.dp import Ledger
 from veil.errors import ConfigError
-from veil.experiments import TruexConfig, parse_trust, plot, run_truex, summarize, write_csv
+from veil.experiments import TruexConfig, parse_honest, plot, run_truex, summarize, write_csv
 from veil.experiments.tasks import load_task, make_learner
 
 
-def test_parse_trust():
-    assert [parse_trust(t, 10) for t in ("1", "half", "n", " 7 ")] == [1, 5, 10, 7]
-    assert parse_trust("half", 5) == 3
+def test_parse_honest():
+    assert [parse_honest(t, 10).honest for t in ("1", "half", "n", " 7 ")] == [1, 5, 10, 7]
+    assert [parse_honest(t, 10).threshold for t in ("1", "half", "n")] == [10, 6, 1]
+    assert parse_honest("half", 5).honest == 3
     for bad in ("0", "11", "most"):
-        with pytest.raises(ConfigError, match="trust"):
-            parse_trust(bad, 10)
-    with pytest.raises(ConfigError, match="trust"):
-        TruexConfig("digits", "logreg", parties=[3], trust=["5"])
+        with pytest.raises(ConfigError, match="honest"):
+            parse_honest(bad, 10)
+    with pytest.raises(ConfigError, match="honest"):
+        TruexConfig("digits", "logreg", parties=[3], honest=["5"])
     with pytest.raises(ConfigError, match="dataset"):
         TruexConfig("mnist", "logreg")
     with pytest.raises(ConfigError, match="epsilon"):
@@ -29,16 +30,16 @@ def test_parse_trust():
 
 
 def test_sweep_rows_summary_and_files(tmp_path):
-    config = TruexConfig("digits", "logreg", parties=[3], trust=["1", "n"], epsilons=[0.5, 4.0],
+    config = TruexConfig("digits", "logreg", parties=[3], honest=["1", "n"], epsilons=[0.5, 4.0],
                          repeats=2, options={"rounds": 5})
     seen = []
     rows = run_truex(config, rng=1, on_progress=lambda done, total, what: seen.append(
         (done, total)))
     # per repetition: no privacy once, then central, hybrid t=1, t=3, local per epsilon
     assert len(rows) == 2 * (1 + 2 * 4) and seen[-1] == (18, 18)
-    methods = {(r["method"], r["trust"]) for r in rows}
-    assert methods == {("none", ""), ("central", ""), ("hybrid", 1), ("hybrid", 3),
-                       ("local", "")}
+    methods = {(r["method"], r["honest"], r["threshold"]) for r in rows}
+    assert methods == {("none", "", ""), ("central", "", ""), ("hybrid", 1, 3),
+                       ("hybrid", 3, 1), ("local", "", "")}
     for r in rows:
         assert 0 <= r["accuracy"] <= 1 and r["noise"] == "gaussian"
         if r["method"] != "none":
@@ -57,7 +58,7 @@ def test_tree_task_on_nursery(nursery_available):
     task = load_task("nursery", "tree", rng=0)
     assert task.X_train.shape[1] == 8 and task.cardinalities == (3, 5, 4, 4, 3, 2, 3, 3)
     assert len(task.y_train) + len(task.y_test) == 12960
-    rows = run_truex(TruexConfig("nursery", "tree", parties=[5], trust=["n"], epsilons=[5.0],
+    rows = run_truex(TruexConfig("nursery", "tree", parties=[5], honest=["n"], epsilons=[5.0],
                                  repeats=1), rng=2)
     accuracy = {r["method"]: r["accuracy"] for r in rows}
     assert accuracy["none"] > 0.85 and accuracy["central"] > 0.7
@@ -74,7 +75,7 @@ def test_adult_tasks(adult_available):
 def test_cli_writes_csv_and_png(tmp_path, capsys):
     out = tmp_path / "out"
     status = main(["experiment", "truex", "--dataset", "digits", "--model", "svm",
-                   "--parties", "3", "--trust", "1,n", "--epsilon", "2", "--repeats", "1",
+                   "--parties", "3", "--honest", "1,n", "--epsilon", "2", "--repeats", "1",
                    "--out", str(out), "--json"])
     assert status == 0
     for name in ("truex_digits_svm.csv", "truex_digits_svm_summary.csv", "truex_digits_svm.png",
@@ -85,18 +86,18 @@ def test_cli_writes_csv_and_png(tmp_path, capsys):
     run = read_run(out)
     assert not (out / "ledgers").exists() and not (out / "audit").exists()
     assert [r.label for r in run.records] == ["n=3: no privacy / SMC", "n=3: central DP, eps=2",
-                                              "n=3: hybrid t=1, eps=2",
-                                              "n=3: hybrid t=3 (= n), eps=2",
+                                              "n=3: hybrid honest=1, threshold 3, eps=2",
+                                              "n=3: hybrid honest=3, threshold 1, eps=2",
                                               "n=3: local DP, eps=2"]
     assert all(0 < r.epsilon <= 2.0 + 1e-9 and r.ledger is None for r in run.records[1:])
-    assert main(["experiment", "truex", "--parties", "3", "--trust", "4", "--out",
+    assert main(["experiment", "truex", "--parties", "3", "--honest", "4", "--out",
                  str(out)]) == 2
 
 
 def test_cli_report_certifies_every_cell_from_its_ledgers(tmp_path, capsys):
     out = tmp_path / "out"
     args = ["experiment", "truex", "--dataset", "digits", "--model", "logreg", "--parties", "3",
-            "--trust", "n", "--epsilon", "0.5,4", "--repeats", "2", "--out", str(out),
+            "--honest", "n", "--epsilon", "0.5,4", "--repeats", "2", "--out", str(out),
             "--report", "--json"]
     assert main(args) == 0
     files = json.loads(capsys.readouterr().out)["files"]
@@ -104,12 +105,13 @@ def test_cli_report_certifies_every_cell_from_its_ledgers(tmp_path, capsys):
     with open(out / "truex_digits_logreg.csv") as f:
         cells: dict[tuple, list] = {}
         for row in csv.DictReader(f):
-            cells.setdefault((row["method"], row["trust"], row["epsilon"]), []).append(row)
+            cells.setdefault((row["method"], row["honest"], row["epsilon"]), []).append(row)
     run = read_run(out)
-    # one record per (parties, method, trust, epsilon) cell, a curve per (method, trust)
+    # one record per (parties, method, honest, epsilon) cell, a curve per (method, honest)
     assert len(run.records) == len(cells) == 1 + 2 * 3
     assert {r.group for r in run.records} == {"n=3: no privacy / SMC", "n=3: central DP",
-                                              "n=3: hybrid t=3 (= n)", "n=3: local DP"}
+                                              "n=3: hybrid honest=3, threshold 1",
+                                              "n=3: local DP"}
     report = json.loads((out / "audit" / "report.json").read_text())
     folder = out / "ledgers" / "truex_digits_logreg"
     for record, entry, cell in zip(run.records, report["runs"], cells.values()):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from veil.datasets import partition
-from veil.dp import Ledger
+from veil.dp import Ledger, PrivacyBudget
 from veil.dp.distributed import DistributedSkellam
 from veil.dp.trust import Trust
 from veil.errors import BudgetExceededError, ConfigError, DataError
@@ -148,7 +148,8 @@ def test_neural_network_from_dpsgd_clipped_sums():
     assert np.allclose(total[:-1], ref.grad.numpy()) and clipped == ref.n_clipped > 0
     assert total[-1] == pytest.approx(0.25 * 0.1 * 300)
     fit = fit_queries(learner, SimulatedAggregator(_parties(X, y, 3)), method="hybrid",
-                      trust=Trust(3, 2), noise="gaussian", epsilon=5.0, delta=1e-5, rng=1)
+                      trust=Trust(3, 2), noise="gaussian", budget=PrivacyBudget(5.0, 1e-5),
+                      rng=1)
     assert fit.queries == 3 and np.all(np.isfinite(fit.model.get_params_vector()))
 
 
@@ -160,13 +161,17 @@ def test_bad_input():
     agg = SimulatedAggregator(_parties(X, y))
     with pytest.raises(ConfigError, match="method"):
         fit_queries(GradientQueries(model), agg, method="secret")
-    with pytest.raises(ConfigError, match="epsilon"):
+    with pytest.raises(ConfigError, match="adds noise: give budget="):
         fit_queries(GradientQueries(model), agg, method="central")
-    with pytest.raises(ConfigError, match="epsilon"):
-        fit_queries(GradientQueries(model), agg, method="central", epsilon=0.0)
+    with pytest.raises(ConfigError, match="budget=1.0 is not allowed"):
+        fit_queries(GradientQueries(model), agg, method="central", budget=1.0)
+    # the budget is given once: a ledger beside it must hold exactly it
+    with pytest.raises(ConfigError, match="was calibrated for"):
+        fit_queries(GradientQueries(model), agg, method="central",
+                    budget=PrivacyBudget(1.0, 1e-5), ledger=Ledger(2.0, 1e-5))
     with pytest.raises(ConfigError, match=r"honest \(t\)=6 is not allowed"):
         fit_queries(GradientQueries(model), agg, method="hybrid",
-                    trust=Trust(agg.parties, 6), epsilon=1.0)
+                    trust=Trust(agg.parties, 6), budget=PrivacyBudget(1.0))
     with pytest.raises(DataError, match="pair"):
         SimulatedAggregator([X])
     with pytest.raises(ConfigError, match="delta"):

@@ -39,6 +39,11 @@ def per_example_grads(model, x, y):
     return torch.stack(rows)
 
 
+def calibrated(epsilon, delta=1e-5):
+    """make_private's arguments for sigma calibrated to (epsilon, delta), given once."""
+    return dict(budget=PrivacyBudget(epsilon, delta), noise_multiplier=None, delta=None)
+
+
 def private(model=None, data=None, **kw):
     model = model or small_model()
     args = dict(noise_multiplier=1.3, delta=1e-5, max_grad_norm=0.5, epochs=1, batch_size=8,
@@ -124,9 +129,9 @@ def test_fixed_size_sampler_gives_exact_batches_and_is_accounted_without_replace
 
 def test_accounting_equals_the_ledgers_calibration():
     x, y = toy_data(200)
-    ledger = Ledger(5.0, 1e-5)
-    _, opt, loader = private(data=(x, y), noise_multiplier=None, epsilon=2.0, epochs=3,
-                             batch_size=20, ledger=ledger)
+    ledger = Ledger(2.0, 1e-5)
+    _, opt, loader = private(data=(x, y), **calibrated(2.0), epochs=3, batch_size=20,
+                             ledger=ledger)
     plan = opt.plan
     assert plan.steps == 3 * 10 and plan.sample_rate == 0.1
     assert plan.noise_multiplier == calibrate_noise(2.0, 1e-5, 0.1, 30, "pld")
@@ -154,12 +159,11 @@ def test_schedule_that_does_not_fit_the_ledger_names_the_sigma_needed():
 @pytest.mark.parametrize("kw, match", [
     (dict(batch_size=41), "batch_size=41 is not allowed: larger than the data"),
     (dict(batch_size=None), "exactly one of batch_size"),
-    (dict(epsilon=1.0), "exactly one of epsilon"),
+    (dict(budget=PrivacyBudget(1.0, 1e-5)), "noise_multiplier is not allowed with budget="),
     (dict(delta=0.0), "delta=0"),
     (dict(max_grad_norm=-1.0), "max_grad_norm"),
     (dict(sampling="shuffle"), "sampling"),
-    (dict(noise_multiplier=None, epsilon=1e-4, delta=1e-12, epochs=50, batch_size=40),
-     "not reachable"),
+    (dict(**calibrated(1e-4, 1e-12), epochs=50, batch_size=40), "not reachable"),
 ])
 def test_bad_parameters_are_clear_errors(kw, match):
     with pytest.raises(ConfigError, match=match):
@@ -233,8 +237,9 @@ def test_dpsgd_learns_digits_at_epsilon_3():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
-    model, opt, loader = make_private(model, opt, (x[:1400], y[:1400]), epsilon=3.0,
-                                      delta=1e-5, max_grad_norm=1.0, epochs=20, batch_size=256,
+    model, opt, loader = make_private(model, opt, (x[:1400], y[:1400]),
+                                      budget=PrivacyBudget(3.0, 1e-5), max_grad_norm=1.0, epochs=20,
+                                      batch_size=256,
                                       rng=Generator(0))
     for _ in range(20):
         for xb, yb in loader:
@@ -351,8 +356,7 @@ def test_a_declared_dataset_size_sets_the_plan_not_len_data():
     from veil.learn.public import PublicFactWarning
 
     def plan(n, **kw):
-        return private(data=toy_data(n), epsilon=2.0, noise_multiplier=None, batch_size=10,
-                       **kw)[1].plan
+        return private(data=toy_data(n), **calibrated(2.0), batch_size=10, **kw)[1].plan
 
     # add/remove one record: with a declared size the plan (q, steps, sigma) cannot move
     a, b = plan(40, dataset_size=100), plan(41, dataset_size=100)
@@ -370,19 +374,18 @@ def test_a_private_estimate_of_the_dataset_size_is_charged_and_conservative():
     from veil.learn.dpsgd import EstimatedSize
 
     ledger = Ledger(2.0, 1e-5)
-    _, opt, _ = private(data=toy_data(400), epsilon=2.0, noise_multiplier=None,
-                        batch_size=10, dataset_size=EstimatedSize(0.2), ledger=ledger)
+    _, opt, _ = private(data=toy_data(400), **calibrated(2.0), batch_size=10,
+                        dataset_size=EstimatedSize(0.2), ledger=ledger)
     count, run = ledger.history()
     assert count.label == "make_private: dataset size estimate" and run.delta == 1e-5
     # the count's 0.2 and DP-SGD's 1.8 fill the budget; N is a lower confidence bound
     assert ledger.spent()[0] == pytest.approx(2.0, rel=2e-3) and ledger.spent()[0] <= 2.0
     assert 400 - 40 < opt.plan.dataset_size <= 400
-    with pytest.raises(ConfigError, match="slice comes out of the target epsilon"):
-        private(data=toy_data(400), epsilon=0.1, noise_multiplier=None,
-                dataset_size=EstimatedSize(0.2))
+    with pytest.raises(ConfigError, match="slice comes out of the budget's epsilon"):
+        private(data=toy_data(400), **calibrated(0.1), dataset_size=EstimatedSize(0.2))
     with pytest.raises(BudgetExceededError, match="nothing was charged"):
-        private(data=toy_data(400), epsilon=2.0, noise_multiplier=None,
-                dataset_size=EstimatedSize(0.2), ledger=ledger)
+        private(data=toy_data(400), **calibrated(2.0), dataset_size=EstimatedSize(0.2),
+                ledger=ledger)
     assert len(ledger.history()) == 2
 
 
@@ -397,7 +400,11 @@ def test_one_budget_calibrates_and_caps_and_is_given_once():
     assert opt.plan.epsilon <= 2.0 * (1 + 1e-9) and opt.plan.delta == 1e-5
     with pytest.raises(ConfigError, match="calibrated for epsilon=2"):
         private(noise_multiplier=None, delta=None, budget=budget, ledger=Ledger(4.0, 1e-5))
-    with pytest.raises(ConfigError, match="epsilon is not allowed with budget="):
+    with pytest.raises(ConfigError, match="delta is not allowed with budget="):
+        private(noise_multiplier=None, budget=budget)
+    with pytest.raises(TypeError, match="epsilon"):    # epsilon only inside the budget
         private(noise_multiplier=None, delta=None, budget=budget, epsilon=2.0)
+    with pytest.raises(ConfigError, match="give budget= .* or noise_multiplier="):
+        private(noise_multiplier=None)
     with pytest.raises(ConfigError, match="delta=None is not allowed"):
         private(delta=None)

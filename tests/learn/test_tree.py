@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from veil.datasets import partition
+from veil.dp import PrivacyBudget
 from veil.dp.trust import Trust
 from veil.errors import ConfigError, DataError
 from veil.fl.hybrid.fit import SimulatedAggregator, fit_queries
@@ -113,8 +114,7 @@ def test_private_id3_charges_each_depth_and_stays_within_budget():
     plan = learner.plan()
     assert [s.l1 for s in plan] == [5, 4, 3, 1]     # |A_left| + 1, leaves: class counts
     fit = fit_queries(learner, agg, method="hybrid", trust=Trust(4, 2), noise="laplace",
-                      epsilon=2.0,
-                      rng=5)
+                      budget=PrivacyBudget(2.0), rng=5)
     history = fit.ledger.history()
     assert len(history) == fit.queries >= 1
     assert all(c.label.startswith("hybrid id3 depth") for c in history)

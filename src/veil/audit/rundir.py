@@ -191,7 +191,7 @@ def read_run(path: str | os.PathLike) -> Run:
         seen.add(label)
         arrays: dict[str, np.ndarray] = {}
         if entry.get("scores") is not None:
-            from veil.model_format import read_arrays
+            from veil.learn.model_format import read_arrays
 
             scores = root / str(entry["scores"])
             arrays = _check_arrays(read_arrays(scores, what=f"{where}'s scores file (an .npz "

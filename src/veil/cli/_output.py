@@ -91,7 +91,8 @@ def print_table(rows: Iterable[Sequence[Any]], columns: Sequence[str], *,
                 title: str | None = None, out: Console | None = None) -> None:
     """A table with the given column headers; nothing in it is read as markup.
 
-    Number cells are never wrapped or cut. When their widths (plus the borders) exceed the
+    Number cells are never wrapped or cut, and text wraps only between words (a name such as
+    ``learn.private.KMeans`` stays whole). When those widths (plus the borders) exceed the
     console's width, the table is printed vertically: one ``column: value`` block per row.
     The title is a line of its own, as wide as the console (a title inside a narrow table
     wrapped into the table's width).
@@ -99,14 +100,10 @@ def print_table(rows: Iterable[Sequence[Any]], columns: Sequence[str], *,
     out = out or console
     cells = [[fmt(v) for v in row] for row in rows]
     headers = [str(c) for c in columns]
-    widths = []
-    for j, head in enumerate(headers):
-        numbers = [len(row[j]) for row in cells if j < len(row) and _is_number(row[j])]
-        words = max((len(w) for w in head.split()), default=1)
-        widths.append(max([words, *numbers]))
+    widths = _column_widths(headers, cells, out.width - 3 * (len(headers) - 1))
     if title:
         out.print(Text(title, style="bold"))
-    if sum(widths) + 3 * (len(headers) - 1) > out.width:  # the layout of the Table below
+    if widths is None:
         key_width = max(len(h) for h in headers)
         for i, row in enumerate(cells):
             if i:
@@ -118,11 +115,40 @@ def print_table(rows: Iterable[Sequence[Any]], columns: Sequence[str], *,
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     for j, head in enumerate(headers):
         numeric = any(j < len(row) and row[j] and _is_number(row[j]) for row in cells)
-        table.add_column(Text(head), min_width=widths[j], overflow="fold",
+        table.add_column(Text(head), width=widths[j], overflow="fold",
                          justify="right" if numeric else "left")
     for row in cells:
         table.add_row(*(Text(c, no_wrap=_is_number(c)) for c in row))
     out.print(table)
+
+
+def _unbreakable(text: str) -> int:
+    """The width ``text`` needs: all of it when it starts with a number, else its longest word."""
+    words = text.split() or [""]
+    return len(text) if _is_number(words[0]) else max(len(w) for w in words)
+
+
+def _column_widths(headers: Sequence[str], cells: Sequence[Sequence[str]],
+                   room: int) -> list[int] | None:
+    """Each column's width within ``room`` characters, or None when the table cannot fit.
+
+    A column needs its longest word (a measurement such as ``12.3 s`` is one word) and wants
+    its longest line; each column gets what it needs, then the room left is shared in
+    proportion to what each still wants, so text wraps between words and only where it must.
+    """
+    columns = [[head, *(row[j] for row in cells if j < len(row))]
+               for j, head in enumerate(headers)]
+    need = [max(_unbreakable(text) for text in column) for column in columns]
+    want = [max(len(text) for text in column) for column in columns]
+    if sum(want) <= room:
+        return want
+    if sum(need) > room:
+        return None
+    spare, extra = room - sum(need), [w - n for w, n in zip(want, need, strict=True)]
+    widths = [n + spare * e // sum(extra) for n, e in zip(need, extra, strict=True)]
+    for j in sorted(range(len(widths)), key=lambda j: widths[j] - want[j])[:room - sum(widths)]:
+        widths[j] += 1  # what the rounding down left goes to the columns furthest from their want
+    return widths
 
 
 def print_mapping(data: Mapping[str, Any], *, title: str | None = None) -> None:

@@ -11,7 +11,7 @@ relation, certified epsilon, empirical lower bound and verdict (``--json``; ``--
 ``veil audit --model MODEL --members TRAIN.npz --nonmembers HOLDOUT.npz`` attacks a fitted
 classifier (anything with ``predict_proba``) on records it was / was not trained on (``.npz``
 files holding arrays ``X`` and ``y``) and reports the same way. MODEL is a veil model file
-(:mod:`veil.model_format`: no code runs on loading; its epsilon and ledger are used when
+(:mod:`veil.learn.model_format`: no code runs on loading; its epsilon and ledger are used when
 ``--epsilon``/``--ledger`` are not given), or a pickle you trust.
 """
 
@@ -41,7 +41,7 @@ MAX_SHADOW = 10_000
 
 
 def _load_xy(path: Path, option: str) -> tuple[np.ndarray, np.ndarray]:
-    from veil.model_format import read_arrays
+    from veil.learn.model_format import read_arrays
 
     check_input_file(path, option)
     arrays = read_arrays(path, what=f"{option}: an .npz file of arrays X and y",
@@ -191,6 +191,9 @@ def audit(
         check_positive(epsilon, "--epsilon", allow_zero=True)
     if delta is not None:
         check_delta(delta, "--delta")
+    if ledger is not None and (epsilon is not None or delta is not None):
+        raise ConfigError("--epsilon/--delta are not allowed with --ledger: the ledger "
+                          "certifies the spend (the budget is given once)")
     target = out or (Path("audit-report") if model is not None else Path(run_dir) / "audit")
     check_out_dir(target, force=force)
     if model is not None:

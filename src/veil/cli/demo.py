@@ -73,12 +73,13 @@ def demo(json_: bool = typer.Option(False, "--json", help="Print JSON instead of
         "to its own Ledger.")
     for name in dict.fromkeys(r.task for r in report.runs):
         rows = [r for r in report.runs if r.task == name]
-        print_table([(METHOD_LABELS[r.method], "" if r.trust is None else r.trust,
-                      f"{r.accuracy:.4f}", _up(r.epsilon) if r.delta or r.epsilon else "-",
+        print_table([(METHOD_LABELS[r.method], "" if r.trust is None else r.trust.honest,
+                      "" if r.trust is None else r.trust.threshold, f"{r.accuracy:.4f}",
+                      _up(r.epsilon) if r.delta or r.epsilon else "-",
                       f"{r.seconds:.1f} s", _bytes(r.bytes_up), _bytes(r.bytes_down),
                       r.queries) for r in rows],
-                    ["method", "t", "test accuracy", "epsilon spent", "time", "bytes up",
-                     "bytes down", "queries"],
+                    ["method", "honest", "threshold", "test accuracy", "epsilon spent", "time",
+                     "bytes up", "bytes down", "queries"],
                     title=f"{name}: {report.parties} parties")
     say("no privacy: exact sums in the clear; SMC only: encrypted sums, no noise; "
         "central DP: the aggregator adds all the noise (trusted); local DP: each "

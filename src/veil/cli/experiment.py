@@ -18,9 +18,9 @@ def truex(
     dataset: Annotated[str, typer.Option(help="nursery, adult or digits.")] = "nursery",
     model: Annotated[str, typer.Option(help="tree, svm, logreg or nn.")] = "tree",
     parties: Annotated[str, typer.Option(help="Party counts, e.g. 10,50.")] = "10,50",
-    trust: Annotated[str, typer.Option(
-        help="Trust levels t (honest parties): integers, 'half' or 'n', e.g. 1,half,n.")
-    ] = "1,half,n",
+    honest: Annotated[str, typer.Option(
+        help="t, the fewest honest parties assumed (any threshold = n - t + 1 decrypt): "
+        "integers, 'half' or 'n', e.g. 1,half,n.")] = "1,half,n",
     epsilon: Annotated[str, typer.Option(help="Privacy budgets, e.g. 0.1,0.5,1,2,5.")
                        ] = "0.1,0.5,1,2,5",
     repeats: Annotated[int, typer.Option(help="Repetitions per point (error bars).")] = 3,
@@ -46,7 +46,7 @@ def truex(
     from veil.experiments import TruexConfig, plot, run_truex, summarize, truex_run, write_csv
 
     config = TruexConfig(dataset, model, parties=parse_list(parties, "--parties", int),
-                         trust=parse_list(trust, "--trust", str),
+                         honest=parse_list(honest, "--honest", str),
                          epsilons=parse_list(epsilon, "--epsilon"), repeats=repeats,
                          noise=noise, delta=delta)
     check_out_dir(out, force=force, keep=LEDGERS)
@@ -72,14 +72,14 @@ def truex(
         files += [str(html_path), str(json_path)]
     if json_:
         print_json({"config": {"dataset": dataset, "model": model, "noise": config.noise,
-                               "parties": config.parties, "trust": list(config.trust),
+                               "parties": config.parties, "honest": list(config.honest),
                                "epsilons": config.epsilons, "repeats": config.repeats,
                                "delta": config.delta},
                     "summary": summary, "files": files})
         return
-    print_table([(s["parties"], s["method"], s["trust"], s["epsilon"],
+    print_table([(s["parties"], s["method"], s["honest"], s["threshold"], s["epsilon"],
                   f"{s['accuracy_mean']:.4f}", f"{s['accuracy_std']:.4f}") for s in summary],
-                ["parties", "method", "t", "epsilon", "accuracy", "sd"],
+                ["parties", "method", "honest", "threshold", "epsilon", "accuracy", "sd"],
                 title=f"veil experiment truex: {dataset}, {model}, {config.noise} noise, "
                       f"{config.repeats} repetitions")
     say(f"wrote {', '.join(files)} (noise-only simulation: the encrypted protocol sums the "

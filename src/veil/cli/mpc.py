@@ -18,7 +18,7 @@ import typer
 from veil.cli._output import check_input_file, print_json, print_mapping
 from veil.cli.net import CERT, HOSTS, KEY, PARTY, TIMEOUT
 from veil.errors import ConfigError, DataError
-from veil.model_format import NPY_ARRAY, read_arrays
+from veil.learn.model_format import NPY_ARRAY, read_arrays
 
 app = typer.Typer(help="Secure multi-party computation with parties on different hosts.",
                   no_args_is_help=True)

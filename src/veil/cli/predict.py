@@ -1,4 +1,4 @@
-"""``veil predict MODEL DATA.csv``: apply a saved model (:mod:`veil.model_format`) to a table.
+"""``veil predict MODEL DATA.csv``: apply a saved model (:mod:`veil.learn.model_format`) to a table.
 
 The model file says how its features come from raw columns (its ``encoding``; else its
 ``feature_names`` are read as numeric columns); each row gets the predicted class (its label
@@ -21,7 +21,7 @@ from veil.errors import ConfigError, DataError
 
 
 def _features(table: pd.DataFrame, metadata: dict) -> np.ndarray:
-    from veil.model_format import encode_table
+    from veil.learn.model_format import encode_table
 
     if metadata.get("encoding"):
         return encode_table(table, metadata["encoding"])
@@ -37,12 +37,18 @@ def _features(table: pd.DataFrame, metadata: dict) -> np.ndarray:
 
 
 def load_model_file(path: Path):
-    """:func:`veil.model_format.load_model` with every veil model class registered: the
+    """:func:`veil.learn.model_format.load_model` with every veil model class registered: the
     modules that define them register them when imported (the format imports nothing by a
-    name read from a file)."""
-    import veil.learn.private  # noqa: F401 - with veil.learn: the models in the clear, private
+    name read from a file), so this imports each module that calls ``register_model_class``
+    (tests/cli/test_cli_adoption.py checks the list is complete)."""
+    import veil.learn.linear  # noqa: F401 - the models in the clear
+    import veil.learn.private.kmeans  # noqa: F401 - the private models
+    import veil.learn.private.linear  # noqa: F401
+    import veil.learn.private.linear_regression  # noqa: F401
+    import veil.learn.private.naive_bayes  # noqa: F401
+    import veil.learn.tree  # noqa: F401 - ID3 trees and their nodes
     import veil.mpc.models  # noqa: F401 - RevealedModel
-    from veil.model_format import load_model
+    from veil.learn.model_format import load_model
 
     return load_model(path)
 

@@ -13,7 +13,7 @@ configuration's ``[data] bounds``, or the ranges documented with a known data se
 the declared range's centre goes to 0, where a zero-initialised linear model starts, so
 its first gradient steps move the weights rather than only the intercept (on breast cancer,
 a 4-round hybrid run reaches 0.71 against 0.63 for the same map into [0, 1]). A saved model
-records it as a ``"bounds"`` encoding step (:func:`veil.model_format.encode_table`), so
+records it as a ``"bounds"`` encoding step (:func:`veil.learn.model_format.encode_table`), so
 ``veil predict`` applies it to new raw tables. Every party applies it to its own records
 alone (an element-wise map: scaling before or after partitioning gives the same rows).
 
@@ -119,7 +119,7 @@ class FeatureBounds:
         return 2.0 * (np.clip(X, self.low, self.high) - self.low) / width - 1.0
 
     def encoding(self) -> list[dict[str, Any]]:
-        """The map as a saved model's encoding steps (:mod:`veil.model_format`)."""
+        """The map as a saved model's encoding steps (:mod:`veil.learn.model_format`)."""
         return [{"column": n, "kind": "bounds", "low": float(lo), "high": float(hi)}
                 for n, lo, hi in zip(self.names, self.low, self.high)]
 

@@ -204,7 +204,7 @@ def load_sklearn(name: str) -> Dataset:
 
 def feature_encoding(name: str) -> list[dict[str, object]]:
     """How :func:`load_xy` turns the raw columns of ``name`` into its features, column by
-    column, in the JSON form of :func:`veil.model_format.encode_table` (a saved model keeps
+    column, in the JSON form of :func:`veil.learn.model_format.encode_table` (a saved model keeps
     it, so ``veil predict`` can encode a raw table the same way)."""
     if name == "adult":
         steps: list[dict[str, object]] = [

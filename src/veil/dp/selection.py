@@ -66,7 +66,34 @@ def _candidates(value: Any) -> tuple[np.ndarray, np.ndarray | None]:
     return u, m
 
 
-class Exponential(Mechanism):
+class _Selection(Mechanism):
+    """A pure epsilon-DP choice of one index among scored candidates: the budget, the
+    scores' sensitivity and whether they are monotone (every score moves the same way
+    between neighbours, which halves the noise), validated once for both selections."""
+
+    def __init__(self, epsilon: float, sensitivity: float = 1.0, *,
+                 monotone: bool = False) -> None:
+        self.epsilon = check_epsilon(epsilon)
+        self.delta = 0.0
+        self.sensitivity = check_positive(sensitivity, "sensitivity")
+        self.monotone = bool(monotone)
+
+    @property
+    def _spread(self) -> float:
+        """The score range a neighbour can move: 2 sensitivity, or sensitivity if monotone."""
+        return self.sensitivity * (1.0 if self.monotone else 2.0)
+
+    @property
+    def event(self) -> de.DpEvent:
+        return pure_dp_event(self.epsilon)
+
+    def __repr__(self) -> str:
+        kind = ", monotone" if self.monotone else ""
+        return (f"{type(self).__name__}(epsilon={self.epsilon:g}, "
+                f"sensitivity={self.sensitivity:g}{kind})")
+
+
+class Exponential(_Selection):
     """Choose candidate i with probability proportional to ``m_i exp(coef * u_i)``.
 
     ``coef = epsilon / (2 sensitivity)`` (``epsilon / sensitivity`` with ``monotone=True``),
@@ -77,15 +104,8 @@ class Exponential(Mechanism):
 
     def __init__(self, epsilon: float, sensitivity: float = 1.0, *,
                  monotone: bool = False) -> None:
-        self.epsilon = check_epsilon(epsilon)
-        self.delta = 0.0
-        self.sensitivity = check_positive(sensitivity, "sensitivity")
-        self.monotone = bool(monotone)
-        self.coef = div_down(self.epsilon, self.sensitivity * (1.0 if monotone else 2.0))
-
-    @property
-    def event(self) -> de.DpEvent:
-        return pure_dp_event(self.epsilon)
+        super().__init__(epsilon, sensitivity, monotone=monotone)
+        self.coef = div_down(self.epsilon, self._spread)
 
     def check(self, value: Any) -> tuple[np.ndarray, np.ndarray | None]:
         """Validate candidates before anything is charged."""
@@ -104,26 +124,15 @@ class Exponential(Mechanism):
         u, m = self.check(value)
         return noisy_argmax(u, coef=self.coef, multiplicities=m, noise="gumbel", rng=rng)
 
-    def __repr__(self) -> str:
-        kind = ", monotone" if self.monotone else ""
-        return f"Exponential(epsilon={self.epsilon:g}, sensitivity={self.sensitivity:g}{kind})"
 
-
-class ReportNoisyMax(Mechanism):
+class ReportNoisyMax(_Selection):
     """``argmax_i u_i + Lap(b)``, ``b = 2 sensitivity / epsilon`` (``sensitivity / epsilon``
     with ``monotone=True``), rounded up. Release a 1-D array of scores; get an index."""
 
     def __init__(self, epsilon: float, sensitivity: float = 1.0, *,
                  monotone: bool = False) -> None:
-        self.epsilon = check_epsilon(epsilon)
-        self.delta = 0.0
-        self.sensitivity = check_positive(sensitivity, "sensitivity")
-        self.monotone = bool(monotone)
-        self.scale = div_up(self.sensitivity * (1.0 if monotone else 2.0), self.epsilon)
-
-    @property
-    def event(self) -> de.DpEvent:
-        return pure_dp_event(self.epsilon)
+        super().__init__(epsilon, sensitivity, monotone=monotone)
+        self.scale = div_up(self._spread, self.epsilon)
 
     def check(self, value: Any) -> np.ndarray:
         """Validate the scores before anything is charged."""
@@ -132,8 +141,3 @@ class ReportNoisyMax(Mechanism):
     def _randomize(self, value: Any, rng: Generator) -> int:
         scores = self.check(value)
         return noisy_argmax(scores, noise="laplace", scale=self.scale, rng=rng)
-
-    def __repr__(self) -> str:
-        kind = ", monotone" if self.monotone else ""
-        return (f"ReportNoisyMax(epsilon={self.epsilon:g}, sensitivity={self.sensitivity:g}"
-                f"{kind})")

@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # exported lazily (veil._lazy)
     from veil.experiments.tasks import DATASETS, MODELS, Task, load_task, make_learner
     from veil.experiments.truex import (
         TruexConfig,
-        parse_trust,
+        parse_honest,
         plot,
         run_truex,
         summarize,
@@ -28,6 +28,6 @@ if TYPE_CHECKING:  # exported lazily (veil._lazy)
     )
 
 __all__ = ["DATASETS", "MODELS", "Task", "TruexConfig", "load_task", "make_learner",
-           "parse_trust", "plot", "run_truex", "summarize", "truex_run", "write_csv"]
+           "parse_honest", "plot", "run_truex", "summarize", "truex_run", "write_csv"]
 
 __getattr__, __dir__ = lazy_exports(__name__, __all__)

@@ -68,7 +68,7 @@ class DemoRun:
 
     task: str
     method: str
-    trust: int | None
+    trust: Trust | None    # the hybrid's (honest, threshold); None for the other methods
     accuracy: float
     epsilon: float
     delta: float
@@ -92,15 +92,16 @@ class DemoRun:
         return RunRecord(
             label=self.label, group=self.label, ledger=self.ledger,
             delta=self.delta if self.ledger else None, accuracy=self.accuracy,
-            metrics={"clipped": self.clipped, **({} if self.trust is None else
-                                                 {"trust": self.trust})},
+            metrics={"clipped": self.clipped, **({} if self.trust is None else {
+                "honest": self.trust.honest, "threshold": self.trust.threshold})},
             cost={"seconds": round(self.seconds, 3), "bytes_up": self.bytes_up,
                   "bytes_down": self.bytes_down, "queries": self.queries},
             arrays=arrays)
 
 
-def _label(task: str, method: str, trust: int | None) -> str:
-    return f"{task}: {METHOD_LABELS[method]}" + (f" t={trust}" if method == "hybrid" else "")
+def _label(task: str, method: str, trust: Trust | None) -> str:
+    return f"{task}: {METHOD_LABELS[method]}" + (
+        f" honest={trust.honest}, threshold {trust.threshold}" if method == "hybrid" else "")
 
 
 @dataclass
@@ -123,7 +124,10 @@ class DemoReport:
     def to_dict(self) -> dict[str, Any]:
         """Plain values: the runs with their labels and attack metrics, not the scores."""
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "runs"}
-        out["runs"] = [{**{f.name: getattr(r, f.name) for f in fields(r) if f.name != "attack"},
+        out["runs"] = [{**{f.name: getattr(r, f.name) for f in fields(r)
+                           if f.name not in ("attack", "trust")},
+                        "honest": None if r.trust is None else r.trust.honest,
+                        "threshold": None if r.trust is None else r.trust.threshold,
                         "label": r.label,
                         "attack": None if r.attack is None else r.attack.metrics()}
                        for r in self.runs]
@@ -173,19 +177,18 @@ def run_demo(*, parties: int = 10, epsilon: float = 1.0, delta: float = 1e-5,
                 on_progress(done, total, f"{name}: {method}")
             done += 1
             trusted = trust if METHODS[method].encrypted else None
-            t = None if trusted is None else trusted.honest
             agreement = Agreement(parties, method, trust=trusted, noise=noise,
                                   noise_multiplier=z, delta=delta)
             ledger = None
             if METHODS[method].noise:
                 ledger = Ledger(epsilon, delta) if folder is None else persisted_ledger(
-                    folder, _label(name, method, t), epsilon, delta)
+                    folder, _label(name, method, trusted), epsilon, delta)
             began = time.perf_counter()
             aggregator = HybridAggregator(data, agreement, runtime=LocalRuntime(),
                                           keys=keys if agreement.encrypted else None)
             fit = fit_queries(make_learner(task, **options), aggregator, method=method,
                               trust=trusted, noise=noise, ledger=ledger, noise_multiplier=z,
-                              delta=delta, rng=rng)
+                              rng=rng)
             seconds = time.perf_counter() - began
             spent = 0.0
             if ledger is not None:
@@ -193,7 +196,7 @@ def run_demo(*, parties: int = 10, epsilon: float = 1.0, delta: float = 1e-5,
                 ledger.close()
             scores = pool.scores(fit.model, task.X_train, task.y_train)
             report.runs.append(DemoRun(
-                name, method, t, float(fit.model.score(task.X_test, task.y_test)),
+                name, method, trusted, float(fit.model.score(task.X_test, task.y_test)),
                 spent, delta if ledger is not None else 0.0, seconds,
                 sum(r.bytes_up for r in aggregator.reports),
                 sum(r.bytes_down for r in aggregator.reports), fit.queries, fit.clipped,

@@ -15,7 +15,7 @@ folder holds what the run leaves:
 * ``checkpoint.veil`` -- the federation's write-ahead checkpoint (``resume``);
 * ``results.json`` (rewritten after every round, so an interrupted run leaves the rounds it
   completed), ``plot.png``, ``run.json`` (the run directory ``veil audit`` reads),
-  ``model.npz`` (:mod:`veil.model_format`, with the certified spend) and, with ``report``,
+  ``model.npz`` (:mod:`veil.learn.model_format`, with the certified spend) and, with ``report``,
   the privacy report in ``audit/``.
 """
 
@@ -234,10 +234,10 @@ def _write_run(out_dir: Path, name: str, cfg: FLConfig, history: Any, canaries: 
 
 def _save_model(path: Path, cfg: FLConfig, model: Any, history: Any,
                 certified: tuple[float, float] | None) -> Path:
-    """The trained model in veil's model format (:mod:`veil.model_format`), with the
+    """The trained model in veil's model format (:mod:`veil.learn.model_format`), with the
     encoding of its data set's raw columns, the class labels and the certified spend."""
     from veil.datasets.tabular import class_names, feature_encoding
-    from veil.model_format import encoded_names, save_model
+    from veil.learn.model_format import encoded_names, save_model
 
     name, bounds = cfg["data"]["dataset"], cfg.bounds()
     # the run scaled its raw features by the declared bounds ([data] bounds)

@@ -383,7 +383,7 @@ class _Node:
         path = self.config.get("data")
         if path is None:
             return self.cfg.data(_seed(self.cfg))[0][self.party]
-        from veil.model_format import read_arrays
+        from veil.learn.model_format import read_arrays
 
         arrays = read_arrays(path, what=f"party {self.party}'s data file (an .npz file of "
                              "arrays X and y)", names=("X", "y"))

@@ -4,11 +4,12 @@ For each number of parties n, each repetition draws a train/test split (where th
 set has none) and an IID partition of the training data between the parties; on that same
 partition every method trains the same learner (:mod:`veil.experiments.tasks`):
 no privacy (exact sums: plain aggregation or SMC, which give the same model), central DP,
-local DP, and the hybrid with each trust level t. The noise of each epsilon is calibrated
-once (:func:`veil.fl.hybrid.fit.plan_multiplier`) and shared by the methods, which differ
-only in where the noise is added, so the comparison isolates the effect of the trust
-assumption: aggregate noise variance ``sigma^2`` (central), ``n/t sigma^2`` (hybrid),
-``n sigma^2`` (local).
+local DP, and the hybrid with each count t of honest parties assumed (``honest``; any
+``threshold = n - t + 1`` of them decrypt: :class:`veil.dp.trust.Trust`). The noise of
+each epsilon is calibrated once (:func:`veil.fl.hybrid.fit.plan_multiplier`) and shared by
+the methods, which differ only in where the noise is added, so the comparison isolates the
+effect of the trust assumption: aggregate noise variance ``sigma^2`` (central),
+``n/t sigma^2`` (hybrid), ``n sigma^2`` (local).
 
 This sweep is a **noise-only simulation**: :class:`~veil.fl.hybrid.fit.SimulatedAggregator`
 sums the very integers the encrypted protocol sums, without encrypting them. A sum of
@@ -48,7 +49,7 @@ from veil.experiments.tasks import DATASETS, MODELS, Task, load_task, make_learn
 from veil.fl.hybrid.fit import SimulatedAggregator, fit_queries, plan_multiplier
 from veil.random import RngLike, check_rng
 
-__all__ = ["TruexConfig", "parse_trust", "run_truex", "summarize", "truex_run", "write_csv",
+__all__ = ["TruexConfig", "parse_honest", "run_truex", "summarize", "truex_run", "write_csv",
            "plot"]
 
 #: the noise each model used in the paper: Laplace counts for trees (Friedman & Schuster),
@@ -58,9 +59,10 @@ PAPER_NOISE = {"tree": "laplace", "logreg": "gaussian", "svm": "gaussian", "nn":
 
 @dataclass
 class TruexConfig:
-    """One sweep: a task, the party counts, trust levels, epsilons and repetitions.
+    """One sweep: a task, the party counts, honest counts, epsilons and repetitions.
 
-    ``trust``: tokens ``"1"``, ``"half"`` (ceil(n/2)), ``"n"`` or an integer, per n.
+    ``honest``: t, the fewest honest parties assumed, as tokens ``"1"``, ``"half"``
+    (ceil(n/2)), ``"n"`` or an integer, per n.
     ``noise``: None for the paper's choice (:data:`PAPER_NOISE`), else a
     :data:`veil.dp.distributed.NOISES` name. ``options`` override the learner's defaults.
     """
@@ -68,7 +70,7 @@ class TruexConfig:
     dataset: str = "nursery"
     model: str = "tree"
     parties: Sequence[int] = (10,)
-    trust: Sequence[str] = ("1", "half", "n")
+    honest: Sequence[str] = ("1", "half", "n")
     epsilons: Sequence[float] = (0.1, 0.5, 1.0, 2.0, 5.0)
     repeats: int = 3
     noise: str | None = None
@@ -82,8 +84,8 @@ class TruexConfig:
             raise ConfigError("parties=[] is not allowed: give at least one party count")
         self.parties = [check_int(n, "parties", low=2) for n in self.parties]
         for n in self.parties:
-            for token in self.trust:
-                parse_trust(token, n)
+            for token in self.honest:
+                parse_honest(token, n)
         if not self.epsilons:
             raise ConfigError("epsilons=[] is not allowed: give at least one epsilon")
         self.epsilons = [check_epsilon(e) for e in self.epsilons]
@@ -94,33 +96,36 @@ class TruexConfig:
         self.delta = check_delta(self.delta)
 
 
-def parse_trust(token: Any, parties: int) -> int:
-    """t from a token: ``"n"``, ``"half"`` (ceil(n/2)) or an integer in 1..n."""
+def parse_honest(token: Any, parties: int) -> Trust:
+    """The :class:`~veil.dp.trust.Trust` of ``parties`` whose honest count t is given by a
+    token: ``"n"``, ``"half"`` (ceil(n/2)) or an integer in 1..n."""
     text = str(token).strip().lower()
     if text == "n":
-        return parties
+        return Trust(parties, parties)
     if text == "half":
-        return math.ceil(parties / 2)
+        return Trust(parties, math.ceil(parties / 2))
     try:
         t = int(text)
     except ValueError:
-        raise ConfigError(f"trust={token!r} is not allowed: use 1..n, 'half' or 'n'") from None
+        raise ConfigError(f"honest={token!r} is not allowed: use 1..n, 'half' or 'n'") from None
     try:
-        return Trust(parties, t).honest
+        return Trust(parties, t)
     except ConfigError as exc:
-        raise ConfigError(f"trust={token!r} is not allowed with {parties} parties: "
+        raise ConfigError(f"honest={token!r} is not allowed with {parties} parties: "
                           f"{exc}") from None
 
 
-def _methods(config: TruexConfig, n: int) -> list[tuple[str, int | None]]:
-    trusts = sorted({parse_trust(tok, n) for tok in config.trust})
-    return [("central", None), *[("hybrid", t) for t in trusts], ("local", None)]
+def _methods(config: TruexConfig, n: int) -> list[tuple[str, Trust | None]]:
+    trusts = {trust.honest: trust for trust in (parse_honest(tok, n) for tok in config.honest)}
+    return [("central", None), *[("hybrid", trusts[t]) for t in sorted(trusts)],
+            ("local", None)]
 
 
 def run_truex(config: TruexConfig, *, ledgers: str | os.PathLike | None = None,
               rng: RngLike = None,
               on_progress: Callable[[int, int, str], None] | None = None) -> list[dict[str, Any]]:
-    """Run the sweep; one row per (parties, method, trust, epsilon, repetition), with the
+    """Run the sweep; one row per (parties, method, honest, epsilon, repetition), with the
+    hybrid's threshold beside its honest count,
     model's accuracy, the epsilon its Ledger spent, its queries and training seconds.
 
     ``ledgers``: a folder to persist every model's Ledger in (:mod:`veil.experiments.runs`;
@@ -135,26 +140,27 @@ def run_truex(config: TruexConfig, *, ledgers: str | os.PathLike | None = None,
     rows: list[dict[str, Any]] = []
     ledger_delta = 0.0 if config.noise == "laplace" else config.delta
 
-    def train(task: Task, agg: SimulatedAggregator, n: int, method: str, t: int | None,
+    def train(task: Task, agg: SimulatedAggregator, n: int, method: str, trust: Trust | None,
               eps: float | None, z: float | None, r: int) -> None:
         nonlocal done
         ledger = None
         if eps is not None:
             ledger = Ledger(eps, ledger_delta, accountant="rdp") if folder is None else \
-                persisted_ledger(folder, f"n={n} {_label(method, t, n)} eps={eps:g} r{r}", eps,
+                persisted_ledger(folder, f"n={n} {_label(method, trust)} eps={eps:g} r{r}", eps,
                                  ledger_delta, accountant="rdp")
         began = time.perf_counter()
         fit = fit_queries(make_learner(task, **config.options), agg, method=method,
-                          trust=None if t is None else Trust(n, t),
-                          noise=config.noise, epsilon=eps, delta=config.delta, ledger=ledger,
-                          noise_multiplier=z, rng=rng)
+                          trust=trust,
+                          noise=config.noise, ledger=ledger, noise_multiplier=z, rng=rng)
         seconds = time.perf_counter() - began
         spent = 0.0
         if ledger is not None:
             spent = ledger.spent()[0]
             ledger.close()
         rows.append({"dataset": config.dataset, "model": config.model, "noise": config.noise,
-                     "parties": n, "method": method, "trust": t if t is not None else "",
+                     "parties": n, "method": method,
+                     "honest": "" if trust is None else trust.honest,
+                     "threshold": "" if trust is None else trust.threshold,
                      "epsilon": eps if eps is not None else "", "repeat": r,
                      "accuracy": float(fit.model.score(task.X_test, task.y_test)),
                      "epsilon_spent": spent, "queries": fit.queries, "clipped": fit.clipped,
@@ -163,7 +169,7 @@ def run_truex(config: TruexConfig, *, ledgers: str | os.PathLike | None = None,
                      os.path.basename(ledger.path)})
         done += 1
         if on_progress is not None:
-            label = method if t is None else f"hybrid t={t}"
+            label = method if trust is None else _label(method, trust)
             on_progress(done, total, f"n={n} {label} eps={eps if eps is not None else '-'}")
 
     for n in config.parties:
@@ -175,18 +181,18 @@ def run_truex(config: TruexConfig, *, ledgers: str | os.PathLike | None = None,
             for eps in config.epsilons:
                 z = plan_multiplier(make_learner(task, **config.options), config.noise, eps,
                                     config.delta, accountant="rdp")
-                for method, t in _methods(config, n):
-                    train(task, agg, n, method, t, eps, z, r)
+                for method, trust in _methods(config, n):
+                    train(task, agg, n, method, trust, eps, z, r)
     return rows
 
 
 def _cells(rows: Sequence[dict[str, Any]]) -> dict[tuple, list[dict[str, Any]]]:
-    """The rows of each configuration (dataset, model, noise, parties, method, trust,
-    epsilon): the repetitions of one cell of the sweep."""
+    """The rows of each configuration (dataset, model, noise, parties, method, honest,
+    threshold, epsilon): the repetitions of one cell of the sweep."""
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for row in rows:
         key = (row["dataset"], row["model"], row["noise"], row["parties"], row["method"],
-               row["trust"], row["epsilon"])
+               row["honest"], row["threshold"], row["epsilon"])
         groups.setdefault(key, []).append(row)
     return groups
 
@@ -194,10 +200,11 @@ def _cells(rows: Sequence[dict[str, Any]]) -> dict[tuple, list[dict[str, Any]]]:
 def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Mean and standard deviation of the accuracy over repetitions, per configuration."""
     out = []
-    for (dataset, model, noise, n, method, t, eps), cell in _cells(rows).items():
+    for (dataset, model, noise, n, method, t, threshold, eps), cell in _cells(rows).items():
         a = np.array([float(row["accuracy"]) for row in cell])
         out.append({"dataset": dataset, "model": model, "noise": noise, "parties": n,
-                    "method": method, "trust": t, "epsilon": eps, "repeats": a.size,
+                    "method": method, "honest": t, "threshold": threshold, "epsilon": eps,
+                    "repeats": a.size,
                     "accuracy_mean": float(a.mean()),
                     "accuracy_std": float(a.std(ddof=1)) if a.size > 1 else 0.0})
     return out
@@ -205,8 +212,8 @@ def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def truex_run(rows: Sequence[dict[str, Any]], config: TruexConfig, *,
               ledgers: str | None = None) -> Run:
-    """The sweep as a run directory's content: one record per (parties, method, trust,
-    epsilon) cell, a curve across epsilon per (parties, method, trust).
+    """The sweep as a run directory's content: one record per (parties, method, honest,
+    epsilon) cell, a curve across epsilon per (parties, method, honest).
 
     A record holds the cell's mean accuracy (the standard deviation and the number of
     repetitions in its metrics), its mean cost, and its privacy: every model of the cell
@@ -215,8 +222,8 @@ def truex_run(rows: Sequence[dict[str, Any]], config: TruexConfig, *,
     relative to the run directory) or, without persisted ledgers, declares that epsilon.
     """
     records = []
-    for (_, _, _, n, method, t, eps), cell in _cells(rows).items():
-        curve = f"n={n}: {_label(method, t, n)}"
+    for (_, _, _, n, method, _, _, eps), cell in _cells(rows).items():
+        curve = f"n={n}: {_label(method, _trust(cell[0]))}"
         top = max(cell, key=lambda row: float(row["epsilon_spent"]))
         a = np.array([float(row["accuracy"]) for row in cell])
         ledger = f"{ledgers}/{top['ledger']}" if ledgers and top["ledger"] else None
@@ -245,9 +252,16 @@ def write_csv(rows: Sequence[dict[str, Any]], path: str | os.PathLike) -> None:
         writer.writerows(rows)
 
 
-def _label(method: str, t: Any, n: int) -> str:
+def _trust(row: dict[str, Any]) -> Trust | None:
+    """The hybrid's Trust of a row or summary row (None for the other methods); rows read
+    back from CSV hold strings."""
+    honest = row.get("honest")
+    return None if honest in ("", None) else Trust(int(row["parties"]), int(honest))
+
+
+def _label(method: str, trust: Trust | None) -> str:
     if method == "hybrid":
-        return f"hybrid t={t}" + (" (= n)" if int(t) == n else "")
+        return f"hybrid honest={trust.honest}, threshold {trust.threshold}"
     return {"central": "central DP", "local": "local DP", "none": "no privacy / SMC"}[method]
 
 
@@ -264,18 +278,18 @@ def plot(summary: Sequence[dict[str, Any]], path: str | os.PathLike,
         for s in rows:
             if s["method"] == "none":
                 ax.axhline(s["accuracy_mean"], color="grey", linestyle="--",
-                           label=_label("none", None, n))
+                           label=_label("none", None))
         curves: dict[tuple[str, Any], list[dict[str, Any]]] = {}
         for s in rows:
             if s["method"] != "none":
-                curves.setdefault((s["method"], s["trust"]), []).append(s)
+                curves.setdefault((s["method"], s["honest"]), []).append(s)
         order = sorted(curves, key=lambda k: (k[0] != "central", k[0] == "local",
                                               -int(k[1] or 0)))
         for method, t in order:
             pts = sorted(curves[(method, t)], key=lambda s: float(s["epsilon"]))
             ax.errorbar([float(s["epsilon"]) for s in pts], [s["accuracy_mean"] for s in pts],
                         yerr=[s["accuracy_std"] for s in pts], marker="o", capsize=3,
-                        label=_label(method, t, n))
+                        label=_label(method, _trust(pts[0])))
         _plotting.epsilon_axis(ax, [float(s["epsilon"]) for s in rows if s["method"] != "none"])
         ax.set_xlabel("epsilon")
         ax.set_ylabel("test accuracy")

@@ -57,8 +57,9 @@ from typing import Any
 import numpy as np
 
 from veil._codec import Format
+from veil._optional import require
 from veil._validation import check_array, check_int
-from veil.errors import ConfigError, CryptoError, MissingDependencyError
+from veil.errors import ConfigError, CryptoError
 from veil.random import check_rng
 
 __all__ = ["CKKSContext", "Ciphertext", "HE_STANDARD_MAX_BITS", "SECURE_PRESETS"]
@@ -81,12 +82,7 @@ _TAG_CIPHERTEXT = FORMAT.tag(2, "CKKS ciphertext")
 
 
 def _seal() -> Any:
-    try:
-        from tenseal import sealapi
-    except ImportError:  # pragma: no cover - depends on the environment
-        raise MissingDependencyError("CKKS needs TenSEAL: pip install 'veil[fhe]' "
-                                     "(tenseal==0.3.18)") from None
-    return sealapi
+    return require("tenseal.sealapi", "fhe", "CKKS")
 
 
 def _save(obj: Any) -> bytes:

@@ -11,27 +11,27 @@ gradients (``per_example_gradients(X, y)``); see :mod:`veil.learn.base`.
   hybrid approach to private federated learning (:mod:`veil.fl.hybrid`; the gradient
   learner is :class:`veil.learn.private.GradientQueries`).
 
-``import veil.learn`` loads neither :mod:`veil.dp` nor :mod:`veil.crypto`: the private
-models (:mod:`veil.learn.private`, :mod:`veil.learn.dpsgd`) sit a layer above them.
+Saved models: :mod:`veil.learn.model_format` (arrays and JSON, no pickle).
+
+``import veil.learn`` imports a module only when a name from it is first used
+(:mod:`veil._lazy`), and never :mod:`veil.dp` or :mod:`veil.crypto`: the private models
+(:mod:`veil.learn.private`, :mod:`veil.learn.dpsgd`) sit a layer above them.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from veil.learn.base import GradientClassifier, sgd
-from veil.learn.linear import LinearSVC, LogisticRegression, SoftmaxRegression
-from veil.learn.queries import QueryLearner
-from veil.learn.tree import ID3Classifier, ID3Queries
+from veil._lazy import lazy_exports
 
-
-def __getattr__(name: str) -> Any:
-    if name == "TorchModel":  # keeps `import veil.learn` free of torch
-        from veil.learn.torch_model import TorchModel
-
-        return TorchModel
-    raise AttributeError(f"module 'veil.learn' has no attribute {name!r}")
-
+if TYPE_CHECKING:
+    from veil.learn.base import GradientClassifier, sgd
+    from veil.learn.linear import LinearSVC, LogisticRegression, SoftmaxRegression
+    from veil.learn.queries import QueryLearner
+    from veil.learn.torch_model import TorchModel
+    from veil.learn.tree import ID3Classifier, ID3Queries
 
 __all__ = ["GradientClassifier", "ID3Classifier", "ID3Queries", "LinearSVC", "LogisticRegression",
            "QueryLearner", "SoftmaxRegression", "TorchModel", "sgd"]
+
+__getattr__, __dir__ = lazy_exports(__name__, __all__)

@@ -31,7 +31,7 @@ from scipy.special import expit, logsumexp, softmax
 from veil._validation import check_array, check_choice, check_int, check_positive
 from veil.errors import ConfigError, DataError
 from veil.learn.base import GradientClassifier, sgd
-from veil.model_format import register_model_class
+from veil.learn.model_format import register_model_class
 from veil.random import RngLike
 
 __all__ = ["LogisticRegression", "SoftmaxRegression", "LinearSVC"]

@@ -19,8 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from veil._optional import require
 from veil._validation import check_array, check_int
-from veil.errors import ConfigError, DataError, MissingDependencyError
+from veil.errors import ConfigError, DataError
 from veil.learn.base import GradientClassifier, sgd
 from veil.random import RngLike
 
@@ -28,13 +29,7 @@ __all__ = ["TorchModel"]
 
 
 def _torch() -> Any:
-    try:
-        import torch
-    except ImportError:
-        raise MissingDependencyError(
-            "TorchModel needs PyTorch, which is not installed: pip install 'veil[torch]'"
-        ) from None
-    return torch
+    return require("torch", "torch", "TorchModel")
 
 
 class TorchModel(GradientClassifier):

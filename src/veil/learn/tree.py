@@ -41,8 +41,8 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 
 from veil._validation import check_int
 from veil.errors import ConfigError, DataError
+from veil.learn.model_format import register_model_class
 from veil.learn.queries import Query, QueryAnswer, QueryLearner, QueryShape, checked_values
-from veil.model_format import register_model_class
 
 __all__ = ["ID3Classifier", "ID3Queries", "Node", "count_table"]
 

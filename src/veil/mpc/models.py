@@ -28,7 +28,7 @@ from sklearn.base import BaseEstimator
 
 from veil._validation import check_int, check_positive
 from veil.errors import DataError
-from veil.model_format import register_model_class
+from veil.learn.model_format import register_model_class
 from veil.mpc.tensor import SharedTensor, concatenate
 
 __all__ = ["LinearRegression", "LogisticRegression", "RevealedModel", "share_rows",
@@ -119,7 +119,7 @@ class _GradientDescent(ABC):
 
     def reveal(self) -> RevealedModel:
         """Open the weights to every party -- a release all of them must agree to -- as a
-        plain model that predicts on numpy arrays and saves with :mod:`veil.model_format`."""
+        plain model that predicts on numpy arrays and saves with :mod:`veil.learn.model_format`."""
         if not hasattr(self, "coef_"):
             raise DataError(f"this {type(self).__name__} is not fitted: call fit() first")
         model = RevealedModel("logistic" if isinstance(self, LogisticRegression) else "linear")

@@ -145,8 +145,8 @@ def _fit_queries(parties, rng):
 
     model = LogisticRegression(alpha=0.0).initialize(3, [0, 1])
     return fit_queries(GradientQueries(model, rounds=2), SimulatedAggregator(parties),
-                       method="hybrid", trust=Trust(len(parties), 2), epsilon=EPS, delta=DELTA,
-                       ledger=Ledger(EPS, DELTA), rng=rng)
+                       method="hybrid", trust=Trust(len(parties), 2),
+                       budget=PrivacyBudget(EPS, DELTA), rng=rng)
 
 
 @functools.lru_cache(maxsize=1)

@@ -10,7 +10,7 @@ import functools
 import numpy as np
 
 from veil.audit.conformance.registry import ADD_REMOVE, Pair, register
-from veil.dp import Ledger
+from veil.dp import Ledger, PrivacyBudget
 from veil.learn.private import GaussianNB, KMeans, LinearRegression, LinearSVC, LogisticRegression
 
 EPS, DELTA = 1.0, 1e-5
@@ -78,7 +78,8 @@ _STEPS = dict(epochs=1, sample_rate=0.5)
 
 @functools.lru_cache(maxsize=1)
 def _sigma() -> float:
-    """The noise multiplier make_private(epsilon=EPS) calibrates for this schedule."""
+    """The noise multiplier make_private(budget=PrivacyBudget(EPS, DELTA)) calibrates for
+    this schedule."""
     from veil.dp.accounting import calibrate_noise
 
     return calibrate_noise(EPS, DELTA, 0.5, 2, dataset_size=16)
@@ -94,12 +95,12 @@ def _dpsgd(size):
         torch.manual_seed(0)   # the same initial model on both sides: only the data differ
         model = torch.nn.Linear(2, 2)
         opt = torch.optim.SGD(model.parameters(), lr=0.5)
-        budget = {"epsilon": EPS} if not isinstance(size, int) else {
-            "noise_multiplier": _sigma()}   # the same sigma, without calibrating per run
+        budget = {"budget": PrivacyBudget(EPS, DELTA)} if not isinstance(size, int) else {
+            "noise_multiplier": _sigma(), "delta": DELTA}  # the same sigma, not calibrated
         model, opt, loader = make_private(
             model, opt, (torch.tensor(X, dtype=torch.float32), torch.tensor(y)),
-            delta=DELTA, max_grad_norm=1.0, dataset_size=size, ledger=Ledger(EPS, DELTA),
-            rng=rng, **budget, **_STEPS)
+            max_grad_norm=1.0, dataset_size=size, ledger=Ledger(EPS, DELTA), rng=rng,
+            **budget, **_STEPS)
         loss = torch.nn.CrossEntropyLoss()
         for xb, yb in loader:
             opt.zero_grad()

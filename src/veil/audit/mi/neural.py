@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 from scipy.special import logsumexp
 
+from veil._optional import require
 from veil._validation import check_int, check_positive, check_probability
 from veil.audit.mi.estimate import (
     MIEstimate,
@@ -49,7 +50,6 @@ from veil.audit.mi.estimate import (
     check_pair,
     standardize,
 )
-from veil.errors import MissingDependencyError
 from veil.random import check_rng
 
 MINE_BIAS = ("MINE (Donsker-Varadhan lower bound, held-out evaluation): biased low by critic "
@@ -59,12 +59,7 @@ INFONCE_BIAS = ("InfoNCE lower bound: low variance, but never exceeds log(batch)
 
 
 def _torch() -> Any:
-    try:
-        import torch
-    except ImportError:  # pragma: no cover - depends on the installation
-        raise MissingDependencyError("the MINE and InfoNCE estimators need torch: "
-                                     "pip install 'veil[torch]'") from None
-    return torch
+    return require("torch", "torch", "the MINE and InfoNCE estimators")
 
 
 def _critic(torch, d_in: int, hidden: int):

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from veil._optional import require
 from veil.dp.query import local
 from veil.dp.query.bounding import Totals
 from veil.dp.query.spec import Measurement
@@ -42,12 +43,7 @@ _M, _SLOT, _V, _D = "__veil_m", "__veil_slot", "__veil_v", "__veil_d"
 
 
 def _pyspark() -> Any:
-    try:
-        import pyspark.sql
-    except ImportError:
-        raise MissingDependencyError("the Spark backend needs pyspark (and pyarrow): "
-                                     "pip install 'veil[spark]'") from None
-    return pyspark.sql
+    return require("pyspark.sql", "spark", "the Spark backend")
 
 
 def java_home() -> str | None:

@@ -33,6 +33,7 @@ from veil.dp.distributed import (
     calibrate_multiplier,
 )
 from veil.dp.ledger import Ledger
+from veil.dp.privacy_budget import PrivacyBudget, check_budget, same_budget
 from veil.dp.trust import Trust, check_trust
 from veil.errors import ConfigError, DataError
 from veil.fl.hybrid.grid import contribute, decode, noise_std, query_noise
@@ -150,18 +151,20 @@ class QueryFit:
 
 
 def fit_queries(learner: QueryLearner, aggregator: Aggregator, *, method: str = "hybrid",
-                trust: Trust | None = None, noise: str = "skellam", epsilon: float | None = None,
-                delta: float = 1e-6, ledger: Ledger | None = None,
+                trust: Trust | None = None, noise: str = "skellam",
+                budget: PrivacyBudget | None = None, ledger: Ledger | None = None,
                 noise_multiplier: float | None = None, rng: RngLike = None) -> QueryFit:
     """Train ``learner`` through ``aggregator`` with ``method`` (:data:`METHODS`).
 
-    For a noisy method the noise multiplier is calibrated so that all the queries of
-    ``learner.plan()`` fit (epsilon, delta) under the ledger's accountant
-    (:func:`veil.dp.distributed.calibrate_multiplier`). With Gaussian-like noise all the
-    planned queries are reserved on ``ledger`` (default: a new ``Ledger(epsilon, delta)``)
-    as one planned block before the first runs (:meth:`veil.dp.Ledger.plan`, priced at
-    ``delta``; an early stop still pays for it); Laplace queries (pure DP) are charged one
-    by one. Each query is charged before its noise is drawn.
+    A noisy method needs ``budget`` (a :class:`~veil.dp.PrivacyBudget`; default ledger:
+    ``Ledger.for_budget(budget)``) or ``ledger`` (a given one must hold exactly ``budget``),
+    given once: the noise multiplier is calibrated so that all the queries of
+    ``learner.plan()`` fit what the ledger has left (its epsilon and delta) under its
+    accountant (:func:`veil.dp.distributed.calibrate_multiplier`). With Gaussian-like noise
+    all the planned queries are reserved on the ledger as one planned block before the
+    first runs (:meth:`veil.dp.Ledger.plan`, priced at the ledger's delta; an early stop
+    still pays for it); Laplace queries (pure DP) are charged one by one. Each query is
+    charged before its noise is drawn.
     ``trust``: the parties' :class:`~veil.dp.trust.Trust` (``method="hybrid"`` only).
     ``noise_multiplier``: skip the calibration (e.g. reuse one across methods); the ledger
     still refuses any query that does not fit.
@@ -170,15 +173,16 @@ def fit_queries(learner: QueryLearner, aggregator: Aggregator, *, method: str = 
     check_choice(noise, "noise", tuple(NOISES))
     adders = m.noise_parties(trust, aggregator.parties)
     rng = check_rng(rng)
-    z = None
+    if budget is not None:
+        same_budget(ledger, check_budget(budget), "fit_queries")
+    z = delta = None
     if m.noise is not None:
-        if epsilon is None:
-            if ledger is None:
-                raise ConfigError(f"method={method!r} adds noise: give epsilon (and delta) "
-                                  "or a ledger to charge")
-            epsilon, delta = ledger.remaining()
         if ledger is None:
-            ledger = Ledger(epsilon, delta)
+            if budget is None:
+                raise ConfigError(f"method={method!r} adds noise: give budget= (a "
+                                  "veil.dp.PrivacyBudget) or a ledger= to charge")
+            ledger = Ledger.for_budget(budget)
+        epsilon, delta = ledger.remaining()
         z = noise_multiplier if noise_multiplier is not None else plan_multiplier(
             learner, noise, epsilon, delta, accountant=ledger.accountant)
     fit = QueryFit(learner.model, ledger, z)

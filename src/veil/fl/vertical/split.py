@@ -55,13 +55,13 @@ from typing import Any
 import numpy as np
 from dp_accounting import dp_event as de
 
+from veil._optional import require
 from veil._validation import check_array, check_fitted, check_int, check_positive
 from veil.dp import Ledger
 from veil.errors import (
     BudgetExceededError,
     ConfigError,
     DataError,
-    MissingDependencyError,
     ProtocolError,
 )
 from veil.fl.messages import encode
@@ -78,12 +78,7 @@ log = logging.getLogger(__name__)
 
 
 def _torch() -> Any:
-    try:
-        import torch
-    except ImportError:
-        raise MissingDependencyError("split learning needs PyTorch: pip install "
-                                     "'veil[torch]'") from None
-    return torch
+    return require("torch", "torch", "split learning")
 
 
 def _array(msg: dict, name: str, shape: tuple, party: str) -> np.ndarray:

@@ -61,13 +61,13 @@ from typing import Any
 import numpy as np
 from dp_accounting import dp_event as de
 
+from veil._optional import require
 from veil._validation import check_array, check_int, check_positive
 from veil.dp import Ledger
 from veil.errors import (
     BudgetExceededError,
     ConfigError,
     DataError,
-    MissingDependencyError,
     ProtocolError,
 )
 from veil.fl.messages import decode, encode
@@ -80,12 +80,7 @@ log = logging.getLogger(__name__)
 
 
 def _torch() -> Any:
-    try:
-        import torch
-    except ImportError:
-        raise MissingDependencyError("transfer learning needs PyTorch: pip install "
-                                     "'veil[torch]'") from None
-    return torch
+    return require("torch", "torch", "transfer learning")
 
 
 def train_module(module: Any, X: np.ndarray, targets: np.ndarray, *, epochs: int,

@@ -9,10 +9,11 @@ Gaussian mechanism, which the :class:`~veil.dp.Ledger` accounts (RDP or PLD).
 
 Entry point::
 
+    from veil.dp import PrivacyBudget
     from veil.learn.dpsgd import make_private
-    model, optimizer, loader = make_private(model, optimizer, (X, y), epsilon=3.0,
-                                            delta=1e-5, max_grad_norm=1.0, epochs=10,
-                                            batch_size=256)
+    model, optimizer, loader = make_private(model, optimizer, (X, y),
+                                            budget=PrivacyBudget(3.0, 1e-5),
+                                            max_grad_norm=1.0, epochs=10, batch_size=256)
 
 Also: :func:`clipped_grad_sum` (the clipped per-example gradient sum without noise) and
 :class:`PerExampleGradients` (per-example norms). Importing this package does not import

@@ -7,15 +7,10 @@ Importing any torch-backed module of this package without PyTorch installed rais
 
 from __future__ import annotations
 
-from veil.errors import MissingDependencyError
+from veil._optional import require
 
-try:
-    import torch
-    import torch.nn.functional as F
-    from torch import nn
-except ImportError as exc:  # pragma: no cover - exercised only where torch is absent
-    raise MissingDependencyError(
-        "veil.learn.dpsgd needs PyTorch, which is not installed: "
-        "pip install 'veil[torch]'") from exc
+torch = require("torch", "torch", "veil.learn.dpsgd")
+nn = torch.nn
+F = torch.nn.functional
 
 __all__ = ["torch", "nn", "F"]

@@ -36,7 +36,6 @@ from dp_accounting import dp_event as de
 from veil._validation import (
     check_choice,
     check_delta,
-    check_epsilon,
     check_int,
     check_positive,
     check_probability,
@@ -181,8 +180,7 @@ def _sigma_to_fit(ledger: Ledger, q: float, steps: int, sampling: str, n: int,
 
 def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data: Any, *,
                  max_grad_norm: float, epochs: int, budget: PrivacyBudget | None = None,
-                 epsilon: float | None = None, delta: float | None = None,
-                 noise_multiplier: float | None = None,
+                 noise_multiplier: float | None = None, delta: float | None = None,
                  batch_size: int | None = None, sample_rate: float | None = None,
                  sampling: str = "poisson", max_physical_batch_size: int | None = None,
                  loss_reduction: str = "mean", accountant: str | None = None,
@@ -200,15 +198,15 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data: Any, 
         A tensor/array, a tuple of them (e.g. ``(X, y)``), a map-style Dataset or a
         DataLoader (its dataset, collate function and, by default, batch size are used;
         its own sampler is not: batches are drawn by veil's sampler).
-    budget:
-        The :class:`~veil.dp.PrivacyBudget` sigma is calibrated for, and the budget of the
-        ledger (a given ``ledger=`` must hold exactly it; default: a new one for it).
-        Or, without it:
-    epsilon, noise_multiplier:
-        Exactly one: the target epsilon (sigma is calibrated to it) or sigma itself.
+    budget, noise_multiplier:
+        Exactly one. ``budget``: the :class:`~veil.dp.PrivacyBudget` sigma is calibrated
+        for, and the budget of the ledger (a given ``ledger=`` must hold exactly it, e.g.
+        ``parent.child(name, epsilon)`` for a slice of a larger ledger; default: a new one
+        for it). ``noise_multiplier``: sigma itself; the schedule's epsilon at ``delta`` is
+        charged.
     delta:
-        The target delta (required without ``budget``); the plan's epsilon is certified at
-        this delta.
+        With ``noise_multiplier`` only (required): the delta the plan's epsilon is
+        certified at.
     max_grad_norm:
         C, the L2 bound on each example's gradient.
     epochs, batch_size | sample_rate:
@@ -263,10 +261,10 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data: Any, 
         raise ConfigError(f"optimizer={type(optimizer).__name__} is not allowed: expected a "
                           "torch.optim.Optimizer that is not already private")
     check_ledger(ledger, optional=True)
+    epsilon = None
     if budget is not None:
         budget = check_budget(budget)
-        twice = [name for name, value in (("epsilon", epsilon), ("delta", delta),
-                                          ("accountant", accountant),
+        twice = [name for name, value in (("delta", delta), ("accountant", accountant),
                                           ("noise_multiplier", noise_multiplier))
                  if value is not None]
         if twice:
@@ -274,9 +272,9 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data: Any, 
                               "the budget is given once")
         same_budget(ledger, budget, "make_private(budget=...)")
         epsilon, delta, accountant = budget.epsilon, budget.delta, budget.accountant
-    if (epsilon is None) == (noise_multiplier is None):
-        raise ConfigError("give exactly one of epsilon= (or budget=: sigma is calibrated "
-                          "to it) and noise_multiplier=")
+    elif noise_multiplier is None:
+        raise ConfigError("give budget= (a veil.dp.PrivacyBudget: sigma is calibrated to it) "
+                          "or noise_multiplier=")
     if delta is None:
         raise ConfigError("delta=None is not allowed: give delta= (the plan's epsilon is "
                           "certified at it) or budget=")
@@ -311,10 +309,10 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data: Any, 
                           "size): use sampling='poisson' with a declared size, or "
                           "dataset_size='public'")
     if isinstance(dataset_size, EstimatedSize):  # a slice of epsilon buys a private count
-        if epsilon is None or not dataset_size.epsilon < check_epsilon(epsilon):
-            raise ConfigError(f"dataset_size={dataset_size!r} is not allowed with epsilon="
-                              f"{epsilon!r}: its slice comes out of the target epsilon, so "
-                              "give epsilon= larger than it")
+        if epsilon is None or not dataset_size.epsilon < epsilon:
+            raise ConfigError(f"dataset_size={dataset_size!r} is not allowed with budget="
+                              f"{budget}: its slice comes out of the budget's epsilon, so "
+                              "give budget= with a larger epsilon")
         if ledger is None:
             ledger = Ledger(epsilon, delta, accountant)
         if not ledger.fits(pure_dp_event(epsilon)):
@@ -331,7 +329,6 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data: Any, 
 
     # -- calibrate -----------------------------------------------------------------------
     if epsilon is not None:
-        epsilon = check_epsilon(epsilon)
         try:
             sigma = calibrate_noise(epsilon, delta, q, steps, accountant, sampling=mode,
                                     dataset_size=n)

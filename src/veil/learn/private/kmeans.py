@@ -32,6 +32,7 @@ from sklearn.base import BaseEstimator, ClusterMixin
 
 from veil._validation import check_array, check_features, check_fitted, check_int
 from veil.dp.ledger import Ledger
+from veil.learn.model_format import register_model_class
 from veil.learn.private._common import (
     check_privacy,
     declared_box,
@@ -44,7 +45,6 @@ from veil.learn.private._common import (
     reserve,
     split,
 )
-from veil.model_format import register_model_class
 from veil.random import RngLike, check_rng
 
 __all__ = ["KMeans"]

@@ -38,6 +38,7 @@ from veil.dp.selection import pure_dp_event
 from veil.dp.sensitivity import clip_l2
 from veil.errors import ConfigError
 from veil.learn import linear as plain
+from veil.learn.model_format import register_model_class
 from veil.learn.private._common import (
     check_privacy,
     declared_norm,
@@ -50,7 +51,6 @@ from veil.learn.private._common import (
 from veil.learn.private.objective import LOGISTIC, MarginLoss, fit_perturbed, huber_hinge
 from veil.learn.private.sgd import dp_sgd
 from veil.learn.public import declared_classes, declared_size
-from veil.model_format import register_model_class
 from veil.random import RngLike, check_rng
 
 __all__ = ["LogisticRegression", "LinearSVC"]

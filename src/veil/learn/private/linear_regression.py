@@ -31,6 +31,7 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from veil._validation import check_array, check_features, check_fitted, check_positive, check_xy
 from veil.dp.ledger import Ledger
 from veil.errors import ConfigError
+from veil.learn.model_format import register_model_class
 from veil.learn.private._common import (
     check_privacy,
     declared_box,
@@ -41,7 +42,6 @@ from veil.learn.private._common import (
     open_ledger,
     reserve,
 )
-from veil.model_format import register_model_class
 from veil.random import RngLike, check_rng
 
 __all__ = ["LinearRegression", "sufficient_statistics", "statistics_sensitivity"]

@@ -30,6 +30,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from veil._validation import check_array, check_features, check_fitted, check_positive, check_xy
 from veil.dp.ledger import Ledger
 from veil.errors import ConfigError
+from veil.learn.model_format import register_model_class
 from veil.learn.private._common import (
     check_privacy,
     declared_box,
@@ -43,7 +44,6 @@ from veil.learn.private._common import (
     split,
 )
 from veil.learn.public import declared_classes
-from veil.model_format import register_model_class
 from veil.random import RngLike, check_rng
 
 __all__ = ["GaussianNB"]

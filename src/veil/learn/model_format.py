@@ -350,8 +350,9 @@ def save_model(path: str | os.PathLike, model: Any, *,
 
     The metadata records what a reader needs to use the model: ``feature_names`` (in the
     order of the model's columns), ``encoding`` (module docstring), ``classes`` (label of
-    each class index), and the privacy spent: ``epsilon``/``delta`` as given, else those of
-    ``ledger`` (or of the model's own ``ledger_``), with the ledger's file. Extra keyword
+    each class index), and the privacy spent: that of ``ledger`` (or of the model's own
+    ``ledger_``), with the ledger's file, or else ``epsilon``/``delta`` as given (beside a
+    ledger's file name, not beside a Ledger: the spend is given once). Extra keyword
     arguments are stored as they are (JSON values). Written atomically (a temporary file
     renamed over ``path``): a crash leaves the old file or the new one.
     """
@@ -386,6 +387,9 @@ def save_model(path: str | os.PathLike, model: Any, *,
     if isinstance(ledger, (str, os.PathLike)):
         meta["ledger"] = os.fspath(ledger)
     elif ledger is not None:
+        if epsilon is not None or delta is not None:
+            raise ConfigError(f"epsilon={epsilon!r}, delta={delta!r} are not allowed beside a "
+                              "Ledger: the file records the ledger's spend (given once)")
         meta.update(_ledger_metadata(ledger))
     if classes is None and hasattr(model, "classes_"):
         classes = list(np.asarray(model.classes_).tolist())
@@ -418,7 +422,7 @@ def load_model(path: str | os.PathLike, *, module: Any = None) -> ModelFile:
         raise DataError(f"model file {str(path)!r} is not an existing file")
     not_veil = f"{path} is not a veil model file"
     arrays = read_arrays(path, what="a veil model file (a .npz archive written by "
-                         "veil.model_format.save_model)", deflated=False)
+                         "veil.learn.model_format.save_model)", deflated=False)
     try:
         header = json.loads(arrays.pop(_HEADER).tobytes().decode("utf-8"))
     except (KeyError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
