@@ -25,7 +25,8 @@ FL_CORE = ("veil.fl.messages", "veil.fl.protocol", "veil.fl.trainer", "veil.fl.h
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("veil.errors", "veil.random", "veil._validation", "veil._json", "veil._codec",
-     "veil._io", "veil._plotting", "veil._native", "veil._lazy", "veil._optional"),  # foundation
+     "veil._io", "veil._arrays", "veil._plotting", "veil._native", "veil._lazy",
+     "veil._optional"),  # foundation
     # data, and links between hosts (TLS, framing): below crypto, mpc and fl, which move bytes
     ("veil.datasets", "veil.net"),                                      # data, transport
     ("veil.learn", "veil.anon"),                                        # models in the clear

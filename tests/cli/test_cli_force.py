@@ -194,3 +194,30 @@ def test_he_outputs_are_replaced_only_with_force(tmp_path, capsys):
             "--target", "y", "--out", tmp_path / "train.enc"]
     assert _run(capsys, *argv)[0] == 0
     _refused_then_forced(capsys, argv, tmp_path / "train.enc")
+
+
+def test_psi_out_is_refused_before_any_party_is_contacted(tmp_path, capsys):
+    hosts = _hosts(tmp_path, certs=False)      # no certificates: nothing could connect
+    (tmp_path / "ids.csv").write_text("id\na\nb\n")
+    out = tmp_path / "both.csv"
+    out.write_text("id\nkept\n")
+    code, text = _run(capsys, "psi", "--hosts", hosts, "--party", "0", "--role", "receiver",
+                      "--ids", tmp_path / "ids.csv", "--out", out)
+    assert code == 2 and str(out) in text and "--force" in text
+    assert out.read_text() == "id\nkept\n"
+
+
+def test_anatomy_never_replaces_its_sensitive_table_silently(tmp_path, capsys):
+    table = tmp_path / "t.csv"
+    table.write_text("age,sex,disease\n" + "".join(
+        f"{20 + i % 40},{'MF'[i % 2]},{['flu', 'ulcer', 'cancer'][i % 3]}\n"
+        for i in range(60)))
+    sensitive = tmp_path / "out_sensitive.csv"
+    sensitive.write_text("kept\n")
+    argv = ["anonymize", table, "--qi", "age", "--qi", "sex", "--sensitive", "disease",
+            "--l", "3", "--algorithm", "anatomy", "--out", tmp_path / "out.csv"]
+    code, text = _run(capsys, *argv)
+    assert code == 2 and str(sensitive) in text
+    assert sensitive.read_text() == "kept\n" and not (tmp_path / "out.csv").exists()
+    assert _run(capsys, *argv, "--force")[0] == 0
+    assert sensitive.read_text() != "kept\n"

@@ -87,9 +87,8 @@ def test_predict_refuses_a_non_veil_model(bad_files, tmp_path, capsys, kind):
 
 @pytest.mark.parametrize("kind", ["pickle", "object.npz", "text", "broken.npz"])
 def test_audit_refuses_non_veil_members(bad_files, tmp_path, capsys, kind):
-    from veil.learn.model_format import save_model
-
     from veil.learn.linear import LogisticRegression
+    from veil.learn.model_format import save_model
 
     rng = np.random.default_rng(0)
     X, y = rng.normal(size=(40, 3)), np.arange(40) % 2

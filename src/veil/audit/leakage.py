@@ -48,7 +48,8 @@ def mi_ceiling(epsilon: float, delta: float = 0.0) -> float:
     if not (epsilon >= 0 and math.isfinite(epsilon)):
         raise ConfigError(f"epsilon={epsilon!r} is not allowed: must be finite and >= 0")
     delta = check_delta(delta)
-    p = 1.0 / (1.0 + math.exp(epsilon))
+    tail = math.exp(-epsilon)     # p = 1 / (1 + e^eps), written so no epsilon overflows
+    p = tail / (1.0 + tail)
     h = 0.0 if p <= 0.0 else -(p * math.log(p) + (1 - p) * math.log1p(-p))
     return math.log(2.0) - (1.0 - delta) * h
 

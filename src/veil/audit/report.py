@@ -514,9 +514,10 @@ def headline(d: dict) -> str:
         parts.append(f"The strongest attack found epsilon >= {round_bound(best['epsilon'], False)} "
                      f"(on {strongest['label']}, confidence {best['confidence']:g}).")
     if dp:
-        parts.append(f"What that means: whoever sees a DP model can raise their odds that any "
-                     f"one person was in its training data by a factor of at most "
-                     f"{math.exp(eps):.3g}" + (f", except with probability {delta:.2g}" if delta
+        parts.append("What that means: whoever sees a DP model can raise their odds that any "
+                     "one person was in its training data by a factor of at most "
+                     + (f"{math.exp(eps):.3g}" if eps < 700 else f"e^{eps:.3g}")  # no overflow
+                     + (f", except with probability {delta:.2g}" if delta
                                                 else "") + ", whatever else they know.")
         found = [e["empirical_epsilon_best"]["epsilon"] for e in dp
                  if e.get("empirical_epsilon_best")]

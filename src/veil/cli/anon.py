@@ -114,6 +114,9 @@ def _models(k: int | None, l: int | None, l_variant: str, c: float | None, t: fl
             population_uniqueness: float | None = None, population_size: int | None = None,
             population_model: str = "dankar") -> list[PrivacyModel]:
     models: list[PrivacyModel] = []
+    if c is not None and l is None:
+        raise ConfigError(f"--c={c!r} is not allowed without --l: it is the c of recursive "
+                          "(c,l)-diversity (--l L --l-variant recursive --c C)")
     if k is not None:
         models.append(KAnonymity(k))
     if l is not None:

@@ -36,6 +36,8 @@ from veil.cli._output import (
 from veil.errors import ConfigError, DataError
 
 ATTACK_HELP = "loss | confidence | shadow | lira | lira-offline"
+#: the most shadow models --n-shadow may ask for (each one is a model trained here)
+MAX_SHADOW = 10_000
 
 
 def _load_xy(path: Path, option: str) -> tuple[np.ndarray, np.ndarray]:
@@ -178,11 +180,17 @@ def audit(
 ) -> None:
     """Audit a training run (RUN_DIR) or a saved model (--model): certified epsilon, empirical
     lower bounds, membership attack, mutual information; writes report.json + report.html."""
+    from veil._validation import check_delta, check_int, check_positive
     from veil.audit import privacy_report
     from veil.audit.report import TWO_FIGURES, headline, round_bound
 
     if (run_dir is None) == (model is None):
         raise ConfigError("give either RUN_DIR or --model (not both, not neither)")
+    check_int(n_shadow, "--n-shadow", low=1, high=MAX_SHADOW)
+    if epsilon is not None:
+        check_positive(epsilon, "--epsilon", allow_zero=True)
+    if delta is not None:
+        check_delta(delta, "--delta")
     if ledger is not None and (epsilon is not None or delta is not None):
         raise ConfigError("--epsilon/--delta are not allowed with --ledger: the ledger "
                           "certifies the spend (the budget is given once)")

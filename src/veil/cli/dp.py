@@ -10,7 +10,14 @@ from typing import Annotated, Any
 import pandas as pd
 import typer
 
-from veil._validation import check_bounds, check_choice, check_delta, check_epsilon, check_int
+from veil._validation import (
+    check_bounds,
+    check_choice,
+    check_delta,
+    check_epsilon,
+    check_int,
+    check_probability,
+)
 from veil.cli import dp_demo
 from veil.cli._output import check_input_file, parse_list, print_json, print_mapping, print_table
 from veil.dp import stats
@@ -69,7 +76,7 @@ BudgetDelta = Annotated[float | None, typer.Option(
 
 
 def run_query(column: pd.Series, query: str, *, epsilon: float, delta: float,
-              bounds: str | None, bins: str | None, categories: str | None, q: float,
+              bounds: str | None, bins: str | None, categories: str | None, q: float | None,
               ledger: Ledger) -> Result:
     """One statistic of one column, released through ``ledger``."""
     check_choice(query, "--query", QUERIES)
@@ -95,7 +102,8 @@ def run_query(column: pd.Series, query: str, *, epsilon: float, delta: float,
         if delta:
             raise ConfigError(f"--delta={delta!r} is not allowed with --query quantile: it is "
                               "pure epsilon-DP (the exponential mechanism)")
-        return stats.quantile(column, q, bounds=_bounds(bounds, query), **common)
+        return stats.quantile(column, 0.5 if q is None else check_probability(q, "--q"),
+                              bounds=_bounds(bounds, query), **common)
     function = {"sum": stats.sum, "mean": stats.mean, "variance": stats.variance}[query]
     return function(column, bounds=_bounds(bounds, query), delta=delta, **common)
 
@@ -110,7 +118,8 @@ def stats_command(
                                 "noise, > 0 Gaussian."),
     bounds: str = typer.Option(None, "--bounds", help="Declared range LO,HI (values outside "
                                "are clipped and counted)."),
-    q: float = typer.Option(0.5, "--q", help="The quantile, for --query quantile."),
+    q: float = typer.Option(None, "--q", help="The quantile in [0, 1], for --query quantile "
+                            "(default 0.5)."),
     bins: str = typer.Option(None, "--bins", help="Histogram edges A,B,C or a number of "
                              "equal-width bins over --bounds."),
     categories: str = typer.Option(None, "--categories", help="Declared categories A,B,C "
@@ -126,6 +135,11 @@ def stats_command(
     does not fit); without it, to a one-off budget of exactly --epsilon, --delta.
     """
     epsilon, delta = check_epsilon(epsilon, "--epsilon"), check_delta(delta, "--delta")
+    check_choice(query, "--query", QUERIES)
+    if q is not None and query != "quantile":
+        raise ConfigError(f"--q={q!r} is not allowed with --query {query}: it is the quantile "
+                          "of --query quantile")
+    check_budget_options(ledger_path, budget_epsilon, budget_delta)
     ledger = (open_ledger(ledger_path, budget_epsilon, budget_delta, delta)
               if ledger_path is not None else Ledger(epsilon, delta))
     df = read_csv(file)
@@ -150,14 +164,30 @@ def open_ledger(path: Path, budget_epsilon: float | None, budget_delta: float | 
     """The ledger file at ``path``: opened with its stored budget, or created with
     ``--budget-epsilon`` (and ``--budget-delta``, default ``delta``) when absent."""
     if path.exists():
-        if budget_epsilon is not None:
-            raise ConfigError(f"--budget-epsilon is not allowed: {path} already holds a ledger "
-                              "with its own budget (see veil budget show)")
+        for option, value in (("--budget-epsilon", budget_epsilon),
+                              ("--budget-delta", budget_delta)):
+            if value is not None:
+                raise ConfigError(f"{option} is not allowed: {path} already holds a ledger "
+                                  "with its own budget (see veil budget show)")
         return Ledger.open(path)
     if budget_epsilon is None:
         raise ConfigError(f"--ledger={str(path)!r} does not exist: create it by giving its "
                           "total budget with --budget-epsilon E [--budget-delta D]")
-    return Ledger(budget_epsilon, delta if budget_delta is None else budget_delta, path=path)
+    return Ledger(check_epsilon(budget_epsilon, "--budget-epsilon"),
+                  check_delta(delta if budget_delta is None else budget_delta,
+                              "--budget-delta" if budget_delta is not None else "--delta"),
+                  path=path)
+
+
+def check_budget_options(ledger_path: Path | None, budget_epsilon: float | None,
+                         budget_delta: float | None) -> None:
+    """--budget-epsilon and --budget-delta create a --ledger file: without one they are
+    refused, never ignored."""
+    for option, value in (("--budget-epsilon", budget_epsilon),
+                          ("--budget-delta", budget_delta)):
+        if value is not None and ledger_path is None:
+            raise ConfigError(f"{option} is not allowed without --ledger: it is the total "
+                              "budget of a new ledger file (--ledger FILE)")
 
 
 def _typed_keys(text: str, columns: list[str], frame: Any) -> list[Any]:
@@ -222,8 +252,13 @@ def query_command(
 ) -> None:
     """A differentially private group-by query per privacy unit, charged to a ledger."""
     from veil.dp.query import Query
+    from veil.dp.query.query import MAX_CONTRIBUTION
 
     check_choice(backend, "--backend", ("pandas", "spark"))
+    epsilon, delta = check_epsilon(epsilon, "--epsilon"), check_delta(delta, "--delta")
+    check_int(max_groups, "--max-groups", low=1, high=MAX_CONTRIBUTION)
+    check_int(max_rows, "--max-rows", low=1, high=MAX_CONTRIBUTION)
+    check_budget_options(ledger_path, budget_epsilon, budget_delta)
     group_by = group_by or []
     query = Query(privacy_unit, max_groups=max_groups, max_rows=max_rows).agg(*agg)
     frame = read_csv(file) if keys is not None and not dry_run else None

@@ -412,6 +412,10 @@ def submit(app_dir: Annotated[Path, typer.Argument(help="The app folder (veil fl
     from veil.errors import ProtocolError
     from veil.experiments.flower_app import submit as submit_app
 
+    if timeout is not None:
+        from veil._validation import check_positive
+
+        check_positive(timeout, "--timeout")
     if not (app_dir / "pyproject.toml").is_file():
         raise ConfigError(f"APP_DIR={str(app_dir)!r} is not allowed: it holds no "
                           "pyproject.toml; expected a Flower app folder (veil fl app --out)")

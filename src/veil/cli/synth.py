@@ -21,7 +21,7 @@ from typing import Annotated, Any
 import typer
 
 from veil._io import atomic_write
-from veil._validation import check_choice
+from veil._validation import check_choice, check_int
 from veil.cli._output import (
     check_input_file,
     check_out_dir,
@@ -34,6 +34,7 @@ from veil.cli.anon import read_table
 from veil.cli.dp import BudgetDelta, BudgetEpsilon, LedgerPath, open_ledger
 from veil.errors import ConfigError, DataError
 from veil.synth import METHODS, evaluate, load_schema
+from veil.synth.base import MAX_ROWS
 from veil.synth.report import NOT_PRIVATE, fit_report
 
 app = typer.Typer(no_args_is_help=True,
@@ -63,6 +64,8 @@ def fit(
 ) -> None:
     """Fit a DP synthesizer to DATA.csv, charge the ledger once, write the synthetic table."""
     check_choice(method, "--method", sorted(METHODS))
+    if rows is not None:
+        check_int(rows, "--rows", low=1, high=MAX_ROWS)
     if out.exists() and not force:
         raise ConfigError(f"--out={str(out)!r} already exists: choose another --out, or pass "
                           "--force to replace it")
@@ -76,7 +79,8 @@ def fit(
                           "--ledger FILE (with --budget-epsilon E to create it)")
     declared = load_schema(schema)
     table, sep = read_table(check_input_file(data, "DATA"), None)
-    ledger = open_ledger(ledger_path, budget_epsilon, budget_delta, delta)
+    METHODS[method](declared, epsilon=epsilon, delta=delta).cost()  # priced before a ledger
+    ledger = open_ledger(ledger_path, budget_epsilon, budget_delta, delta)  # file is made
     with progress(f"synth {method}", total=1.0) as update:
         options: dict[str, Any] = {"epsilon": epsilon, "delta": delta}
         if method == "aim":

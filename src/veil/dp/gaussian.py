@@ -168,8 +168,13 @@ def zcdp_rho(epsilon: float, delta: float) -> float:
     sigma = Delta / sqrt(2 rho) is 18% smaller.
     """
     log_inv = math.log(1.0 / delta)
-    rho = (math.sqrt(log_inv + epsilon) - math.sqrt(log_inv)) ** 2
-    while rho + 2.0 * math.sqrt(rho * log_inv) > epsilon:
+    # (sqrt(L + eps) - sqrt(L))^2 written without the difference, which cancels to 0 for a
+    # tiny epsilon, and without squaring sqrt(L + eps), which overflows for a huge one
+    rho = (epsilon / (math.sqrt(log_inv + epsilon) + math.sqrt(log_inv))) ** 2
+    if not rho > 0:
+        raise ConfigError(f"epsilon={epsilon:g} is too small for zCDP at delta={delta:g}: "
+                          "rho underflows to 0 (no noise scale is finite)")
+    while rho + 2.0 * math.sqrt(rho) * math.sqrt(log_inv) > epsilon:  # rho * L may overflow
         rho = math.nextafter(rho, 0.0)
     orders = np.array([a for a in DEFAULT_ORDERS if a > 1.01])  # the accountant's own cut
     by_order = (epsilon - np.log1p(-1.0 / orders) + np.log(delta * orders) / (orders - 1.0)) \

@@ -66,6 +66,7 @@ m) / N times larger gives the real clients the step they would have without cana
 
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from dataclasses import dataclass, field
@@ -120,8 +121,10 @@ SCHEMA: dict[str, dict[str, tuple[Any, Any]]] = {
 VERTICAL_SECTIONS = frozenset({"vertical", "transfer"})
 _VERTICAL_RUN_KEYS = frozenset({"seed", "out"})
 _REQUIRED = {("data", "dataset"), ("privacy", "epsilon"), ("hybrid", "honest")}
-#: counts that must be >= 1, checked here so the error names the key the file spells
-_COUNTS = (("data", "clients"), ("training", "rounds"), ("training", "local_epochs"))
+#: counts that must be in [1, most], checked here so the error names the key the file spells
+_COUNTS = {("data", "clients"): 100_000, ("training", "rounds"): 1_000_000,
+           ("training", "local_epochs"): 10_000, ("data", "min_size"): 10**9,
+           ("training", "min_clients"): 100_000}
 _MODELS = ("logistic_regression", "softmax_regression", "linear_svm")
 _STRATEGIES = ("fedavg", "fedprox", "hybrid")
 #: what the hybrid strategy does not use (module docstring)
@@ -349,10 +352,14 @@ def load_config(path: str | os.PathLike) -> FLConfig:
     for section, key in _REQUIRED:
         if section in sections and sections[section][key] is None:
             raise ConfigError(f"{path}: [{section}] needs {key} = ...")
-    for section, key in _COUNTS:
-        if sections[section][key] < 1:
+    for (section, key), most in _COUNTS.items():
+        if not 1 <= sections[section][key] <= most:
             raise ConfigError(f"{path}: [{section}] {key}={sections[section][key]!r} is not "
-                              "allowed: must be an integer >= 1")
+                              f"allowed: must be an integer in [1, {most}]")
+    if not 0 < sections["data"]["test_fraction"] < 1:
+        raise ConfigError(f"{path}: [data] test_fraction={sections['data']['test_fraction']!r} "
+                          "is not allowed: must be in (0, 1) (the share of records held out "
+                          "for testing)")
     given = {name: frozenset(raw.get(name, {})) for name in sections}
     if sections["training"]["strategy"] == "hybrid" or "hybrid" in sections:
         _check_hybrid(path, sections, given)
@@ -379,6 +386,9 @@ def _section(path: str, name: str, table: Any) -> dict[str, Any]:
             expected = " or ".join(k.__name__ for k in kinds)
             raise ConfigError(f"{path}: [{name}] {key}={value!r} is not allowed: "
                               f"expected {expected}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{path}: [{name}] {key}={value!r} is not allowed: must be a "
+                              "finite number")
     return {key: table.get(key, default) for key, (_, default) in schema.items()}
 
 

@@ -79,6 +79,7 @@ Relative paths are resolved against the directory of the TOML file
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -144,6 +145,13 @@ def check_section(config: Any, section: str) -> dict:
         if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
             raise ConfigError(f"[{section}] {key}={value!r} is not allowed: expected "
                               f"{' or '.join(k.__name__ for k in kinds)}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"[{section}] {key}={value!r} is not allowed: must be a finite "
+                              "number")
+    fraction = config.get("test_fraction", 0.0)
+    if not 0 <= fraction < 1:
+        raise ConfigError(f"[{section}] test_fraction={fraction!r} is not allowed: must be in "
+                          "[0, 1) (the share of aligned rows held out for the metrics)")
     return config
 
 

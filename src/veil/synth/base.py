@@ -63,6 +63,9 @@ def select(scores: np.ndarray, epsilon: float, sensitivity: float, rng: Generato
     return noisy_argmax(scores, coef=epsilon / (2.0 * sensitivity), noise="gumbel", rng=rng)
 
 
+#: the most rows :meth:`sample` draws at once (a table in memory)
+MAX_ROWS = 10**8
+
 class Synthesizer:
     """Fit a model of a table under (epsilon, delta)-DP, then sample synthetic rows.
 
@@ -142,7 +145,8 @@ class Synthesizer:
         """``n`` synthetic rows (post-processing: no further cost)."""
         if not hasattr(self, "model_"):
             raise ConfigError(f"{type(self).__name__} is not fitted: call fit(data) first")
-        count = max(1, round(self.model_.total)) if n is None else check_int(n, "n", low=1)
+        count = (max(1, min(round(self.model_.total), MAX_ROWS)) if n is None
+                 else check_int(n, "n", low=1, high=MAX_ROWS))
         gen = check_rng(rng if rng is not None else self.rng)
         return self.schema.decode(self.model_.sample(count, gen), gen)
 

@@ -41,12 +41,28 @@ logger = logging.getLogger(__name__)
 
 _SIGMA_MIN = 1e-2
 _SIGMA_MAX = 1e5
+#: the largest target epsilon calibration accepts: beyond it the noise is a small fraction of
+#: the sensitivity (sigma ~0.1 for one step) and the certified PLD's grid, which grows with
+#: the loss, makes each evaluation take minutes (epsilon 1e30 never finished)
+MAX_CALIBRATION_EPSILON = 100.0
+#: the most noisy steps one calibration or epsilon_for composes (DP-SGD's longest runs are
+#: ~1e6 steps; 1e9 did not finish)
+MAX_STEPS = 10**7
+
+
+def _check_target(epsilon: float) -> float:
+    epsilon = check_epsilon(epsilon)
+    if epsilon > MAX_CALIBRATION_EPSILON:
+        raise ConfigError(f"epsilon={epsilon:g} is not allowed for calibration: at most "
+                          f"{MAX_CALIBRATION_EPSILON:g} (such a budget protects nothing; "
+                          "a noise multiplier can be given directly)")
+    return epsilon
 
 
 def _check_sampling(sample_rate: float, steps: int, sampling: str,
                     dataset_size: int | None) -> tuple[float, int]:
     q = check_probability(sample_rate, "sample_rate", low_open=True)
-    steps = check_int(steps, "steps", low=1)
+    steps = check_int(steps, "steps", low=1, high=MAX_STEPS)
     check_choice(sampling, "sampling", ("poisson", "without_replacement"))
     if dataset_size is not None:
         check_int(dataset_size, "dataset_size", low=1)
@@ -198,7 +214,7 @@ def calibrate(event_for: Callable[[float], de.DpEvent], epsilon: float, delta: f
     The returned scale is verified (it met the target when evaluated). Raises ConfigError
     when no scale up to 1e5 meets the target.
     """
-    epsilon = check_epsilon(epsilon)
+    epsilon = _check_target(epsilon)
     delta = check_delta(delta)
     rtol = check_positive(rtol, "rtol")
     make_accountant(accountant, **options)  # reject approximations and bad options early
@@ -223,7 +239,7 @@ def calibrate_noise(epsilon: float, delta: float, sample_rate: float = 1.0, step
 
     Raises ConfigError for an unreachable target (e.g. ``delta=0`` with Gaussian noise).
     """
-    epsilon = check_epsilon(epsilon)
+    epsilon = _check_target(epsilon)
     q, steps = _check_sampling(sample_rate, steps, sampling, dataset_size)
     rtol = check_positive(rtol, "rtol")
     if check_delta(delta) == 0:

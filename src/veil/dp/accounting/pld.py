@@ -108,6 +108,10 @@ class _GaussianLoss(plm.GaussianPrivacyLoss):
         return float(deltas[0]) if np.ndim(epsilon) == 0 else deltas
 
 
+#: the largest loss index on a PLD's grid: indices are exact integers in a float up to 2**53
+_MAX_GRID_INDEX = 2.0**53
+
+
 def _pure_pld(epsilon: float, interval: float) -> PLD:
     """The PLD of binary randomized response with odds e^eps, in closed form.
 
@@ -116,6 +120,10 @@ def _pure_pld(epsilon: float, interval: float) -> PLD:
     soundly: loss +eps with probability 1 / (1 + e^-eps), -eps with e^-eps / (1 + e^-eps)
     (written with e^-eps so that no epsilon overflows), rounded up onto the grid.
     """
+    if not epsilon / interval < _MAX_GRID_INDEX:
+        raise ConfigError(f"epsilon={epsilon:g} of a pure-DP event is beyond the PLD "
+                          f"accountant's grid (at most {_MAX_GRID_INDEX * interval:g} at its "
+                          f"discretization interval {interval:g})")
     tail = math.exp(-epsilon)
     return PLD.create_from_rounded_probability(
         {math.ceil(epsilon / interval): 1.0 / (1.0 + tail),

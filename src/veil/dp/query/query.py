@@ -62,6 +62,11 @@ def _is_spark(data: Any) -> bool:
     return type(data).__module__.startswith("pyspark.")
 
 
+#: the largest ``max_groups`` / ``max_rows``: a unit's contribution bound scales the noise,
+#: so a larger one releases nothing useful (and overflows the noise's integer grid)
+MAX_CONTRIBUTION = 10**9
+
+
 @dataclass(frozen=True)
 class Query:
     """A differentially private group-by query over a table with a privacy-unit column.
@@ -94,8 +99,8 @@ class Query:
         if not isinstance(self.privacy_unit, str) or not self.privacy_unit:
             raise ConfigError(f"privacy_unit={self.privacy_unit!r} is not allowed: name the "
                               "column that identifies a person (privacy unit)")
-        check_int(self.max_groups, "max_groups", low=1)
-        check_int(self.max_rows, "max_rows", low=1)
+        check_int(self.max_groups, "max_groups", low=1, high=MAX_CONTRIBUTION)
+        check_int(self.max_rows, "max_rows", low=1, high=MAX_CONTRIBUTION)
 
     # -- building ----------------------------------------------------------------------
     def group_by(self, *columns: str, keys: Sequence[Any] | None = None) -> Query:
