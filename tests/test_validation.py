@@ -6,6 +6,7 @@ import pytest
 from veil._validation import (
     check_array,
     check_bounds,
+    check_categories,
     check_delta,
     check_epsilon,
     check_int,
@@ -76,3 +77,10 @@ def test_pair_is_one_check_for_every_x_y():
         check_pair(([[1.0], [2.0]], [0]), "members")
     with pytest.raises(DataError, match="NaN"):
         check_pair(([[np.nan]], [0]), "test")
+
+
+def test_categories_are_one_check_for_stats_and_queries():
+    assert check_categories(["a", "b"]) == ("a", "b")
+    for bad in ([], ["a", "a"]):
+        with pytest.raises(ConfigError, match="need distinct categories"):
+            check_categories(bad)

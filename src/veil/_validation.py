@@ -150,6 +150,15 @@ def check_xy(X: Any, y: Any, *, name: str = "X") -> tuple[np.ndarray, np.ndarray
     return X, y
 
 
+def check_categories(categories: Any, name: str = "categories") -> tuple[Any, ...]:
+    """Declared categories (a histogram's public label set): a non-empty sequence of
+    distinct values, as a tuple."""
+    cats = tuple(categories)
+    if not cats or len(set(cats)) != len(cats):
+        raise ConfigError(f"{name}={categories!r} is not allowed: need distinct categories")
+    return cats
+
+
 def check_pair(pair: Any, name: str, *, dtype: Any = np.float64,
                allow_empty: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """``pair`` as training data ``(X, y)``: X a finite 2-d array (:func:`check_array`,
