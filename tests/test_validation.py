@@ -6,9 +6,11 @@ import pytest
 from veil._validation import (
     check_array,
     check_bounds,
+    check_categories,
     check_delta,
     check_epsilon,
     check_int,
+    check_pair,
     check_probability,
 )
 from veil.errors import ConfigError, DataError
@@ -60,3 +62,25 @@ def test_fitted_and_feature_checks():
     assert check_features([[1, 2]], 2).shape == (1, 2)
     with pytest.raises(DataError, match="X has 3 features, but the model is expecting 2"):
         check_features([[1, 2, 3]], 2)
+
+
+def test_pair_is_one_check_for_every_x_y():
+    """Federation, the membership attacks and the hybrid aggregators each wrote the (X, y)
+    check; one now, naming the argument."""
+    X, y = check_pair(([[1, 2], [3, 4]], [0, 1]), "clients[2]")
+    assert X.dtype == np.float64 and y.tolist() == [0, 1]
+    codes, _ = check_pair((np.array([[1, 2]]), [0]), "parties[0]", dtype=None)
+    assert codes.dtype.kind == "i"                      # a tree's codes keep their dtype
+    with pytest.raises(DataError, match=r"clients\[2\] is not an \(X, y\) pair"):
+        check_pair([[1, 2]], "clients[2]")
+    with pytest.raises(DataError, match=r"members\[1\] has shape \(1,\); expected \(2,\)"):
+        check_pair(([[1.0], [2.0]], [0]), "members")
+    with pytest.raises(DataError, match="NaN"):
+        check_pair(([[np.nan]], [0]), "test")
+
+
+def test_categories_are_one_check_for_stats_and_queries():
+    assert check_categories(["a", "b"]) == ("a", "b")
+    for bad in ([], ["a", "a"]):
+        with pytest.raises(ConfigError, match="need distinct categories"):
+            check_categories(bad)

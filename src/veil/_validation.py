@@ -150,6 +150,32 @@ def check_xy(X: Any, y: Any, *, name: str = "X") -> tuple[np.ndarray, np.ndarray
     return X, y
 
 
+def check_categories(categories: Any, name: str = "categories") -> tuple[Any, ...]:
+    """Declared categories (a histogram's public label set): a non-empty sequence of
+    distinct values, as a tuple."""
+    cats = tuple(categories)
+    if not cats or len(set(cats)) != len(cats):
+        raise ConfigError(f"{name}={categories!r} is not allowed: need distinct categories")
+    return cats
+
+
+def check_pair(pair: Any, name: str, *, dtype: Any = np.float64,
+               allow_empty: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """``pair`` as training data ``(X, y)``: X a finite 2-d array (:func:`check_array`,
+    with ``dtype`` and ``allow_empty``), y one label per row of X. DataError naming
+    ``name`` (``clients[3]``, ``members``) when it is not a pair or the shapes disagree."""
+    try:
+        X, y = pair
+    except (TypeError, ValueError):
+        raise DataError(f"{name} is not an (X, y) pair of features and labels") from None
+    X = check_array(X, f"{name}[0]", ndim=2, dtype=dtype, allow_empty=allow_empty)
+    y = np.asarray(y)
+    if y.shape != (X.shape[0],):
+        raise DataError(f"{name}[1] has shape {y.shape}; expected ({X.shape[0]},): one label "
+                        "per row of X")
+    return X, y
+
+
 def check_fitted(estimator: Any, attribute: str) -> None:
     """ConfigError unless ``estimator`` has the learned ``attribute`` (it was fitted)."""
     if not hasattr(estimator, attribute):

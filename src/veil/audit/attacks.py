@@ -37,7 +37,7 @@ from scipy.special import log_ndtr
 from sklearn.base import clone
 from sklearn.linear_model import LogisticRegression as _AttackModel
 
-from veil._validation import check_array, check_choice, check_int
+from veil._validation import check_choice, check_int, check_pair
 from veil.audit.epsilon import EpsilonBound, epsilon_lower_bound
 from veil.audit.metrics import attack_metrics, check_scores, roc_curve
 from veil.errors import ConfigError, DataError
@@ -83,19 +83,6 @@ class AttackResult:
 
 
 # -- the target ------------------------------------------------------------------------------
-def _check_xy(data, name: str) -> tuple[np.ndarray, np.ndarray]:
-    try:
-        X, y = data
-    except (TypeError, ValueError):
-        raise DataError(f"{name} must be a pair (X, y) of features and labels") from None
-    X = check_array(X, f"{name} X", ndim=2)
-    y = np.asarray(y)
-    if y.ndim != 1 or y.shape[0] != X.shape[0]:
-        raise DataError(f"{name}: X has {X.shape[0]} rows but y has shape {y.shape}; need one "
-                        "label per row")
-    return X, y
-
-
 def _probabilities(model: Any, X: np.ndarray, classes: np.ndarray) -> np.ndarray:
     """(n, len(classes)) class probabilities of a model, aligned to ``classes``."""
     if hasattr(model, "predict_proba"):
@@ -181,7 +168,7 @@ def _classes(target, *label_sets) -> np.ndarray:
 
 def loss_scores(model: Any, X, y) -> np.ndarray:
     """The loss attack's score of each record: log p_y(x) = -cross-entropy (higher = member)."""
-    X, y = _check_xy((X, y), "records")
+    X, y = check_pair((X, y), "records")
     classes = _classes(model, y)
     scores, _ = _true_class_logprob(model, X, _label_index(y, classes, "y"), classes)
     return scores
@@ -267,13 +254,13 @@ def membership_inference(target: Any, members, nonmembers, *, attack: str = "los
     ``shadow``; extra pool records for ``lira``).
     """
     check_choice(attack, "attack", ATTACKS)
-    Xi, yi = _check_xy(members, "members")
-    Xo, yo = _check_xy(nonmembers, "nonmembers")
+    Xi, yi = check_pair(members, "members")
+    Xo, yo = check_pair(nonmembers, "nonmembers")
     if Xi.shape[1] != Xo.shape[1]:
         raise DataError(f"members have {Xi.shape[1]} features and nonmembers {Xo.shape[1]}; "
                         "both must be rows of the same feature space")
     if population is not None:
-        population = _check_xy(population, "population")
+        population = check_pair(population, "population")
         if population[0].shape[1] != Xi.shape[1]:
             raise DataError(f"population has {population[0].shape[1]} features, the members "
                             f"{Xi.shape[1]}")

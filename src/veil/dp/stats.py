@@ -38,6 +38,7 @@ from dp_accounting import dp_event as de
 from veil._validation import (
     check_array,
     check_bounds,
+    check_categories,
     check_delta,
     check_epsilon,
     check_int,
@@ -227,10 +228,7 @@ def histogram(data: Any, bins: Any = None, *, categories: Sequence[Any] | None =
         raise ConfigError("histogram needs exactly one of bins= (numeric edges) or "
                           "categories= (declared categories)")
     if categories is not None:
-        cats = list(categories)
-        if not cats or len(set(cats)) != len(cats):
-            raise ConfigError(f"categories={categories!r} is not allowed: need distinct "
-                              "categories")
+        cats = list(check_categories(categories))
         labels = _labels(data)
         codes = pd.Index(cats).get_indexer(labels)
         clipped = int(np.count_nonzero(codes < 0))

@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from veil._validation import check_array, check_int
+from veil._validation import check_int, check_pair
 from veil.errors import ConfigError, DataError
 from veil.fl.checkpoint import Checkpoint
 from veil.fl.history import History
@@ -158,11 +158,11 @@ class Federation:
         self.rounds = check_int(rounds, "rounds", low=1)
         if not clients:
             raise DataError("clients is empty; expected one (X, y) pair per client")
-        data = [_pair(c, f"clients[{i}]") for i, c in enumerate(clients)]
+        data = [check_pair(c, f"clients[{i}]") for i, c in enumerate(clients)]
         widths = {X.shape[1] for X, _ in data}
         if len(widths) != 1:
             raise DataError(f"the clients' X have different feature counts {sorted(widths)}")
-        self.test = None if test is None else _pair(test, "test")
+        self.test = None if test is None else check_pair(test, "test")
         labels = np.concatenate([y for _, y in data] + ([self.test[1]] if self.test else []))
         # None keeps the old behaviour (read from the data), warned like "from_data"
         classes = declared_classes("from_data" if classes is None else classes, labels,
@@ -375,18 +375,6 @@ class Federation:
         from veil.dp.accounting.serialize import event_from_json  # lazy: dp_accounting
 
         self._charge(event_from_json(owed["event"]), owed["label"])
-
-
-def _pair(pair: Any, name: str) -> tuple[np.ndarray, np.ndarray]:
-    try:
-        X, y = pair
-    except (TypeError, ValueError):
-        raise DataError(f"{name} is not an (X, y) pair") from None
-    X = check_array(X, f"{name}[0]", ndim=2)
-    y = np.asarray(y)
-    if y.shape != (X.shape[0],):
-        raise DataError(f"{name}[1] has shape {y.shape}; expected ({X.shape[0]},)")
-    return X, y
 
 
 def _fingerprint(data: list[tuple[np.ndarray, np.ndarray]], n_params: int,

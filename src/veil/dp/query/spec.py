@@ -34,7 +34,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from veil._validation import check_bounds, check_choice, check_int, check_probability
+from veil._validation import (
+    check_bounds,
+    check_categories,
+    check_choice,
+    check_int,
+    check_probability,
+)
 from veil.dp.sensitivity import sum_grid
 from veil.errors import ConfigError, DataError
 
@@ -94,11 +100,7 @@ def make_aggregate(kind: str, column: str | None = None, *, bounds: Any = None,
             raise ConfigError(f"histogram({column}) needs exactly one of edges (numeric bins) "
                               "or categories (declared categories)")
         if categories is not None:
-            cats = tuple(categories)
-            if not cats or len(set(cats)) != len(cats):
-                raise ConfigError(f"categories={categories!r} is not allowed: need distinct "
-                                  "categories")
-            return Aggregate(kind, column, categories=cats)
+            return Aggregate(kind, column, categories=check_categories(categories))
         e = np.asarray(edges, dtype=np.float64) if _numeric_list(edges) else np.array([])
         if e.size < 2 or not np.all(np.isfinite(e)) or not np.all(np.diff(e) > 0):
             raise ConfigError(f"edges={edges!r} is not allowed: need at least 2 finite, "

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from veil._validation import check_choice
+from veil._validation import check_choice, check_pair
 from veil.dp.accounting import DEFAULT_ACCOUNTANT
 from veil.dp.distributed import (
     NOISES,
@@ -101,17 +101,8 @@ class SimulatedAggregator(Aggregator):
         if not parties:
             raise DataError("parties is empty; expected one (X, y) pair per party")
         self.data = []
-        for i, pair in enumerate(parties):
-            try:
-                X, y = pair
-            except (TypeError, ValueError):
-                raise DataError(f"parties[{i}] is not an (X, y) pair") from None
-            X = np.asarray(X)
-            y = np.asarray(y)
-            if X.ndim != 2 or y.shape != (X.shape[0],):
-                raise DataError(f"parties[{i}] has X of shape {X.shape} and y of shape "
-                                f"{y.shape}; expected (n, d) and (n,)")
-            self.data.append((X, y))
+        for i, pair in enumerate(parties):   # the learner's own dtype (codes for a tree)
+            self.data.append(check_pair(pair, f"parties[{i}]", dtype=None, allow_empty=True))
         self.parties = len(self.data)
 
     def aggregate(self, query: Query, learner: QueryLearner, *,

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from veil._validation import check_pair
 from veil.dp.distributed import DistributedMechanism
 from veil.errors import ConfigError, DataError, ProtocolError
 from veil.fl.hybrid.fit import Aggregator
@@ -79,10 +80,7 @@ class HybridAggregator(Aggregator):
         self.public_key = keys.public_key if agreement.encrypted else None
         self.clients = {}
         for i, pair in enumerate(parties):
-            try:
-                X, y = pair
-            except (TypeError, ValueError):
-                raise DataError(f"parties[{i}] is not an (X, y) pair") from None
+            X, y = check_pair(pair, f"parties[{i}]", dtype=None, allow_empty=True)
             share = keys.shares[i] if self.public_key is not None else None
             self.clients[i] = HybridClient(i, X, y, agreement, key_share=share,
                                            identity=identities[i])
