@@ -144,6 +144,7 @@ def test_page_code_runs_and_prints_what_the_page_shows(page, request, tmp_path, 
 def test_the_tutorials_show_their_output():
     shown = {p.stem for p in PAGES for *_, expected in documented_blocks(p) if expected}
     assert shown >= {"anonymization", "dp-statistics", "homomorphic-encryption", "hybrid",
+                     "audits", "synthetic-data",
                      "models", "mpc"}
 
 
