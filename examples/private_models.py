@@ -1,8 +1,10 @@
 """Differentially private scikit-learn-style models on breast_cancer, from one budget.
 
-The features are scaled to [0, 1] with ranges taken as public knowledge (the declared
-bounds); every model then declares them (bounds=, data_norm=) instead of reading them from
-the data, and each fit is charged to a child ledger of one overall budget.
+The features are scaled to [-1, 1] from the ranges documented with the data set
+(veil.datasets.public_bounds), never from the records: a scale fitted to the data would make
+the model depend on private values outside the DP mechanism. Every model then declares the
+scaled bounds (bounds=, data_norm=) instead of reading them from the data, and each fit is
+charged to a child ledger of one overall budget.
 
     python examples/private_models.py [--epsilon 1]
 """
@@ -17,6 +19,7 @@ from sklearn import cluster, linear_model, naive_bayes, svm
 from sklearn.datasets import load_breast_cancer
 from sklearn.model_selection import train_test_split
 
+from veil.datasets import public_bounds
 from veil.dp import Ledger
 from veil.learn.private import GaussianNB, KMeans, LinearRegression, LinearSVC, LogisticRegression
 
@@ -28,9 +31,8 @@ def main() -> None:
     eps = args.epsilon
 
     X, y = load_breast_cancer(return_X_y=True)
+    X = public_bounds("breast_cancer").scale(X)  # documented ranges -> [-1, 1]
     X_train, X_test, y_train, y_test = train_test_split(X, y, test_size=0.3, random_state=0)
-    lo, hi = X_train.min(0), X_train.max(0)  # stand-in for ranges known in advance
-    X_train, X_test = (X_train - lo) / (hi - lo), (X_test - lo) / (hi - lo)
     d = X.shape[1]
 
     budget = Ledger(epsilon=6 * eps, delta=1e-5)
@@ -42,9 +44,9 @@ def main() -> None:
                                classes=[0, 1], n="public"),
         "LinearSVC (Huber hinge)": LinearSVC(epsilon=eps, data_norm=math.sqrt(d),
                                              classes=[0, 1]),
-        "GaussianNB": GaussianNB(epsilon=eps, bounds=(0, 1), classes=[0, 1]),
+        "GaussianNB": GaussianNB(epsilon=eps, bounds=(-1, 1), classes=[0, 1]),
         "LinearRegression (0-1 target)":
-            LinearRegression(epsilon=eps, bounds_X=(0, 1), bounds_y=(0, 1)),
+            LinearRegression(epsilon=eps, bounds_X=(-1, 1), bounds_y=(0, 1)),
     }
     # the same models without privacy (scikit-learn), as the yardstick for the private ones
     baselines = [linear_model.LogisticRegression(max_iter=1000),
@@ -60,7 +62,7 @@ def main() -> None:
                 predicted = (predicted > 0.5).astype(int)
             accuracies.append(np.mean(predicted == y_test))
         print(f"  {name:<45} accuracy {accuracies[0]:.3f} / {accuracies[1]:.3f}")
-    kmeans = KMeans(2, epsilon=eps, bounds=(0, 1),
+    kmeans = KMeans(2, epsilon=eps, bounds=(-1, 1),
                     ledger=budget.child("KMeans", eps, None)).fit(X_train)
     plain = cluster.KMeans(2, n_init=10, random_state=0).fit(X_train)
     matched = [max(np.mean(c == y_test), np.mean(c != y_test))
