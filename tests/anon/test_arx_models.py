@@ -210,6 +210,40 @@ def test_arx_risk_metrics_on_adult(adult_all):
     assert risk.sample_uniqueness == pytest.approx(0.5142895033485844, rel=1e-12)
 
 
+def _snb_equations(k, f, c1, c2, a, b):
+    """SNB's expected counts of sample classes of sizes one and two less the observed ones
+    (Chen & Keller-McNulty 1998, as ARX states them)."""
+    d = (1 - f) * (1 - b)
+    return (k * f * (b / (1 - d)) ** a * (a * d / (1 - d) + 1) - c1,
+            k * a * b ** a * f * f * (1 - b) / 2 * (1 - d) ** (a + 2) * (2 - (1 - a) * d) - c2)
+
+
+def test_snb_estimates_come_from_roots(adult_all):
+    """SNB's estimate is K beta^alpha at a root of its two equations (ARX's accuracy,
+    1e-6), or 0 when ARX's solver reaches none. scipy's root finder (before) reported
+    success at a start value that is no root and gave 8,158 uniques for the geometric
+    histogram; Adult on six columns at f = 1/2 has a root."""
+    from veil.anon.population import _snb_solution
+
+    i = np.arange(1, 31)
+    geometric = np.repeat(i, np.round(5000 * 0.5 ** (i - 1)).astype(int))
+    df, _ = adult_all
+    six = class_sizes(df, ["sex", "age", "race", "marital-status", "native-country",
+                           "salary-class"])
+    for sizes, population, has_root in [(geometric, 99_950, False), (six, 60_324, True)]:
+        estimate = population_uniques(sizes, population, "snb")
+        size, count = np.unique(sizes, return_counts=True)
+        n = float(sizes.sum())
+        k, a, b = _snb_solution(size, count.astype(float), n, float(population))
+        if not has_root:
+            assert estimate == 0.0 and np.isnan([a, b]).all()
+            continue
+        c1, c2 = float((sizes == 1).sum()), float((sizes == 2).sum())
+        residual = _snb_equations(k, n / population, c1, c2, a, b)
+        assert max(abs(r) for r in residual) <= 1e-6
+        assert 0 < estimate == pytest.approx(k * b ** a, rel=1e-15)
+
+
 def test_kmap_derives_k_like_arx():
     """ARX's KMap: k=3 at n / N = 30162 / 317238626 needs 2 records per sample class,
     k=1000 needs 3 (zero-truncated Poisson, 1% significance); never more than k."""
