@@ -259,20 +259,29 @@ def test_kmap_derives_k_like_arx():
 
 
 def test_enforce_suppresses_the_fewest_smallest_classes():
-    """ARX's binary search suppresses a prefix of the classes in order; for a monotone
-    condition it is the shortest prefix that fulfils it."""
+    """ARX's binary search suppresses a prefix of the classes in order (size, then the
+    tie order); for a monotone condition it is the shortest prefix that fulfils it."""
     counts = np.array([1, 1, 1, 2, 5, 10, 20])
-    kept = np.ones(7, dtype=bool)
-    order = np.arange(7)
-    out = enforce([SampleUniqueness(0.0)], counts, kept, order, limit=40)
+    kept = eligible = np.ones(7, dtype=bool)
+
+    def by_index(rows):
+        return np.argsort(rows)
+
+    out = enforce([SampleUniqueness(0.0)], counts, kept, eligible, by_index, limit=40)
     assert out.tolist() == [False, False, False, True, True, True, True]
     # over the limit: stopped at the first over-limit probe (4 classes, 5 records)
-    out = enforce([AverageReidentificationRisk(0.05)], counts, kept, order, limit=2)
+    out = enforce([AverageReidentificationRisk(0.05)], counts, kept, eligible, by_index,
+                  limit=2)
     assert out.tolist() == [False, False, False, False, True, True, True]
-    # a completely generalized class (order -1) is never suppressed nor counted
-    order = np.array([-1, 0, 1, 2, 3, 4, 5])
-    out = enforce([SampleUniqueness(0.0)], counts, kept, order, limit=40)
-    assert out[0] and not out[1] and not out[2]
+    # a completely generalized class (not eligible) is never suppressed nor counted
+    out = enforce([SampleUniqueness(0.0)], counts, kept, np.arange(7) > 0, by_index,
+                  limit=40)
+    assert out.tolist() == [True, False, False, True, True, True, True]
+    # ties: the tie order picks which of the classes of one size go
+    counts = np.array([2, 1, 2, 2, 5])
+    out = enforce([AverageReidentificationRisk(0.3)], counts, kept[:5], eligible[:5],
+                  lambda rows: np.argsort(-rows), limit=40)
+    assert out.tolist() == [True, False, False, False, True]
 
 
 def test_models_combine_in_one_request(table):
