@@ -75,8 +75,10 @@ def kmap_k(k: int, fraction: float, significance: float, estimator: str) -> int:
 
 
 def _histogram(sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    size, count = np.unique(np.asarray(sizes, dtype=np.int64), return_counts=True)
-    return size, count.astype(np.float64)
+    """The class sizes present and how many classes have each (counted, not sorted)."""
+    per_size = np.bincount(np.asarray(sizes, dtype=np.int64))
+    size = np.flatnonzero(per_size)
+    return size, per_size[size].astype(np.float64)
 
 
 def _valid(x: float, population: float) -> float:

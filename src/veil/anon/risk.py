@@ -198,7 +198,10 @@ def enforce(models: Sequence[SampleModel], counts: np.ndarray, kept: np.ndarray,
     base = int(counts.sum(where=~kept & eligible))
     for model in models:
         entries = np.flatnonzero(kept & eligible)
-        entries = entries[np.argsort(counts[entries], kind="stable")]
+        sizes = counts[entries]
+        if sizes.size and sizes.max() <= np.iinfo(np.uint16).max:
+            sizes = sizes.astype(np.uint16)          # numpy's stable sort: a radix sort
+        entries = entries[np.argsort(sizes, kind="stable")]
         sizes = counts[entries]
         if entries.size == 0 or model.fulfilled(sizes):
             continue
