@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from veil.anon import Hierarchy
-from veil.random import default_rng
+from veil.random import Generator, default_rng
 
 ADULT_QIS = ["sex", "age", "race", "marital-status", "education", "native-country",
              "workclass", "salary-class"]
@@ -52,3 +52,37 @@ def adult(adult_available):
 
     frames = load_adult_hierarchies()
     return load_adult("arx"), {c: Hierarchy(frames[c], name=c) for c in ADULT_QIS}
+
+
+class JavaRandom(Generator):
+    """``new java.util.Random(seed)``'s ``nextDouble()`` stream (the JDK's 48-bit LCG) as
+    a seeded veil generator: ``random(n)`` continues it, so that a mechanism given
+    ``rng=JavaRandom(0xDEADBEEF)`` samples the records ARX's deterministic runs sample.
+    Nothing else is replayed: any other draw fails."""
+
+    _MULT, _MASK = 0x5DEECE66D, (1 << 48) - 1
+
+    def __init__(self, seed: int) -> None:
+        super().__init__(0)
+        # a Java int literal such as 0xDEADBEEF is sign-extended to the long seed
+        seed = seed - (1 << 32) if 1 << 31 <= seed < 1 << 32 else seed
+        self._state = (seed ^ self._MULT) & self._MASK
+
+    def _next(self, bits: int) -> int:
+        self._state = (self._state * self._MULT + 0xB) & self._MASK
+        return self._state >> (48 - bits)
+
+    def random(self, size=None):
+        n = 1 if size is None else int(size)
+        out = np.array([((self._next(26) << 27) + self._next(27)) * 2.0 ** -53
+                        for _ in range(n)])
+        return out[0] if size is None else out
+
+    def _raw(self, n):
+        raise AssertionError("JavaRandom replays nextDouble() only")
+
+
+@pytest.fixture(scope="session")
+def java_random():
+    """The :class:`JavaRandom` class (conftest modules are not importable by name)."""
+    return JavaRandom

@@ -90,19 +90,6 @@ def test_release_is_a_sorted_multiset(table):
     assert out.table.equals(out.table.sort_values(list(top)).reset_index(drop=True))
 
 
-def _java_doubles(seed: int, n: int) -> np.ndarray:
-    """``new java.util.Random(seed).nextDouble()`` n times (the JDK's 48-bit LCG)."""
-    mask = (1 << 48) - 1
-    state = (seed ^ 0x5DEECE66D) & mask
-    out = np.empty(n)
-    for i in range(n):
-        state = (state * 0x5DEECE66D + 0xB) & mask
-        high = state >> 22
-        state = (state * 0x5DEECE66D + 0xB) & mask
-        out[i] = ((high << 27) + (state >> 21)) * 2.0 ** -53
-    return out
-
-
 ADULT = ["sex", "age", "race", "marital-status", "education", "native-country", "workclass",
          "occupation", "salary-class"]
 # ARX TestAnonymizationDifferentialPrivacy, Adult, epsilon 2, search budget 1, delta 1e-5:
@@ -122,7 +109,7 @@ ARX_SCORES = [
 
 
 @pytest.fixture(scope="module")
-def _arx_sample():
+def _arx_sample(java_random):
     """ARX's sample of Adult: record i kept when the i-th ``nextDouble()`` of
     ``new Random(0xDEADBEEF)`` (an int literal: sign-extended) is below beta."""
     from veil.datasets import load_adult, load_adult_hierarchies
@@ -131,7 +118,7 @@ def _arx_sample():
     df = load_adult("arx")
     hierarchies = [Hierarchy(frames[c], name=c) for c in ADULT]
     mech = SafePub(2.0, 1e-5, search_epsilon=1.0)
-    sampled = np.flatnonzero(_java_doubles(0xFFFFFFFFDEADBEEF, len(df)) < mech.beta)
+    sampled = np.flatnonzero(java_random(0xDEADBEEF).random(len(df)) < mech.beta)
     positions = [h.positions(df[c], c) for c, h in zip(ADULT, hierarchies)]
     return mech, positions, hierarchies, sampled, len(df)
 

@@ -56,7 +56,7 @@ import numpy as np
 from veil.anon.encoding import ClassTable, EncodedColumn, EncodedTable
 from veil.anon.metrics import Objective
 from veil.anon.models import PrivacyModel
-from veil.anon.risk import SampleModel, class_rank, enforce
+from veil.anon.risk import SampleModel, enforce
 from veil.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -205,22 +205,29 @@ class LatticeSearch:
             suppressed = int(table.counts.sum(where=~kept))
         if self._sample_models and suppressed <= self.max_suppressed:
             kept = enforce(self._sample_models, table.counts, kept,
-                           self._suppression_order(levels, table), self.max_suppressed)
+                           self._suppressible(levels, table),
+                           self._tie_order(levels, table), self.max_suppressed)
             suppressed = int(table.counts.sum(where=~kept))
             if self._sample_monotone:
                 mono_gone = suppressed
                 forced = max(forced, suppressed)
         return table, kept, mono_kept, mono_gone, suppressed, forced
 
-    def _suppression_order(self, levels: np.ndarray, table: ClassTable) -> np.ndarray:
-        """Rank of each class in the order the models of the whole table suppress them
-        (:func:`veil.anon.risk.class_rank`), -1 for the completely generalized class."""
-        rank = class_rank(table.counts, self.objective.class_order(levels, table), table.first)
+    def _suppressible(self, levels: np.ndarray, table: ClassTable) -> np.ndarray:
+        """Every class but the completely generalized one."""
         complete = np.ones(len(table), dtype=bool)
         for j, level in enumerate(levels):
             complete &= table.codes[:, j] == self._top_codes[j][level]
-        rank[complete] = -1
-        return rank
+        return ~complete
+
+    def _tie_order(self, levels: np.ndarray, table: ClassTable):
+        """How classes of equal size are ordered for suppression: by the objective's
+        :meth:`~veil.anon.metrics.Objective.class_order`, then first record (ARX)."""
+        def order(rows: np.ndarray) -> np.ndarray:
+            secondary = self.objective.class_order(levels, table, rows)
+            first = table.first[rows]
+            return np.lexsort((first,) if secondary is None else (first, secondary))
+        return order
 
     def _cache(self, idx: int, ev: Evaluation) -> None:
         """Keep ``ev``'s table as a roll-up source, dropping the largest ones over budget."""

@@ -292,10 +292,12 @@ class Objective:
     def loss(self, levels: np.ndarray, table: ClassTable, kept: np.ndarray) -> float:
         raise NotImplementedError
 
-    def class_order(self, levels: np.ndarray, table: ClassTable) -> np.ndarray | None:
-        """A loss per class that orders classes of equal size for suppression (ARX orders
-        them by the metric's loss of the class alone, except for metrics where that loss
-        is the class size); None: by size, then first record."""
+    def class_order(self, levels: np.ndarray, table: ClassTable,
+                    rows: np.ndarray) -> np.ndarray | None:
+        """A loss per class (of the classes ``rows``) that orders classes of equal size
+        for suppression (ARX orders them by the metric's loss of the class alone, except
+        for metrics where that loss is the class size); None: by size, then first
+        record."""
         return None
 
 
@@ -514,18 +516,19 @@ class _ArxLoss(Objective):
                                    axis=1))
 
     def loss(self, levels, table, kept):
-        values = []
-        for j, level in enumerate(levels):
-            if kept.all():
-                values.append(self._plain[j][level])
-                continue
-            s = self._shares[j][level][table.codes[kept, j]]
-            total = float(table.counts[kept] @ s) + float(table.counts[~kept].sum())
-            values.append(self._normalize(total, len(self.enc.columns[j].hierarchy)))
+        if kept.all():
+            return float(self._mean(np.array([p[lv] for p, lv in zip(self._plain, levels)])))
+        rows = np.flatnonzero(kept)
+        counts = table.counts[rows].astype(np.float64)
+        gone = float(table.counts.sum() - counts.sum())
+        values = [self._normalize(float(counts @ self._shares[j][level][table.codes[rows, j]])
+                                  + gone, len(self.enc.columns[j].hierarchy))
+                  for j, level in enumerate(levels)]
         return float(self._mean(np.array(values)))
 
-    def class_order(self, levels, table):
-        return self._mean(np.stack([table.counts * self._shares[j][level][table.codes[:, j]]
+    def class_order(self, levels, table, rows):
+        counts = table.counts[rows]
+        return self._mean(np.stack([counts * self._shares[j][level][table.codes[rows, j]]
                                     for j, level in enumerate(levels)], axis=1))
 
 

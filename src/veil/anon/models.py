@@ -307,22 +307,31 @@ class _Likeness(PrivacyModel):
     def bounds(self, q: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
+    def _excess(self, counts, hist, domain) -> tuple[np.ndarray, np.ndarray]:
+        """``a_s = (1 + bound(s)) q(s)`` and, per class and value, ``c_E(s) - a_s |E|``:
+        the class passes where no value exceeds (``p_E(s) <= a_s`` is the bound on the
+        gain, and a value absent from E has no gain to bound)."""
+        cap = (1 + self.bounds(domain.q) + _TOL) * domain.q
+        return cap, hist - counts[:, None] * cap
+
     def satisfied(self, counts, hist, domain):
-        p = hist / np.maximum(counts, 1)[:, None]
-        gain = (p - domain.q) / domain.q
-        return ((gain <= self.bounds(domain.q) + _TOL) | (hist == 0)).all(axis=1)
+        return (self._excess(counts, hist, domain)[1] <= 0).all(axis=1)
 
     def assess(self, counts, hist, domain):
         """A class E split into parts: the parts that pass hold at most ``a_s = (1 +
         bound(s)) q(s)`` of their records with value s, so with f records in failing
         parts, ``c_E(s) - f <= a_s (|E| - f)``: every specialization suppresses at least
-        ``f >= (c_E(s) - a_s |E|) / (1 - a_s)`` records of E, for each s with a_s < 1."""
-        ok = self.satisfied(counts, hist, domain)
-        cap = (1 + self.bounds(domain.q) + _TOL) * domain.q
-        room = np.where(cap < 1, 1 - cap, np.inf)
-        need = (hist - cap * counts[:, None]) / room
-        forced = np.clip(np.ceil(need.max(axis=1) - 1e-6), 0, counts)
-        return ok, np.where(ok, 0, forced).astype(counts.dtype)
+        ``f >= (c_E(s) - a_s |E|) / (1 - a_s)`` records of E, for each s with a_s < 1
+        (computed for the failing classes only)."""
+        cap, excess = self._excess(counts, hist, domain)
+        ok = (excess <= 0).all(axis=1)
+        forced = np.zeros_like(counts)
+        fail = np.flatnonzero(~ok)
+        if fail.size:
+            room = np.where(cap < 1, 1 - cap, np.inf)
+            need = (excess[fail] / room).max(axis=1)
+            forced[fail] = np.clip(np.ceil(need - 1e-6), 0, counts[fail])
+        return ok, forced
 
 
 class BasicBetaLikeness(_Likeness):

@@ -27,7 +27,7 @@ then by first record), as few as ARX's binary search finds
 from __future__ import annotations
 
 import numbers
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -171,33 +171,44 @@ def _search(model: SampleModel, sizes: np.ndarray, base: int, limit: int) -> lis
     return gone
 
 
+def _at(positions: list[int], entries: np.ndarray, sizes: np.ndarray,
+        tie_order: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """The classes at ``positions`` of the suppression order, ``entries`` being in order
+    of size (``sizes``) already: ``tie_order`` orders the classes of a size only where
+    ``positions`` take some of them and not all (which ones they are depends on it)."""
+    entries = entries.copy()
+    cut = np.asarray(positions, dtype=np.int64)
+    for size in np.unique(sizes[cut]):
+        lo, hi = np.searchsorted(sizes, size), np.searchsorted(sizes, size, side="right")
+        if np.count_nonzero((cut >= lo) & (cut < hi)) < hi - lo:
+            entries[lo:hi] = entries[lo:hi][tie_order(entries[lo:hi])]
+    return entries[cut]
+
+
 def enforce(models: Sequence[SampleModel], counts: np.ndarray, kept: np.ndarray,
-            order: np.ndarray, limit: int) -> np.ndarray:
+            eligible: np.ndarray, tie_order: Callable[[np.ndarray], np.ndarray],
+            limit: int) -> np.ndarray:
     """Suppress classes until every model is fulfilled: ARX's binary search over the
-    number of classes suppressed in ``order`` (kept classes only; -1: never), stopped
-    once more than ``limit`` records are suppressed. Returns the new ``kept``."""
+    number of classes suppressed in order (kept and ``eligible`` classes only: not the
+    completely generalized one), stopped once more than ``limit`` records are
+    suppressed. The order is by size, then ``tie_order(rows)`` (a permutation of
+    ``rows``, classes of one size); the models see only sizes, so ties are ordered only
+    where the suppressed classes take part of a size. Returns the new ``kept``."""
     kept = kept.copy()
-    base = int(counts.sum(where=~kept & (order >= 0)))
+    base = int(counts.sum(where=~kept & eligible))
     for model in models:
-        entries = np.flatnonzero(kept & (order >= 0))
-        entries = entries[np.argsort(order[entries], kind="stable")]
+        entries = np.flatnonzero(kept & eligible)
+        sizes = counts[entries]
+        if sizes.size and sizes.max() <= np.iinfo(np.uint16).max:
+            sizes = sizes.astype(np.uint16)          # numpy's stable sort: a radix sort
+        entries = entries[np.argsort(sizes, kind="stable")]
         sizes = counts[entries]
         if entries.size == 0 or model.fulfilled(sizes):
             continue
-        gone = entries[_search(model, sizes, base, limit)]
+        gone = _at(_search(model, sizes, base, limit), entries, sizes, tie_order)
         kept[gone] = False
         base += int(counts[gone].sum())
     return kept
-
-
-def class_rank(counts: np.ndarray, secondary: np.ndarray | None,
-               first: np.ndarray) -> np.ndarray:
-    """Rank of every class in the order of suppression: size, then ``secondary`` (if
-    any), then first record."""
-    keys = (first, counts) if secondary is None else (first, secondary, counts)
-    rank = np.empty(counts.size, dtype=np.int64)
-    rank[np.lexsort(keys)] = np.arange(counts.size)
-    return rank
 
 
 @dataclass(frozen=True)

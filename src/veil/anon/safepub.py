@@ -21,6 +21,13 @@ maximum is taken until the Chernoff bound ``exp(-n (gamma ln(gamma / beta) - (ga
 beta)))`` of the remaining terms falls below it (as ARX does; floors taken downwards,
 which only adds protection).
 
+ARX's k is this k + 1: its ``ParameterCalculation.calculateK`` increments k once more
+after the first k whose d(k) is below delta (and compares in interval arithmetic, d(k) <
+delta strictly). Both releases are (epsilon, delta)-DP, d decreasing in k; veil's keeps
+the classes of exactly k records, which ARX removes. With fixed levels and ARX's sampling
+stream replayed, veil's release less those classes is ARX's to the record (ARX's
+``TestAnonymizationDifferentialPrivacy`` cases 0-5 and 18, tests/anon/test_arx_models.py).
+
 The search (Bild et al. 2018, Section 5; ARX's ``DataDependentEDDPAlgorithm``) walks
 the generalization lattice from its top, the pivot: each of ``steps`` steps adds the
 pivot's direct specializations (one level lower in one attribute) to the candidates and
@@ -32,8 +39,10 @@ pivots (the top included) with the same mechanism at ``search_epsilon / 2``. Ste
 the sample with these levels are (epsilon_anon + search_epsilon, delta)-DP (Bild et al.
 2018, Section 5: sequential composition of the draws, search_epsilon in all, with Li et
 al.'s bound; the draws only see the sample). Two departures from ARX, both for the
-certificate: ARX releases the pivot of best exact score, a choice made on the data outside
-the mechanism (veil draws it, with half the search budget: on ARX's own Adult sample, at
+certificate: ARX releases the pivot of best exact score (``trackOptimum`` of its
+``DataDependentEDDPAlgorithm``), an argmax over the sample's scores made outside any
+mechanism, which one record can change, so its release is not covered by the composition
+above (veil draws it, with half the search budget: on ARX's own Adult sample, at
 ARX's k and budget, the median score of 12 searches is within 1-6% of the score of ARX's
 output with 100 steps, 2-11% with 10 steps, and 7-22% below for ``"classes"``); and a
 pivot is never drawn twice (ARX may draw a node again when it is a specialization of a
