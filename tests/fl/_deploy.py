@@ -5,9 +5,11 @@ mid-round, ledgers, and the local twin of a run that lost parties."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import shutil
+import threading
 import time
 
 import dp_accounting
@@ -180,20 +182,31 @@ def organisations(root, parties, plans, *, keys="dealer"):
     return runs, apps, nodes
 
 
-def kill_when_asked(deployment, nodes, stage, log_dir, killed, wait=600):
-    """SIGKILL each of ``nodes`` as soon as its SuperNode receives a ``query.<stage>``
-    message (one logged after this call: not one of an earlier run; its log is
-    ``<log_dir>/node<i>.log``); ``killed``: the set of those killed."""
-    logs = {i: log_dir / f"node{i}.log" for i in nodes}
+@contextlib.contextmanager
+def killing(deployment, nodes, stage):
+    """While the block runs, SIGKILL each of ``nodes`` (a machine that dies) as soon as its
+    SuperNode receives a ``query.<stage>`` message (one logged after the block began: not
+    one of an earlier run). Yields the set of the nodes killed so far."""
+    logs = {i: deployment.directory / f"node{i}.log" for i in nodes}
     seen = {i: len(path.read_text(errors="replace")) for i, path in logs.items()}
-    deadline = time.monotonic() + wait
-    while logs and time.monotonic() < deadline:
-        for i, path in list(logs.items()):
-            if f"query.{stage}" in path.read_text(errors="replace")[seen[i]:]:
-                deployment.kill(i)
-                killed.add(i)
-                del logs[i]
-        time.sleep(0.05)
+    killed, done = set(), threading.Event()
+
+    def watch():
+        while logs and not done.is_set():
+            for i, path in list(logs.items()):
+                if f"query.{stage}" in path.read_text(errors="replace")[seen[i]:]:
+                    deployment.kill(i)
+                    killed.add(i)
+                    del logs[i]
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        yield killed
+    finally:
+        done.set()
+        watcher.join()
 
 
 def spent(path):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import time
 
 import numpy as np
@@ -28,7 +27,7 @@ from ._deploy import (  # noqa: E402
     COMMON,
     fails,
     hybrid_plan,
-    kill_when_asked,
+    killing,
     local_twin,
     loopback_addresses,
     organisations,
@@ -61,13 +60,9 @@ def test_a_node_killed_past_the_threshold_fails_the_run_naming_it(tmp_path, caps
     runs, apps, nodes = _organisations(tmp_path, parties=2, timeout=20)
     out = tmp_path / "out-hybrid"
     with Loopback(tmp_path / "deployment", parties=2, nodes=nodes) as deployment:
-        killed = set()
-        watcher = threading.Thread(target=kill_when_asked, args=(
-            deployment, [1], "join", tmp_path / "deployment", killed))
-        watcher.start()
         monkeypatch.setenv("FLWR_HOME", str(tmp_path / "deployment" / "user"))
-        code = main(["fl", "submit", str(apps["hybrid"]), "veil", "--timeout", "240"])
-        watcher.join()
+        with killing(deployment, [1], "join") as killed:
+            code = main(["fl", "submit", str(apps["hybrid"]), "veil", "--timeout", "240"])
     error = capsys.readouterr().err
     assert killed == {1} and code == 1
     assert "ended finished:failed" in error and "party 1 at stage join: no answer" in error
@@ -127,12 +122,8 @@ def test_hybrid_and_secagg_plus_rounds_on_a_tls_deployment_with_a_node_killed(tm
                          r"epsilon [\d.]+", log), log[-3000:]
         assert re.search(r"certified epsilon [\d.]+ at delta 1e-05", log), log[-3000:]
         # one SecAgg+ round; party 3's machine dies once it is asked for its masked input
-        killed = set()
-        watcher = threading.Thread(target=kill_when_asked, args=(
-            deployment, [3], "masked_input", tmp_path / "deployment", killed))
-        watcher.start()
-        log = deployment.run(apps["secagg"], timeout=240)
-        watcher.join()
+        with killing(deployment, [3], "masked_input") as killed:
+            log = " ".join(deployment.run(apps["secagg"], timeout=240).split())  # unwrapped
     assert killed == {3}
     assert "veil round 0 went on without: party 3 at stage masked_input" in log, log[-3000:]
     assert deployment.pids() == []          # every process gone, detached ones too

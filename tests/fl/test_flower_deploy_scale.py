@@ -7,16 +7,16 @@ leaves this machine), each in the SuperLink's certificate.
 SecAgg+ with ten parties: degree 4 (``neighbours = 4``), a share threshold of 3 and
 ``min_survivors = 0.9`` (9 of 10): one machine dying mid-round leaves 9 survivors, every
 secret with at least 3 live share holders, and the round completes; two dying leaves 8,
-past the threshold, and the run fails naming both. Each stage waits ``TIMEOUT`` s: ten
-ClientApp processes start per stage on 2 loaded cores, and a run with a dead node waits it
-out once.
+past the threshold, and the run fails naming both. Each stage waits up to ``TIMEOUT`` s
+(ten ClientApp processes start per stage on 2 loaded cores); a dead node is given up on at
+that stage once the timeout passes or the SuperLink declares it unavailable (two missed
+30 s heartbeats), whichever comes first.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import threading
 
 import numpy as np
 import pytest
@@ -29,7 +29,7 @@ from veil.experiments.flower_app import Loopback  # noqa: E402
 from ._deploy import (  # noqa: E402
     fails,
     hybrid_plan,
-    kill_when_asked,
+    killing,
     local_twin,
     loopback_addresses,
     organisations,
@@ -42,6 +42,9 @@ pytestmark = pytest.mark.slow
 
 PARTIES = 10
 TIMEOUT = 90
+#: how a dead node is reported: no answer within the stage timeout, or (first, when the
+#: timeout is above Flower's 2 x 30 s heartbeat patience) the SuperLink's own verdict
+GONE = "(no answer from its Flower node in time|Flower error 5: Error: Node Unavailable)"
 
 
 def _secagg(tmp_path, parties=PARTIES):
@@ -60,15 +63,9 @@ def _deployment(tmp_path, nodes):
 def _run_killing(deployment, tmp_path, app, parties, stage, *, ok):
     """Run ``app``, killing each of ``parties`` once its node is asked for ``stage``;
     returns flwr's log (``ok``) or the error (the run must fail)."""
-    killed = set()
-    watcher = threading.Thread(target=kill_when_asked, args=(
-        deployment, parties, stage, tmp_path / "deployment", killed))
-    watcher.start()
-    try:
+    with killing(deployment, parties, stage) as killed:
         out = deployment.run(app, timeout=900) if ok else \
             fails(deployment, app, tmp_path / "out-secagg", timeout=900)
-    finally:
-        watcher.join()
     assert killed == set(parties)
     return out
 
@@ -87,12 +84,14 @@ def test_ten_nodes_secagg_plus_goes_on_past_a_node_killed_mid_round(tmp_path):
         assert {str(a) for a in named.get_values_for_type(x509.IPAddress)} >= set(addresses)
         log = _run_killing(deployment, tmp_path, apps["secagg"], [6], "masked_input", ok=True)
     assert deployment.pids() == []
+    log = " ".join(log.split())          # flwr's stream wraps lines at 80 columns
     assert re.search(r"veil round 0: ok, 9 of 10 parties aggregated, accuracy [\d.]+", log), \
         log[-3000:]
-    assert "veil round 0 went on without: party 6 at stage masked_input: no answer" in log
+    assert re.search(f"veil round 0 went on without: party 6 at stage masked_input: {GONE}",
+                     log), log[-3000:]
     (secagg,) = json.loads((tmp_path / "out-secagg" / "results.json").read_text())["rounds"]
     assert secagg["status"] == "ok" and secagg["aggregated"] == 9
-    assert secagg["lost"].startswith("party 6 at stage masked_input: no answer")
+    assert re.match(f"party 6 at stage masked_input: {GONE}", secagg["lost"]), secagg
     local = local_twin(tmp_path, secagg_plan(PARTIES, neighbours=4, min_survivors=0.9), [6],
                        "masked_input")
     assert local.rounds[0]["aggregated"] == 9
@@ -113,7 +112,7 @@ def test_ten_nodes_secagg_plus_fails_naming_two_nodes_killed_past_the_threshold(
     assert deployment.pids() == []
     assert "only 8 of 10 clients can go on, min_survivors=9" in error, error
     for party in (2, 7):
-        assert f"party {party} at stage masked_input: no answer" in error, error
+        assert re.search(f"party {party} at stage masked_input: {GONE}", error), error
 
 
 def test_five_party_hybrid_round_on_a_dealer_free_key(tmp_path):
@@ -124,7 +123,7 @@ def test_five_party_hybrid_round_on_a_dealer_free_key(tmp_path):
                                       keys="dealer-free")
     deployment, _ = _deployment(tmp_path, nodes)
     with deployment:
-        log = deployment.run(apps["hybrid"], timeout=900)
+        log = " ".join(deployment.run(apps["hybrid"], timeout=900).split())
     assert re.search(r"veil round 0: ok, 5 of 5 parties aggregated, accuracy [\d.]+, "
                      r"epsilon [\d.]+", log), log[-3000:]
     (hybrid,) = json.loads((tmp_path / "out-hybrid" / "results.json").read_text())["rounds"]
