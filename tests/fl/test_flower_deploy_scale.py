@@ -7,10 +7,11 @@ leaves this machine), each in the SuperLink's certificate.
 SecAgg+ with ten parties: degree 4 (``neighbours = 4``), a share threshold of 3 and
 ``min_survivors = 0.9`` (9 of 10): one machine dying mid-round leaves 9 survivors, every
 secret with at least 3 live share holders, and the round completes; two dying leaves 8,
-past the threshold, and the run fails naming both. Each stage waits up to ``TIMEOUT`` s
-(ten ClientApp processes start per stage on 2 loaded cores); a dead node is given up on at
-that stage once the timeout passes or the SuperLink declares it unavailable (two missed
-30 s heartbeats), whichever comes first.
+past the threshold, and the run fails naming both. A dead node is given up on at its stage
+once the SuperLink declares it unavailable (two missed 30 s heartbeats: 30-60 s after it
+died) or the stage's ``TIMEOUT`` passes, whichever comes first; the timeout is long, as a
+live node's answer can take a minute when ten ClientApp processes start per stage on 2
+loaded cores (measured: 65 s stages at load average 30).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from .test_flower import _task_identity  # noqa: E402, F401
 pytestmark = pytest.mark.slow
 
 PARTIES = 10
-TIMEOUT = 90
+TIMEOUT = 180
 #: how a dead node is reported: no answer within the stage timeout, or (first, when the
 #: timeout is above Flower's 2 x 30 s heartbeat patience) the SuperLink's own verdict
 GONE = "(no answer from its Flower node in time|Flower error 5: Error: Node Unavailable)"
@@ -64,8 +65,8 @@ def _run_killing(deployment, tmp_path, app, parties, stage, *, ok):
     """Run ``app``, killing each of ``parties`` once its node is asked for ``stage``;
     returns flwr's log (``ok``) or the error (the run must fail)."""
     with killing(deployment, parties, stage) as killed:
-        out = deployment.run(app, timeout=900) if ok else \
-            fails(deployment, app, tmp_path / "out-secagg", timeout=900)
+        out = deployment.run(app, timeout=1200) if ok else \
+            fails(deployment, app, tmp_path / "out-secagg", timeout=1200)
     assert killed == set(parties)
     return out
 
@@ -123,7 +124,7 @@ def test_five_party_hybrid_round_on_a_dealer_free_key(tmp_path):
                                       keys="dealer-free")
     deployment, _ = _deployment(tmp_path, nodes)
     with deployment:
-        log = " ".join(deployment.run(apps["hybrid"], timeout=900).split())
+        log = " ".join(deployment.run(apps["hybrid"], timeout=1200).split())
     assert re.search(r"veil round 0: ok, 5 of 5 parties aggregated, accuracy [\d.]+, "
                      r"epsilon [\d.]+", log), log[-3000:]
     (hybrid,) = json.loads((tmp_path / "out-hybrid" / "results.json").read_text())["rounds"]
