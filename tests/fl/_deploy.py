@@ -69,6 +69,11 @@ threshold = 0.5
 min_survivors = {min_survivors}
 """
 
+#: how a dead node is reported at its stage: no answer within the stage's timeout, or the
+#: SuperLink's own verdict once the node missed two heartbeats (30 s apart in flwr 1.42),
+#: whichever comes first
+GONE = "(no answer from its Flower node in time|Flower error 5: Error: Node Unavailable)"
+
 
 def loopback_addresses(parties):
     """127.0.0.2, 127.0.0.3, ...: one address per party at which it reaches the aggregator

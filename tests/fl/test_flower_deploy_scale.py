@@ -28,6 +28,7 @@ pytest.importorskip("flwr", reason="the Flower runtime needs the 'flower' extra 
 from veil.experiments.flower_app import Loopback  # noqa: E402
 
 from ._deploy import (  # noqa: E402
+    GONE,
     fails,
     hybrid_plan,
     killing,
@@ -43,9 +44,6 @@ pytestmark = pytest.mark.slow
 
 PARTIES = 10
 TIMEOUT = 180
-#: how a dead node is reported: no answer within the stage timeout, or (first, when the
-#: timeout is above Flower's 2 x 30 s heartbeat patience) the SuperLink's own verdict
-GONE = "(no answer from its Flower node in time|Flower error 5: Error: Node Unavailable)"
 
 
 def _secagg(tmp_path, parties=PARTIES):
