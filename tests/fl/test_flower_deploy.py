@@ -246,3 +246,17 @@ def test_the_server_app_reports_its_rounds_and_fails_naming_a_refusing_party(tmp
                        ".*ledger.sqlite refuses"):
         _serve(tmp_path, [private] * 3, tmp_path / "spent")
     assert not (tmp_path / "spent" / "results.json").exists()
+
+
+def test_a_round_that_goes_on_without_a_party_names_it(tmp_path, caplog):
+    """A round the protocol completes without a lost party (here FedAvg with min_clients
+    = 2 and party 2's node answering junk) is no failure, but the party is named: in
+    flwr's log ("went on without") and in that round of results.json (``lost``)."""
+    caplog.set_level("INFO", logger="flwr")
+    tolerant = PLAIN.replace("min_clients = 3", "min_clients = 2")
+    _serve(tmp_path, [tolerant] * 3, tmp_path / "out", junk=2)
+    rounds = json.loads((tmp_path / "out" / "results.json").read_text())["rounds"]
+    assert [(r["status"], r["aggregated"]) for r in rounds] == [("ok", 2), ("ok", 2)]
+    for r in rounds:
+        assert r["lost"].startswith("party 2 at stage fit: bad answer"), r
+    assert "veil round 0 went on without: party 2 at stage fit: bad answer" in caplog.text
