@@ -11,7 +11,6 @@ a generated Flower app, each node naming only its own organisation's files.
 from __future__ import annotations
 
 import os
-import secrets
 
 import numpy as np
 import pytest
@@ -19,47 +18,21 @@ import pytest
 pytest.importorskip("flwr", reason="the Flower runtime needs the 'flower' extra (flwr)")
 
 from veil.cli.main import main  # noqa: E402
-from veil.crypto import dkg, keyfile  # noqa: E402
 from veil.dp import Ledger  # noqa: E402
 from veil.errors import ConfigError, ProtocolError  # noqa: E402
 from veil.experiments.flower_app import _federation  # noqa: E402
 from veil.fl.hybrid.setup import PublicSetup, assemble, enrol, load_party  # noqa: E402
 
+from ._deploy import dealer_free, keygen, spent  # noqa: E402
 from .test_flower import _task_identity  # noqa: E402, F401
-from .test_flower_nodes import _deployment, _server, _spent  # noqa: E402
-
-
-def _keygen(root, name):
-    """Three parties run the dealer-free key generation (test size); organisation i
-    writes only its own share, ``<root>/<name>i/party-i.key``, as ``veil keygen`` does."""
-    params = dkg.KeygenParams.make(256, 3, 2, insecure_ok=True)
-    session = secrets.token_bytes(16)
-    results, _ = dkg.run_local([dkg.KeygenParty(i + 1, params, session) for i in range(3)])
-    for i, (_, share) in enumerate(results):
-        (root / f"{name}{i}").mkdir(parents=True, exist_ok=True)
-        keyfile.save_key_share(root / f"{name}{i}" / f"party-{i}.key", share)
-    return results[0][0]
+from .test_flower_nodes import _deployment, _server  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def orgs(tmp_path_factory):
     """Every organisation's own files, each made by the CLI on its own machine."""
     root = tmp_path_factory.mktemp("orgs")
-    public_key = _keygen(root, "org")
-    for i in range(3):
-        assert main(["fl", "identity", "--party", str(i), "--out", str(root / f"org{i}")]) == 0
-    published = [str(root / f"org{i}" / f"identity-{i}.json") for i in range(3)]
-    for i in range(3):         # every party builds public.bin from its own share file
-        org = root / f"org{i}"
-        assert main(["fl", "setup", "--key-share", str(org / f"party-{i}.key"),
-                     *[a for p in published for a in ("--identities", p)],
-                     "--out", str(org / "public.bin"), "--insecure-ok"]) == 0
-        assert main(["fl", "enrol", "--party", str(i), "--key-share", str(org / f"party-{i}.key"),
-                     "--identity-key", str(org / f"identity-{i}.key"),
-                     "--setup", str(org / "public.bin"), "--out", str(org / f"party-{i}.id"),
-                     *[a for p in published for a in ("--identities", p)],
-                     "--insecure-ok"]) == 0
-    return root, public_key
+    return root, dealer_free(root)
 
 
 def test_each_party_builds_the_same_public_set_up_and_no_share_enters_it(orgs):
@@ -88,9 +61,9 @@ def test_a_round_on_dealer_free_files_matches_the_local_runtime(tmp_path, orgs):
     federation = _server(app, nodes, tmp_path / "server.sqlite")
     history = federation.run()
     assert [r["status"] for r in history.rounds] == ["ok"]   # threshold decryption worked
-    server = _spent(tmp_path / "server.sqlite")
+    server = spent(tmp_path / "server.sqlite")
     for i in range(3):
-        assert _spent(tmp_path / f"org{i}" / "ledger.sqlite") == pytest.approx(server)
+        assert spent(tmp_path / f"org{i}" / "ledger.sqlite") == pytest.approx(server)
     # the same run under the local runtime (its own dealt key): the same model up to the
     # distributed noise, small at epsilon = 50 (the deployment's is secure, not seeded)
     _, local = _federation(tmp_path / "hybrid.toml")
@@ -105,7 +78,7 @@ def test_a_round_on_dealer_free_files_matches_the_local_runtime(tmp_path, orgs):
 
 def test_a_set_up_of_another_key_or_missing_a_party_is_refused(tmp_path, orgs):
     root, _ = orgs
-    _keygen(tmp_path, "other")                      # a second, unrelated key generation
+    keygen(tmp_path, "other")                      # a second, unrelated key generation
     published = [root / f"org{i}" / f"identity-{i}.json" for i in range(3)]
     # party 1 enrols with a public.bin whose key is not the key of its share
     other = assemble(tmp_path / "other0" / "party-0.key", published, tmp_path / "other.bin",
@@ -143,7 +116,7 @@ def test_a_set_up_of_another_key_or_missing_a_party_is_refused(tmp_path, orgs):
 
 def test_a_node_with_a_share_of_another_key_refuses_before_anything_is_charged(tmp_path, orgs):
     root, _ = orgs
-    _keygen(tmp_path, "other")
+    keygen(tmp_path, "other")
     configs = {i: {"key-share": str(root / f"org{i}" / f"party-{i}.key"),
                    "identity": str(root / f"org{i}" / f"party-{i}.id")} for i in range(3)}
     configs[1]["key-share"] = str(tmp_path / "other1" / "party-1.key")
@@ -151,7 +124,7 @@ def test_a_node_with_a_share_of_another_key_refuses_before_anything_is_charged(t
     federation = _server(app, nodes, tmp_path / "server.sqlite")
     with pytest.raises(ProtocolError, match="not of this federation's key"):
         federation.runtime.connect(federation.clients)
-    assert _spent(tmp_path / "server.sqlite") == 0.0
+    assert spent(tmp_path / "server.sqlite") == 0.0
     assert not any(os.path.exists(tmp_path / f"org{i}" / "ledger.sqlite") for i in range(3))
 
 

@@ -27,6 +27,7 @@ from veil.experiments.flower_app import (  # noqa: E402
 from veil.fl.hybrid.setup import PublicSetup, deal, load_party  # noqa: E402
 from veil.fl.runtime.flower import FlowerRuntime  # noqa: E402
 
+from ._deploy import spent  # noqa: E402
 from .test_flower import _LoopbackGrid, _task_identity  # noqa: E402, F401
 
 HYBRID = """
@@ -98,19 +99,15 @@ def _server(app, configs, ledger_path):
     return federation
 
 
-def _spent(path):
-    return Ledger.open(path, read_only=True).spent()[0] if path.exists() else 0.0
-
-
 def test_parties_use_their_own_files_and_charge_their_own_ledgers(tmp_path, dealt):
     app, configs = _deployment(tmp_path, dealt)
     federation = _server(app, configs, tmp_path / "server.sqlite")
     history = federation.run()
     assert [r["status"] for r in history.rounds] == ["ok"]
-    server = _spent(tmp_path / "server.sqlite")
+    server = spent(tmp_path / "server.sqlite")
     assert server > 0
     for i in range(3):     # each party charged the same query to its own ledger file
-        assert _spent(tmp_path / f"org{i}" / "ledger.sqlite") == pytest.approx(server)
+        assert spent(tmp_path / f"org{i}" / "ledger.sqlite") == pytest.approx(server)
     # a server that forgets its budget and asks again: every party refuses on its own
     # node (its ledger cannot pay), the round aborts and no party's ledger moves
     again = _server(app, configs, tmp_path / "server2.sqlite")
@@ -118,7 +115,7 @@ def test_parties_use_their_own_files_and_charge_their_own_ledgers(tmp_path, deal
     (round_,) = again.run().rounds
     assert round_["status"] == "aborted"
     for i in range(3):
-        assert _spent(tmp_path / f"org{i}" / "ledger.sqlite") == pytest.approx(server)
+        assert spent(tmp_path / f"org{i}" / "ledger.sqlite") == pytest.approx(server)
 
 
 @pytest.mark.parametrize("node, change, error", [
@@ -146,7 +143,7 @@ def test_a_party_refuses_a_run_not_its_own_before_anything_is_charged(
     # the ServerApp connects before its first round: the run stops here, nothing charged
     with pytest.raises(ProtocolError, match=error):
         federation.runtime.connect(federation.clients)
-    assert _spent(tmp_path / "server.sqlite") == 0.0
+    assert spent(tmp_path / "server.sqlite") == 0.0
     for i in range(3):
         assert not (tmp_path / f"org{i}" / "ledger.sqlite").exists()
 

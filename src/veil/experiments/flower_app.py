@@ -250,6 +250,9 @@ def server(config: str | os.PathLike) -> ServerApp:
     time of every stage ``stages.json`` (:attr:`FlowerRuntime.timeline`) into the app
     config's ``out`` directory (a DP run's ledger, ``ledger.sqlite``, beside them), and logs
     every round, the accuracy and the certified epsilon (``flwr run --stream`` shows them).
+    A round that completes without a party that was lost (SecAgg+ past a dead node) logs
+    "went on without: party P at stage S: why", and its round in ``results.json`` names
+    them under ``lost``.
 
     A run fails at the first thing that stops it -- a party refusing the plan or its files
     before the first round, the aggregator's ledger refusing a round, a round that aborts
@@ -280,6 +283,11 @@ def server(config: str | os.PathLike) -> ServerApp:
             flower_log(logging.INFO, "veil round %s", _round_line(record))
             if record["status"] != "ok":
                 raise ProtocolError(lost(runtime.last_report))
+            went_on = lost(runtime.last_report, aborted=False)
+            if went_on:   # named in results.json too (the record is the history's)
+                record["lost"] = went_on
+                flower_log(logging.WARNING, "veil round %d went on without: %s",
+                           record["round"], went_on)
 
         federation.on_progress = progress
         try:

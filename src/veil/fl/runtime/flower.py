@@ -375,13 +375,16 @@ class FlowerRuntime(LocalRuntime):
         return [by_id.get(m.metadata.message_id) for m in messages]
 
 
-def lost(report: RoundReport) -> str:
+def lost(report: RoundReport, *, aborted: bool = True) -> str:
     """Why a round aborted, naming every party that gave no answer and at which stage (a
     deployed run that fails says who and where; :data:`RoundReport.rejected` reasons from
-    :meth:`FlowerRuntime._execute` carry the stage)."""
+    :meth:`FlowerRuntime._execute` carry the stage). ``aborted=False``: a round that went
+    on without them: only the parties lost ("" when none was)."""
     who = [f"party {party} {why}" for party, why in report.rejected]
     who += [f"party {party} dropped out at stage {stage} (a simulated fault)"
             for party, stage in report.dropped.items()]
+    if not aborted:
+        return "; ".join(who)
     return "; ".join([report.error or f"round {report.round} aborted", *who])
 
 
