@@ -187,7 +187,6 @@ identities = "identities.json"
 
 [run]
 seed = 4
-timeout = 300
 """
 
 

@@ -23,7 +23,8 @@ class LocalTrainer:
     """One client's examples ``(X, y)`` and its own copy of the (initialized) model.
 
     :meth:`train` loads the global parameters, runs local SGD and returns the new
-    parameters; the data never leaves the object.
+    parameters; the data never leaves the object. ``n_params``: the model's parameter
+    count (what the protocols check messages against without loading the model).
 
     Pickled (a Flower node keeps its party in ``context.state`` between the fresh processes
     of its messages: :mod:`veil.fl.runtime.flower`), the model travels as its own pickle
