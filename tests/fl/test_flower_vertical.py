@@ -353,8 +353,8 @@ def test_veil_fl_run_on_flower_simulation_gives_the_local_model(tmp_path, capsys
     capsys.readouterr()
 
 
-@pytest.mark.slow  # ~4 min on the loaded 2-core machine: 14 exchanges, each a fresh
-#                   ClientApp process and Flower's 3 s polls
+@pytest.mark.slow  # 1-4 min on the shared 2-core machine: 11 exchanges (the handshake
+#                   and 10), each a fresh ClientApp process per party
 def test_alignment_and_paillier_lr_on_a_tls_deployment(tmp_path, capsys):
     """A SuperLink and three SuperNodes as processes on 127.0.0.1 with TLS, each
     organisation with its own folder; the app written by ``veil fl app``."""
