@@ -14,7 +14,17 @@ per-stage breakdown of the deployed runs follows: each stage's wall time, the mo
 party spent on it (veil), and the rest -- Flower's own latency (SuperNode polling, one
 process per message, transport).
 
+--vertical adds a deployed vertical logistic regression (issue 30's "under 2 minutes"): the
+slow test's shape (breast cancer split between a bank holding the label and 8 columns and
+an insurer holding 22, an arbiter with the 512-bit test key, 1 epoch, one batch of ~300
+aligned rows), a SuperLink and three SuperNodes, each organisation with its own folder;
+with the time of every exchange (its calls, wall s, the busiest party's CPU s). --only
+runs some of fedavg, secagg, secagg-semi (veil's SecAgg+ without its consistency round:
+semi-honest like Flower's own workflow, 4 stages), vertical; --no-sim leaves out the runs
+on Flower's simulation engine (the local run stays: the last column's reference).
+
     .venv/bin/python benchmarks/bench_flower.py [--parties 10] [--rounds 3] [--deploy]
+        [--vertical] [--only fedavg,secagg,secagg-semi,vertical] [--no-sim]
 """
 
 from __future__ import annotations
@@ -159,6 +169,83 @@ def _own(config: Path, parties: int, secagg: bool, work: Path, deploy: bool) -> 
     return own["rounds"], total, own["bytes_up"], own["bytes_down"], own["stages"]
 
 
+#: what --only chooses from: secagg-semi is veil's SecAgg+ without the consistency round
+#: (semi-honest, as Flower's own SecAggPlusWorkflow; 4 stages, not 5)
+RUNS = ("fedavg", "secagg", "secagg-semi", "vertical")
+VERTICAL = """
+[vertical]
+model = "logistic"
+protocol = "paillier"
+parties = { bank = "bank.csv", insurer = "insurer.csv" }
+epochs = 1
+batch_size = 400
+learning_rate = 0.3
+test_fraction = 0.3
+key_bits = 512
+insecure_ok = true
+identities = "identities.json"
+
+[run]
+seed = 4
+"""
+
+
+def _vertical(work: Path) -> tuple[dict, float, list]:
+    """The deployed vertical run (module docstring): its results, total seconds (SuperLink
+    and nodes up to the run's end) and per-exchange timeline (stages.json)."""
+    import pandas as pd
+    from sklearn.datasets import load_breast_cancer
+
+    from veil.experiments.flower_vertical_app import vertical_app
+
+    X, y = load_breast_cancer(return_X_y=True)
+    X = (X - X.mean(0)) / X.std(0)
+    ids = [f"c{i:04d}" for i in range(len(y))]
+    bank = pd.DataFrame(X[:, :8], columns=[f"b{j}" for j in range(8)]).assign(y=y)
+    bank.insert(0, "id", ids)
+    insurer = pd.DataFrame(X[:, 8:], columns=[f"i{j}" for j in range(22)])
+    insurer.insert(0, "id", ids)
+    tables = {"bank": bank.iloc[:500],
+              "insurer": insurer.iloc[60:].sample(frac=1.0, random_state=1)}
+    work.mkdir(parents=True, exist_ok=True)
+    config = work / "run.toml"
+    config.write_text(VERTICAL)
+    keys = work / "keys"
+    table = write_identities(keys, 2)
+    nodes = []
+    for i, name in enumerate(("bank", "insurer", "arbiter")):
+        org = work / f"org-{name}"
+        (org / "plans").mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(config, org / "plans" / "run.toml")
+        shutil.copyfile(table, org / "plans" / "identities.json")
+        node = {"party": name, "plans": str(org / "plans"), "out": str(org / "model")}
+        if name in tables:
+            tables[name].to_csv(org / f"{name}.csv", index=False)
+            node.update(data=str(org / f"{name}.csv"),
+                        **{"identity-key": str(keys / f"identity-{i}.key")})
+        nodes.append(node)
+    app = vertical_app(config, work / "app", results=work / "results")
+    began = time.perf_counter()
+    with Loopback(work / "deployment", 3, nodes=nodes) as d:
+        d.run(app, timeout=900)
+    total = time.perf_counter() - began
+    results = json.loads((work / "results" / "results.json").read_text())
+    return results, total, json.loads((work / "results" / "stages.json").read_text())
+
+
+def _vertical_report(results: dict, total: float, stages: list) -> None:
+    wall = sum(s["seconds"] for s in stages)
+    cpu = sum(s["client_cpu"] for s in stages)
+    print(f"\nvertical LR deployed: total {total:.1f} s (SuperLink, 3 SuperNodes, flwr run); "
+          f"training {results['seconds']:.1f} s in {len(stages)} exchanges + the handshake, "
+          f"{results['batches']} batch(es); accuracy {results['accuracy']:.3f}")
+    print(f"  exchanges: wall {wall:.1f} s, busiest party's CPU {cpu:.1f} s, the rest "
+          f"(Flower: polls, a process per message, transport) {wall - cpu:.1f} s")
+    for k, s in enumerate(stages):
+        calls = "; ".join(f"{p}: {', '.join(m)}" for p, m in s["calls"].items())
+        print(f"  {k + 1:2d} {s['seconds']:7.2f} {s['client_cpu']:7.3f}  {calls}")
+
+
 def _row(name, runtime, veil_bytes, flower_bytes, rounds, total, base):
     seconds = np.mean([r["time"] for r in rounds[1:] or rounds])
     start = total - sum(r["time"] for r in rounds)
@@ -172,7 +259,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--deploy", action="store_true",
                         help="also run each strategy on a loopback deployment (slow)")
+    parser.add_argument("--vertical", action="store_true",
+                        help="also a deployed vertical logistic regression (slow)")
+    parser.add_argument("--only", default=None,
+                        help=f"comma-separated: some of {', '.join(RUNS)}")
+    parser.add_argument("--no-sim", action="store_true",
+                        help="leave out the runs on Flower's simulation engine (Ray)")
     args = parser.parse_args()
+    runs = {"fedavg", "secagg", *(("vertical",) if args.vertical else ())}
+    if args.only is not None:
+        runs = set(args.only.split(","))
+        if not runs <= set(RUNS):
+            parser.error(f"--only {args.only!r}: expected some of {', '.join(RUNS)}")
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("flwr").setLevel(logging.ERROR)
     envelope = _envelope(1000)
@@ -182,8 +280,11 @@ def main() -> None:
           f"{'s/round':>9} {'start s':>8} {'total s':>8} {'s/round / local':>16}")
     work = Path(tempfile.mkdtemp(prefix="veil-bench-flower-"))
     breakdowns = []
-    for name, secagg in (("FedAvg", ""), ("SecAgg+", SECAGG)):
-        config = work / f"{name.lower().rstrip('+')}.toml"
+    for key, name, secagg in (("fedavg", "FedAvg", ""), ("secagg", "SecAgg+", SECAGG),
+                              ("secagg-semi", "SecAgg+sh", SECAGG + "consistency = false\n")):
+        if key not in runs:
+            continue
+        config = work / f"{key}.toml"
         config.write_text(CONFIG.format(parties=args.parties, rounds=args.rounds,
                                         secagg=secagg))
         counting = _Counting()
@@ -191,26 +292,29 @@ def main() -> None:
         fed.runtime = counting
         began = time.perf_counter()
         local = fed.run()
-        runs = {"local": (local.rounds, time.perf_counter() - began)}
-        _, fed = _federation(config)
-        began = time.perf_counter()
-        flower = simulate(fed, timeout=300.0)
-        runs["flower-sim"] = (flower.rounds, time.perf_counter() - began)
-        assert np.array_equal(local.params, flower.params), "the runtimes disagree"
+        rows = {"local": (local.rounds, time.perf_counter() - began)}
+        if not args.no_sim:
+            _, fed = _federation(config)
+            began = time.perf_counter()
+            flower = simulate(fed, timeout=300.0)
+            rows["flower-sim"] = (flower.rounds, time.perf_counter() - began)
+            assert np.array_equal(local.params, flower.params), "the runtimes disagree"
         if args.deploy:
             try:
                 rounds, total, stages = _deployed(config, args.parties, work / name)
-                runs["deployed"] = (rounds, total)
+                rows["deployed"] = (rounds, total)
                 breakdowns.append((f"veil {name}", stages))
             except VeilError as exc:      # e.g. the SuperLink's SQLite locked under load
                 print(f"{name:8} deployed: failed: {str(exc)[:300]}")
         messages = float(np.mean(counting.messages))  # the same messages under Flower
         base = np.mean([r["time"] for r in local.rounds[1:] or local.rounds])
-        for runtime, (rounds, total) in runs.items():
+        for runtime, (rounds, total) in rows.items():
             veil_bytes = np.mean([r["bytes_up"] + r["bytes_down"] for r in rounds])
             extra = 0 if runtime == "local" else messages * envelope
             _row(name, runtime, veil_bytes, veil_bytes + extra, rounds, total, base)
-        for deploy in (False, True) if args.deploy else (False,):
+        own = () if key == "secagg-semi" else \
+            ((False,) if not args.no_sim else ()) + ((True,) if args.deploy else ())
+        for deploy in own:   # Flower's own SecAgg+ is semi-honest: the SecAgg+ row's
             where = "deployed" if deploy else "sim"
             try:
                 rounds, total, up, down, stages = _own(config, args.parties, bool(secagg),
@@ -221,6 +325,11 @@ def main() -> None:
             _row(name, f"Flower own {where}", float("nan"), up + down, rounds, total, base)
             if deploy and stages:
                 breakdowns.append((f"Flower's own {name}", stages))
+    if "vertical" in runs:
+        try:
+            _vertical_report(*_vertical(work / "vertical"))
+        except VeilError as exc:
+            print(f"vertical deployed: failed: {str(exc)[:300]}")
     for title, stages in breakdowns:
         print(f"\n{title}, deployed: per stage (mean over rounds) wall s, veil's busiest "
               "party's CPU s, the rest (Flower's own latency)")

@@ -123,3 +123,19 @@ def test_an_export_its_block_does_not_import_is_an_import_error(tmp_path):
             print(exc)
     """)
     assert "lists 'stray', which its 'if TYPE_CHECKING:' block does not import" in out
+
+
+def test_a_name_its_module_shares_stays_the_exported_object(tmp_path):
+    """``from veil.fl.vertical import align`` is the function, even after ``import
+    veil.fl.vertical.align`` (which binds the module as the package's attribute ``align``:
+    the lazy export had left the module there)."""
+    init = INIT.replace("from .light import small", "from .light import light").replace(
+        '"small"]', '"light"]')
+    path = _package(tmp_path, init, heavy="class Big: ...\nmake = Big\n",
+                    light="def light(): return 3\n")
+    out = _run(path, """
+        import pkg.light
+        import pkg
+        print(pkg.light(), callable(pkg.light))
+    """)
+    assert out.splitlines() == ["3 True"]

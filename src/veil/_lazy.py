@@ -87,4 +87,10 @@ def lazy_exports(package: str, exports: Iterable[str]
     def __dir__() -> list[str]:
         return sorted(names.union(vars(module)))
 
+    # a name its module shares (veil.fl.vertical.align's function align) is bound now:
+    # importing that module later would bind the module in its place, unasked
+    sources.update(_type_checking_imports(package, module.__file__))
+    for name, (source, attribute) in sources.items():
+        if attribute is not None and source == f"{package}.{name}":
+            __getattr__(name)
     return __getattr__, __dir__

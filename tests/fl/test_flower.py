@@ -22,7 +22,7 @@ from veil.dp.trust import Trust
 from veil.errors import ProtocolError  # noqa: E402
 from veil.fl import Federation, LocalRuntime  # noqa: E402
 from veil.fl.messages import Message  # noqa: E402
-from veil.fl.runtime.flower import FlowerRuntime, client_app, simulate  # noqa: E402
+from veil.fl.runtime.flower import FlowerRuntime, _record, client_app, simulate  # noqa: E402
 from veil.fl.strategies import FedAvg, SecAgg  # noqa: E402
 from veil.learn import LogisticRegression  # noqa: E402
 
@@ -342,3 +342,55 @@ def test_a_hybrid_round_with_a_party_lost_mid_round_matches_the_local_runtime():
     np.testing.assert_array_equal(flower.params, local.params)
     assert [r["rejected"] for r in flower.rounds] == [r["rejected"] for r in local.rounds]
     assert sum(r["rejected"] for r in flower.rounds) > 0   # party 1 was asked and failed
+
+
+class _PollingGrid:
+    """A grid whose nodes answer only from the ``ready``-th pull on, in reverse order; a
+    node in ``silent`` never answers. Time is a fake clock advanced by ``time.sleep``."""
+
+    def __init__(self, ready=3, silent=()):
+        self.ready, self.silent, self.pulls, self.clock, self.sleeps = ready, set(silent), 0, \
+            0.0, []
+        self.pushed = []
+
+    def push_messages(self, messages):
+        self.pushed = list(messages)
+        for m in self.pushed:
+            m.metadata.__dict__["_message_id"] = uuid.uuid4().hex
+        return [m.metadata.message_id for m in self.pushed]
+
+    def pull_messages(self, message_ids):
+        self.pulls += 1
+        if self.pulls < self.ready:
+            return []
+        return [FlowerMessage(_record(answers=[str(m.metadata.dst_node_id).encode()]),
+                              reply_to=m) for m in reversed(self.pushed)
+                if m.metadata.message_id in message_ids
+                and m.metadata.dst_node_id not in self.silent]
+
+    def sleep(self, seconds):
+        self.sleeps.append(seconds)
+        self.clock += seconds
+
+
+def test_one_exchange_polls_every_poll_seconds_and_matches_replies_to_messages(monkeypatch):
+    """The one exchange both Flower runtimes use (horizontal stages, vertical calls):
+    Flower's Grid.send_and_receive sleeps 3 s between polls; this polls every POLL s, gives
+    each message its own reply whatever order they come in, and None for a silent node once
+    the timeout has passed."""
+    from veil.fl.runtime import flower
+
+    grid = _PollingGrid(ready=3, silent={12})
+    monkeypatch.setattr(flower.time, "sleep", grid.sleep)
+    monkeypatch.setattr(flower.time, "monotonic", lambda: grid.clock)
+    sent = [(node, "fit", _record(message=b"m")) for node in (10, 11, 12)]
+    replies = flower.send_and_receive(grid, sent, timeout=2.0)
+    assert [None if r is None else r.content.config_records["veil"]["answers"]
+            for r in replies] == [[b"10"], [b"11"], None]
+    assert set(grid.sleeps) == {flower.POLL} and flower.POLL < 1
+    assert grid.clock == pytest.approx(2.0, abs=flower.POLL)   # waited the timeout, no more
+    grid = _PollingGrid(ready=3)      # all answer: the third pull ends the exchange
+    monkeypatch.setattr(flower.time, "sleep", grid.sleep)
+    assert all(flower.send_and_receive(grid, sent, timeout=2.0))
+    assert grid.pulls == 3 and grid.sleeps == [flower.POLL] * 2
+

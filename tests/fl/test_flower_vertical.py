@@ -41,10 +41,10 @@ from veil.fl.runtime.flower_vertical import VerticalRelay, client_app  # noqa: E
 from veil.fl.secagg.masks import public_key  # noqa: E402
 from veil.fl.vertical import VerticalLogisticRegression  # noqa: E402
 from veil.fl.vertical.data import held_out  # noqa: E402
-from veil.fl.vertical.parties import VerticalParty, train  # noqa: E402
+from veil.fl.vertical.parties import VerticalParty, VerticalSettings, train  # noqa: E402
 from veil.random import check_rng  # noqa: E402
 
-from .test_flower import _LoopbackGrid, _task_identity  # noqa: E402, F401
+from .test_flower import _LoopbackGrid, _PollingGrid, _task_identity  # noqa: E402, F401
 
 RUN = """
 [vertical]
@@ -116,6 +116,11 @@ class _Recording(_LoopbackGrid):
     """The loopback grid, keeping every byte string the relay sends and receives."""
 
     relayed: list[bytes]
+    exchanges = 0     # messages sent together (each a fresh process per node deployed)
+
+    def push_messages(self, messages):
+        self.exchanges += 1
+        return super().push_messages(messages)
 
     def send_and_receive(self, messages, *, timeout=None):
         replies = super().send_and_receive(messages, timeout=timeout)
@@ -168,6 +173,13 @@ def test_nodes_with_their_own_tables_train_the_local_runtime_model(tmp_path):
     model = _local_model(config)
     assert results["guest"] == "bank" and results["aligned"] == local["aligned"] == 440
     assert results["batches"] == 2 * 2
+    # calls that do not wait for each other share an exchange: the handshake, the
+    # alignment 4, each batch 4 (was 5), the end 2 (was 5 + 5 per batch + 3)
+    assert relay.grid.exchanges == 1 + 4 + 4 * 4 + 2
+    # after the alignment a party's state (restored in every message's process) holds its
+    # aligned arrays, not its table: restoring it needs no pandas
+    for context in relay.grid.contexts.values():
+        assert b"pandas" not in context.state.config_records["veil-vertical"]["party"]
     np.testing.assert_array_equal(np.load(tmp_path / "org-bank" / "model" / "coef.npy"),
                                   [*model.coefs_[0], model.intercept_])
     np.testing.assert_array_equal(np.load(tmp_path / "org-insurer" / "model" / "coef.npy"),
@@ -293,8 +305,10 @@ def test_garbled_training_messages_stop_the_run_naming_the_sender(tmp_path):
                                             "message from 'insurer'"):
         train(_garbling(config, nodes, "forward"))
     config, nodes = _organisations(tmp_path / "b")
-    with pytest.raises(ProtocolError, match="party 'arbiter' refused decrypt, decrypt: the "
-                                            "gradient relayed from 'insurer'"):
+    # the arbiter decrypts the guest's gradient beside the hosts' backward pass, then the
+    # hosts' gradients (here the insurer's alone)
+    with pytest.raises(ProtocolError, match="party 'arbiter' refused decrypt: the gradient "
+                                            "relayed from 'insurer'"):
         train(_garbling(config, nodes, "backward"))
 
 
@@ -339,8 +353,8 @@ def test_veil_fl_run_on_flower_simulation_gives_the_local_model(tmp_path, capsys
     capsys.readouterr()
 
 
-@pytest.mark.slow  # ~4 min on the loaded 2-core machine: 14 exchanges, each a fresh
-#                   ClientApp process and Flower's 3 s polls
+@pytest.mark.slow  # 1-4 min on the shared 2-core machine: 11 exchanges (the handshake
+#                   and 10), each a fresh ClientApp process per party
 def test_alignment_and_paillier_lr_on_a_tls_deployment(tmp_path, capsys):
     """A SuperLink and three SuperNodes as processes on 127.0.0.1 with TLS, each
     organisation with its own folder; the app written by ``veil fl app``."""
@@ -425,6 +439,7 @@ def test_split_learning_on_nodes_gives_the_local_runtime_networks(tmp_path, one_
     local = run_vertical(section, base=tmp_path)
     assert results["accuracy"] == local["accuracy"] > 0.8
     assert results["auc"] == local["auc"] and results["batches"] == 2 * 2
+    assert relay.grid.exchanges == 1 + 4 + 2 * 4 + 2   # a batch: the bottoms, the top
     # the local runtime's networks, on the same aligned rows (joined here)
     bank, insurer = _tables()
     joined = bank.merge(insurer, on="id")
@@ -454,8 +469,9 @@ def test_a_garbled_cut_layer_is_refused_naming_the_host(tmp_path, one_torch_thre
     for name in ("bank", "insurer"):
         (tmp_path / f"org-{name}" / "plans" / "run.toml").write_text(text)
     del nodes["arbiter"]
-    with pytest.raises(ProtocolError, match="party 'bank' refused step: message from "
-                                            "'insurer': the sealed cut does not authenticate"):
+    with pytest.raises(ProtocolError, match="party 'bank' refused step, next_batch: message "
+                                            "from 'insurer': the sealed cut does not "
+                                            "authenticate"):
         train(_garbling(config, nodes, "forward"))
 
 
@@ -488,3 +504,17 @@ def test_a_top_asking_a_host_for_rows_twice_in_a_pass_is_refused(tmp_path, one_t
     del nodes["arbiter"]
     with pytest.raises(ProtocolError, match=r"'insurer'.*already served in pass"):
         train(_altered(config, nodes, "bank", _Repeating))
+
+
+def test_the_relay_polls_through_the_runtimes_one_exchange(monkeypatch):
+    """A vertical call waits POLL s between polls, as a horizontal stage does (it went
+    through Flower's Grid.send_and_receive: 3 s per poll, on every call of a run)."""
+    from veil.fl.runtime import flower
+
+    grid = _PollingGrid(ready=2)
+    monkeypatch.setattr(flower.time, "sleep", grid.sleep)
+    relay = VerticalRelay(grid, VerticalSettings(parties=("bank", "insurer")), timeout=5.0)
+    relay.nodes = {"bank": 7, "insurer": 8}
+    assert relay.call({"bank": [("describe", {})], "insurer": [("describe", {})]}) == \
+        {"bank": [b"7"], "insurer": [b"8"]}
+    assert grid.sleeps == [flower.POLL]

@@ -429,12 +429,12 @@ def client(config: str | os.PathLike) -> Any:
     data, key share and ledger (module docstring). Flower starts a process per message:
     the party is built on the node's first message of a run only (then it lives in
     ``context.state``), so the others stay cheap. ``config`` (the copy the server sent)
-    only names the stages; the party never reads it."""
-    from veil.fl.hybrid.protocol import HybridClient
-    from veil.fl.secagg.protocol import SecAggClient
-    from veil.fl.strategies.base import PlainClient
+    only names the stages; the party never reads it. The app serves every protocol's
+    stages by name (:data:`veil.fl.protocol.PROTOCOL_STAGES`), so that a message's process
+    imports only the protocol its party's state needs."""
+    from veil.fl.protocol import PROTOCOL_STAGES
 
-    stages = {s for kind in (PlainClient, SecAggClient, HybridClient) for s in kind.stages}
+    stages = {s for names in PROTOCOL_STAGES.values() for s in names}
     return client_app(lambda context: _Node(context).build(), stages,
                       plan=lambda context: _Node(context).plan())
 

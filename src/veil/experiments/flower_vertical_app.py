@@ -52,7 +52,8 @@ def vertical_app(config: str | os.PathLike, out_dir: str | os.PathLike,
 
 def server(config: str | os.PathLike) -> ServerApp:
     """The ServerApp of a vertical run file: connects the nodes, relays the run and
-    writes ``results.json`` into the app config's ``out`` folder."""
+    writes ``results.json`` and the time of every exchange ``stages.json``
+    (:attr:`VerticalRelay.timeline`) into the app config's ``out`` folder."""
     from veil._io import atomic_write
     from veil._json import to_jsonable
     from veil.experiments.fl_config import load_config
@@ -69,6 +70,7 @@ def server(config: str | os.PathLike) -> ServerApp:
         out = Path(str(context.run_config["out"]))
         out.mkdir(parents=True, exist_ok=True)
         atomic_write(out / "results.json", json.dumps(to_jsonable(results), indent=2))
+        atomic_write(out / "stages.json", json.dumps(relay.timeline, indent=1))
 
     return app
 

@@ -82,12 +82,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from veil.errors import ConfigError, DataError
 from veil.fl.vertical.parties import VerticalSettings, check_flower
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["SECTIONS", "TRANSFER_KEYS", "FILE_KEYS", "check_section", "flower_settings",
            "read_party_table", "vertical_settings"]
@@ -162,6 +163,8 @@ def read_party_table(path: Any, base: Path, what: str) -> pd.DataFrame:
     file = file if file.is_absolute() else base / file
     if not file.is_file():
         raise DataError(f"{what}: {str(file)!r} is not a file")
+    import pandas as pd  # a node reads its table once, at the handshake
+
     return pd.read_csv(file)
 
 

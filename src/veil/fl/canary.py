@@ -34,8 +34,8 @@ class CanaryTrainer:
     round t it returns them moved by ``(-1)^t * update`` (``update`` is zero for an
     excluded canary).
 
-    It has what the strategies read of a :class:`~veil.fl.trainer.LocalTrainer`: ``model``
-    (for the parameter count), ``n_examples`` (its FedAvg weight) and :meth:`train`;
+    It has what the strategies read of a :class:`~veil.fl.trainer.LocalTrainer`: ``model``,
+    ``n_params`` (the parameter count), ``n_examples`` (its FedAvg weight) and :meth:`train`;
     :class:`CanaryClient` sets ``server_round`` before each request is handled.
     """
 
@@ -45,6 +45,7 @@ class CanaryTrainer:
         if self.update.size != model.n_params_:
             raise DataError(f"update has {self.update.size} entries; the model has "
                             f"{model.n_params_} parameters")
+        self.n_params = int(model.n_params_)
         self.n_examples = check_int(n_examples, "n_examples", low=1)
         self.round = 0
 

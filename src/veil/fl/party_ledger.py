@@ -25,13 +25,15 @@ budget; a spent in-memory ledger cannot move (it would be spent twice).
 from __future__ import annotations
 
 import logging
-from typing import Any
-
-import dp_accounting
+from typing import TYPE_CHECKING, Any
 
 from veil._validation import check_int
-from veil.dp.ledger import Block, Ledger, check_ledger
 from veil.errors import BudgetExceededError, ConfigError
+
+if TYPE_CHECKING:   # veil.dp.ledger (dp_accounting, scipy) loads when a ledger is used
+    import dp_accounting
+
+    from veil.dp.ledger import Block, Ledger
 
 __all__ = ["RoundLedger", "ledger_from_state", "ledger_state"]
 
@@ -59,6 +61,8 @@ def ledger_from_state(state: Any) -> tuple[Ledger | None, Block | None | bool]:
     budget, block = state
     if budget is None:
         return None, block
+    from veil.dp.ledger import Ledger
+
     ledger = Ledger.open(budget) if isinstance(budget, str) else \
         Ledger(budget[0], budget[1], accountant=budget[2])
     if isinstance(block, int) and not isinstance(block, bool):
@@ -75,6 +79,8 @@ class RoundLedger:
 
     def __init__(self, ledger: Ledger, rounds: int, *, fixed: bool, who: str | None = None,
                  suffix: str = "") -> None:
+        from veil.dp.ledger import check_ledger
+
         self.ledger = check_ledger(ledger)
         self.rounds = check_int(rounds, "rounds", low=1)
         self.fixed = bool(fixed)

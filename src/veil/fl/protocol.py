@@ -37,7 +37,8 @@ from veil.errors import ProtocolError
 from veil.fl.messages import SERVER, Message
 from veil.random import Generator, RngLike
 
-__all__ = ["Aggregate", "ClientProtocol", "ClientUpdate", "RoundResult", "Runtime", "ServerRound"]
+__all__ = ["PROTOCOL_STAGES", "Aggregate", "ClientProtocol", "ClientUpdate", "RoundResult",
+           "Runtime", "ServerRound"]
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,17 @@ class RoundResult:
     params: np.ndarray
     clients: tuple[int, ...]
     metrics: dict[str, float] = field(default_factory=dict)
+
+
+#: every protocol's stages, in order (each protocol's :attr:`ServerRound.stages` and
+#: :attr:`ClientProtocol.stages`), here so that a Flower ClientApp can serve them all
+#: without importing the protocols (a fresh process per message: issue 30, start-up).
+#: SecAgg without its consistency round skips ``consistency``; later hybrid rounds ``join``.
+PROTOCOL_STAGES: dict[str, tuple[str, ...]] = {
+    "plain": ("fit",),
+    "secagg": ("setup", "share_keys", "masked_input", "consistency", "unmask"),
+    "hybrid": ("join", "answer", "decrypt"),
+}
 
 
 class ServerRound(ABC):

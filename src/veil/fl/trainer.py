@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import pickle
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +23,13 @@ class LocalTrainer:
     """One client's examples ``(X, y)`` and its own copy of the (initialized) model.
 
     :meth:`train` loads the global parameters, runs local SGD and returns the new
-    parameters; the data never leaves the object.
+    parameters; the data never leaves the object. ``n_params``: the model's parameter
+    count (what the protocols check messages against without loading the model).
+
+    Pickled (a Flower node keeps its party in ``context.state`` between the fresh processes
+    of its messages: :mod:`veil.fl.runtime.flower`), the model travels as its own pickle
+    and is rebuilt on first use, so a process that never trains -- most stages of a SecAgg+
+    round -- never imports scikit-learn (issue 30, round latency).
     """
 
     def __init__(self, model: GradientClassifier, X: Any, y: Any) -> None:
@@ -30,9 +37,23 @@ class LocalTrainer:
 
         if not isinstance(model, GradientClassifier):
             raise DataError(f"model is a {type(model).__name__}; expected a veil.learn model")
-        self.model = copy.deepcopy(model)
+        self._model: Any = copy.deepcopy(model)
         self.X, self.y = check_xy(X, y)
-        self.model._codes(self.y, self.X.shape[0])  # labels must be among the model's classes
+        self._model._codes(self.y, self.X.shape[0])  # labels must be among the model's classes
+        self.n_params = int(model.n_params_)
+
+    @property
+    def model(self) -> GradientClassifier:
+        if isinstance(self._model, bytes):
+            # this trainer's own pickle of its model (__getstate__), never another's
+            self._model = pickle.loads(self._model)  # noqa: S301
+        return self._model
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        if not isinstance(self._model, bytes):
+            state["_model"] = pickle.dumps(self._model, protocol=pickle.HIGHEST_PROTOCOL)
+        return state
 
     @property
     def n_examples(self) -> int:

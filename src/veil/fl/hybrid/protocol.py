@@ -102,7 +102,7 @@ from veil.fl.hybrid.fit import METHODS
 from veil.fl.hybrid.grid import contribute, decode, noise_std, query_noise, value_limit
 from veil.fl.messages import Message, encode
 from veil.fl.party_ledger import ledger_from_state, ledger_state
-from veil.fl.protocol import ClientProtocol, RoundResult, ServerRound
+from veil.fl.protocol import PROTOCOL_STAGES, ClientProtocol, RoundResult, ServerRound
 from veil.learn.queries import Query, QueryAnswer, QueryLearner, QueryShape
 from veil.random import Generator, RngLike, check_rng, noise_rng, secure_rng
 
@@ -344,7 +344,7 @@ class HybridServer(ServerRound):
     """
 
     protocol = "hybrid"
-    stages = ("join", "answer", "decrypt")
+    stages = PROTOCOL_STAGES["hybrid"]
 
     def __init__(self, server_round: int, clients: Sequence[int], query: Query,
                  agreement: Agreement, public_key: threshold.ThresholdPublicKey | None = None, *,
@@ -528,7 +528,7 @@ class HybridClient(ClientProtocol):
     """
 
     protocol = "hybrid"
-    stages = ("join", "answer", "decrypt")
+    stages = PROTOCOL_STAGES["hybrid"]
     opens = ("answer",)   # later rounds of a run, and the clear methods, skip the join
 
     def __init__(self, client_id: int, X: Any, y: Any, agreement: Agreement, *,

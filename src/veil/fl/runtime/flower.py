@@ -99,7 +99,8 @@ from veil.fl.protocol import ClientProtocol, ServerRound
 from veil.fl.runtime.local import Faults, LocalRuntime, RoundReport
 from veil.fl.runtime.workers import Served, serve
 
-__all__ = ["PARTY_STAGE", "FlowerRuntime", "client_app", "lost", "plan_differences", "simulate"]
+__all__ = ["PARTY_STAGE", "FlowerRuntime", "client_app", "lost", "plan_differences",
+           "send_and_receive", "simulate"]
 
 log = logging.getLogger(__name__)
 
@@ -287,8 +288,9 @@ class FlowerRuntime(LocalRuntime):
         expected = None if parties is None else set(parties)
         node_ids = self._wait_for_nodes(len(expected) if expected else 1)
         plan = None if self.plan is None else canonical(self.plan)
-        replies = self._send_and_receive(
-            [(node, PARTY_STAGE, _record(plan=plan)) for node in node_ids])
+        replies = send_and_receive(
+            self.grid, [(node, PARTY_STAGE, _record(plan=plan)) for node in node_ids],
+            self.timeout)
         nodes: dict[int, int] = {}
         for node, reply in zip(node_ids, replies):
             if reply is None or reply.has_error():
@@ -344,7 +346,7 @@ class FlowerRuntime(LocalRuntime):
                          kind=kind if seeded else None, plan=self._plan_digest))
                 for cid, data, seed in deliveries]
         began = time.perf_counter()
-        replies = self._send_and_receive(sent)
+        replies = send_and_receive(self.grid, sent, self.timeout)
         seconds = time.perf_counter() - began
         for (cid, _, _), (_, stage, _), reply in zip(deliveries, sent, replies):
             out.append(_answers(cid, stage, reply))
@@ -355,24 +357,27 @@ class FlowerRuntime(LocalRuntime):
                                   "client_cpu": max(cpu for _, cpu, _ in out)})
         return out
 
-    def _send_and_receive(self, sent: list[tuple[int, str, RecordDict]]
-                          ) -> list[FlowerMessage | None]:
-        """Send (node, stage, content) messages; the reply to each (None: none within
-        ``timeout``). Polls the SuperLink every :data:`POLL` seconds (Flower's own
-        ``Grid.send_and_receive`` sleeps 3 s between polls, adding up to 3 s per stage)."""
-        messages = [FlowerMessage(content, dst_node_id=node, message_type=f"query.{stage}")
-                    for node, stage, content in sent]
-        waiting = set(self.grid.push_messages(messages))
-        by_id: dict[str, FlowerMessage] = {}
-        deadline = time.monotonic() + self.timeout
-        while waiting:
-            for reply in self.grid.pull_messages(waiting):
-                by_id[reply.metadata.reply_to_message_id] = reply
-                waiting.discard(reply.metadata.reply_to_message_id)
-            if not waiting or time.monotonic() >= deadline:
-                break
-            time.sleep(POLL)
-        return [by_id.get(m.metadata.message_id) for m in messages]
+
+def send_and_receive(grid: Grid, sent: Iterable[tuple[int, str, RecordDict]],
+                     timeout: float) -> list[FlowerMessage | None]:
+    """Send (node id, stage, content) messages as ``query.<stage>`` through ``grid``; the
+    reply to each, in order (None: none within ``timeout`` seconds). Polls the SuperLink
+    every :data:`POLL` seconds: Flower's own ``Grid.send_and_receive`` sleeps 3 s between
+    polls, adding up to 3 s to every exchange (the horizontal rounds' stages and the
+    vertical runs' calls, :mod:`veil.fl.runtime.flower_vertical`, both go through here)."""
+    messages = [FlowerMessage(content, dst_node_id=node, message_type=f"query.{stage}")
+                for node, stage, content in sent]
+    waiting = set(grid.push_messages(messages))
+    by_id: dict[str, FlowerMessage] = {}
+    deadline = time.monotonic() + timeout
+    while waiting:
+        for reply in grid.pull_messages(waiting):
+            by_id[reply.metadata.reply_to_message_id] = reply
+            waiting.discard(reply.metadata.reply_to_message_id)
+        if not waiting or time.monotonic() >= deadline:
+            break
+        time.sleep(POLL)
+    return [by_id.get(m.metadata.message_id) for m in messages]
 
 
 def lost(report: RoundReport, *, aborted: bool = True) -> str:

@@ -102,6 +102,7 @@ import json
 import logging
 import os
 import pickle
+import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -120,14 +121,13 @@ from veil.fl.runtime.flower import (
     Context,
     FlowerMessage,
     Grid,
-    RecordDict,
     ServerApp,
     _check_plan,
     _digest,
     _field,
     _record,
+    send_and_receive,
 )
-from veil.fl.vertical.data import check_tables
 from veil.fl.vertical.parties import (
     ARBITER,
     VerticalParty,
@@ -154,16 +154,17 @@ class _Pickler(pickle.Pickler):
     """Party state for the node's own context.state (module docstring)."""
 
     def reducer_override(self, obj: Any) -> Any:
-        from veil.dp import Ledger
-
+        # no Ledger exists unless its module is loaded (importing it loads dp_accounting
+        # and scipy: most parties have no ledger)
+        ledgers = sys.modules.get("veil.dp.ledger")
         if isinstance(obj, Generator):
             return _generator, ((obj._key, obj.simulate_noise) if obj.seeded else None,)
         if isinstance(obj, X25519PrivateKey):
             return X25519PrivateKey.from_private_bytes, (obj.private_bytes_raw(),)
-        if isinstance(obj, Ledger):
+        if ledgers is not None and isinstance(obj, ledgers.Ledger):
             if obj.path is None:
                 raise ConfigError("a party's ledger on Flower must be a file")
-            return Ledger.open, (str(obj.path),)
+            return ledgers.Ledger.open, (str(obj.path),)
         return NotImplemented
 
 
@@ -214,6 +215,7 @@ def client_app(build: Callable[[Context], VerticalParty],
                 _STATE not in context.state.config_records:
             raise ProtocolError(f"party {context.node_config.get('party')!r} refuses a "
                                 "call: it is not of the plan this party agreed to")
+        began = time.process_time()
         party = load(context)
         answers, error = [], None
         try:
@@ -226,7 +228,8 @@ def client_app(build: Callable[[Context], VerticalParty],
         except VeilError as exc:
             error = str(exc)
         context.state.config_records[_STATE] = ConfigRecord({"party": _dumps(party)})
-        return FlowerMessage(_record(answers=answers, error=error), reply_to=message)
+        return FlowerMessage(_record(answers=answers, error=error,
+                                     cpu=time.process_time() - began), reply_to=message)
 
     return app
 
@@ -250,6 +253,11 @@ class VerticalRelay:
         self.hosts: list[str] = []
         #: bytes each party's answers carried (what it sent through the relay)
         self.sent: dict[str, int] = {}
+        #: per exchange: each party's calls, wall seconds from sending to the last answer,
+        #: and the most CPU seconds one party spent on its calls (restoring and storing its
+        #: state included; the rest of the wall time is Flower's: polls, a fresh ClientApp
+        #: process per message and its imports, transport)
+        self.timeline: list[dict[str, Any]] = []
 
     def connect(self) -> dict[str, int]:
         """Ask every node which party it hosts and whether it agrees to the plan; returns
@@ -259,8 +267,8 @@ class VerticalRelay:
         while len(node_ids := sorted(int(n) for n in self.grid.get_node_ids())) < \
                 len(expected) and time.monotonic() < deadline:
             time.sleep(0.2)
-        replies = self._exchange([(n, PARTY_STAGE, _record(plan=canonical(self.plan)))
-                                  for n in node_ids])
+        replies = send_and_receive(self.grid, [(n, PARTY_STAGE, _record(
+            plan=canonical(self.plan))) for n in node_ids], self.timeout)
         for node, reply in zip(node_ids, replies):
             if reply is None or reply.has_error():
                 raise ProtocolError(f"node {node} did not say which party it hosts: "
@@ -324,8 +332,12 @@ class VerticalRelay:
         sent = [(self.nodes[p], _CALL, _record(
             calls=[encode({"method": m, "args": a}) for m, a in calls[p]], plan=self._digest))
             for p in parties]
-        out = {}
-        for party, reply in zip(parties, self._exchange(sent)):
+        out, cpu = {}, 0.0
+        began = time.perf_counter()
+        replies = send_and_receive(self.grid, sent, self.timeout)
+        self.timeline.append({"calls": {p: [m for m, _ in calls[p]] for p in parties},
+                              "seconds": time.perf_counter() - began})
+        for party, reply in zip(parties, replies):
             method = ", ".join(m for m, _ in calls[party])
             if reply is None:
                 raise ProtocolError(f"party {party!r} did not answer {method} within "
@@ -345,15 +357,11 @@ class VerticalRelay:
                 raise ProtocolError(f"party {party!r} gave {len(answers)} answers to "
                                     f"{len(calls[party])} calls")
             self.sent[party] = self.sent.get(party, 0) + sum(map(len, answers))
+            used = reply.content.config_records[_RECORD].get("cpu")
+            cpu = max(cpu, used if isinstance(used, float) else 0.0)
             out[party] = answers
+        self.timeline[-1]["client_cpu"] = cpu
         return out
-
-    def _exchange(self, sent: list[tuple[int, str, RecordDict]]) -> list[FlowerMessage | None]:
-        messages = [FlowerMessage(content, dst_node_id=node, message_type=f"query.{stage}")
-                    for node, stage, content in sent]
-        replies = self.grid.send_and_receive(messages, timeout=self.timeout)
-        by_id = {r.metadata.reply_to_message_id: r for r in replies}
-        return [by_id.get(m.metadata.message_id) for m in messages]
 
 
 # -- the simulation engine -------------------------------------------------------------
@@ -368,6 +376,7 @@ def simulate(settings: VerticalSettings, tables: Mapping[str, Any], *,
     from flwr.simulation import run_simulation
 
     from veil.crypto.identity import make_identities
+    from veil.fl.vertical.data import check_tables
 
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")  # no GPUs asked for
     check_flower(settings)

@@ -134,7 +134,7 @@ import hashlib
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from cryptography.exceptions import InvalidTag
@@ -148,11 +148,10 @@ from veil.crypto.sharing import (
     shares_from_bytes,
     split_bytes,
 )
-from veil.dp.ledger import Ledger
 from veil.errors import ConfigError, CryptoError, ProtocolError
 from veil.fl.messages import Message, decode, encode
 from veil.fl.party_ledger import RoundLedger
-from veil.fl.protocol import Aggregate, ClientProtocol, RoundResult, ServerRound
+from veil.fl.protocol import PROTOCOL_STAGES, Aggregate, ClientProtocol, RoundResult, ServerRound
 from veil.fl.secagg.masks import KEY, agree, agree_many, channel_info, mask_info, prg, public_key
 from veil.fl.secagg.planner import RoundPlanner
 from veil.fl.secagg.ring import (
@@ -168,13 +167,16 @@ from veil.fl.secagg.ring import (
 from veil.fl.trainer import LocalTrainer
 from veil.random import Generator, noise_rng, secure_rng
 
+if TYPE_CHECKING:
+    from veil.dp.ledger import Ledger
+
 __all__ = ["SecAggClient", "SecAggServer", "harary"]
 
 log = logging.getLogger(__name__)
 
 #: the stages with the malicious-server checks, and without them (``consistency=False``)
-STAGES = ("setup", "share_keys", "masked_input", "consistency", "unmask")
-SEMI_HONEST_STAGES = ("setup", "share_keys", "masked_input", "unmask")
+STAGES = PROTOCOL_STAGES["secagg"]
+SEMI_HONEST_STAGES = tuple(s for s in STAGES if s != "consistency")
 
 
 def context(run: bytes, server_round: int, cohort: Sequence[int]) -> bytes:
@@ -569,7 +571,7 @@ class SecAggClient(ClientProtocol):
         announced = msg.get("secagg", dict).get("clip_range")
         if not isinstance(announced, float) or not 0 < announced < math.inf:
             raise msg.error("secagg", f"has clip_range={announced!r}")
-        own = self.strategy.plan(msg.round, np.zeros(self.trainer.model.n_params_),
+        own = self.strategy.plan(msg.round, np.zeros(self.trainer.n_params),
                                  cohort, clip_range=announced, population=population)
         self._plan = check_plan(msg, own, self._neighbours)
         self._cohort = cohort
@@ -624,7 +626,7 @@ class SecAggClient(ClientProtocol):
 
     def _on_masked_input(self, msg: Message, rng: Generator) -> list[Message]:
         plan = self._plan
-        params = msg.array("params", dtype=np.float64, shape=(self.trainer.model.n_params_,),
+        params = msg.array("params", dtype=np.float64, shape=(self.trainer.n_params,),
                            finite=True)
         incoming = msg.table("ciphertexts", allowed=set(self._keys))
         for j, ct in incoming.items():

@@ -24,15 +24,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import dp_accounting
 import numpy as np
 
 from veil.dp.samplers import discrete_gaussian
 from veil.errors import ConfigError, ProtocolError
 from veil.fl.messages import Message
 from veil.random import Generator
+
+if TYPE_CHECKING:
+    import dp_accounting
 
 __all__ = ["CLIPPED", "MAX_LEVELS", "PRGS", "WEIGHT", "Plan", "decode_sum", "encode_update",
            "check_plan", "reduce_ring", "ring_dtype"]
@@ -86,6 +88,8 @@ class Plan:
     @property
     def event(self) -> dp_accounting.DpEvent | None:
         """The round's cost with distributed noise, ``ZCDpEvent(rho)`` (None without)."""
+        import dp_accounting  # on use: a node's ClientApp process imports this module
+
         return None if self.rho is None else dp_accounting.ZCDpEvent(self.rho)
 
     def public(self) -> dict[str, Any]:

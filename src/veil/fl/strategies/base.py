@@ -32,7 +32,14 @@ from veil._validation import check_choice
 from veil.dp.privacy_budget import PrivacyBudget, check_budget
 from veil.errors import ConfigError, ProtocolError
 from veil.fl.messages import Message
-from veil.fl.protocol import Aggregate, ClientProtocol, ClientUpdate, RoundResult, ServerRound
+from veil.fl.protocol import (
+    PROTOCOL_STAGES,
+    Aggregate,
+    ClientProtocol,
+    ClientUpdate,
+    RoundResult,
+    ServerRound,
+)
 from veil.fl.trainer import LocalTrainer
 from veil.random import Generator
 
@@ -279,7 +286,7 @@ class PlainServer(ServerRound):
     round's configuration; each client answers with its update in the clear."""
 
     protocol = "plain"
-    stages = ("fit",)
+    stages = PROTOCOL_STAGES["plain"]
 
     def __init__(self, strategy: UpdateStrategy, server_round: int, params: np.ndarray,
                  sampled: Sequence[int], rng: Generator) -> None:
@@ -312,7 +319,7 @@ class PlainClient(ClientProtocol):
     """Client of the plain transport: trains and sends its update in the clear."""
 
     protocol = "plain"
-    stages = ("fit",)
+    stages = PROTOCOL_STAGES["plain"]
 
     def __init__(self, client_id: int, trainer: LocalTrainer, strategy: UpdateStrategy) -> None:
         super().__init__(client_id)
@@ -320,7 +327,7 @@ class PlainClient(ClientProtocol):
         self.strategy = strategy
 
     def _on_fit(self, msg: Message, rng: Generator) -> list[Message]:
-        params = msg.array("params", dtype=np.float64, shape=(self.trainer.model.n_params_,),
+        params = msg.array("params", dtype=np.float64, shape=(self.trainer.n_params,),
                            finite=True)
         update = self.strategy.client_update(self.trainer, params, msg.get("config", dict), rng)
         return [self.reply(msg, delta=update.delta, weight=update.weight,

@@ -38,19 +38,23 @@ import json
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
-import dp_accounting
 import numpy as np
 
 from veil._validation import check_choice, check_int, check_positive, check_probability
 from veil.crypto.identity import check_table, make_identities, read_table
-from veil.dp.ledger import Ledger
 from veil.errors import ConfigError
 from veil.fl.secagg.protocol import SecAggClient, SecAggServer
 from veil.fl.secagg.ring import CLIPPED, MAX_LEVELS, PRGS, WEIGHT, Plan
 from veil.fl.strategies.base import Privacy, StrategyWrapper, UpdateStrategy
 from veil.fl.strategies.fedavg import round_half_up
 from veil.fl.trainer import LocalTrainer
+
+if TYPE_CHECKING:   # a node's ClientApp process loads them when a ledger is used
+    import dp_accounting
+
+    from veil.dp.ledger import Ledger
 
 __all__ = ["SecAgg", "SecAggClient", "SecAggServer"]
 

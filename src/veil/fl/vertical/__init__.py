@@ -27,22 +27,30 @@ A whole run from a configuration file (``veil fl run CONFIG.toml`` with a ``[ver
 The PyTorch parts are imported lazily (``from veil.fl.vertical.split import SplitNN``).
 """
 
-from veil.fl.vertical.align import AlignGuest, AlignHost, Alignment, align, read_ids
-from veil.fl.vertical.linear import (
-    VerticalLinearRegression,
-    VerticalLogisticRegression,
-    train_paillier,
-)
-from veil.fl.vertical.paillier_lr import (
-    Arbiter,
-    PaillierGuest,
-    PaillierHost,
-    Plan,
-    ShareHolder,
-    ThresholdDecryption,
-)
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from veil._lazy import lazy_exports
+
+if TYPE_CHECKING:   # exported lazily (veil._lazy): a vertical node's process imports what it uses
+    from veil.fl.vertical.align import AlignGuest, AlignHost, Alignment, align, read_ids
+    from veil.fl.vertical.linear import (
+        VerticalLinearRegression,
+        VerticalLogisticRegression,
+        train_paillier,
+    )
+    from veil.fl.vertical.paillier_lr import (
+        Arbiter,
+        PaillierGuest,
+        PaillierHost,
+        Plan,
+        ShareHolder,
+        ThresholdDecryption,
+    )
 
 __all__ = ["Alignment", "AlignGuest", "AlignHost", "align", "read_ids", "Arbiter",
            "PaillierGuest", "PaillierHost", "Plan", "ShareHolder", "ThresholdDecryption",
            "VerticalLinearRegression",
            "VerticalLogisticRegression", "train_paillier"]
+__getattr__, __dir__ = lazy_exports(__name__, __all__)

@@ -38,7 +38,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from veil._validation import check_choice
 from veil.crypto.psi import PSIReceiver, PSISender
@@ -62,6 +61,8 @@ def read_ids(ids: Any, column: str | None = None, *, name: str = "ids"
     ``ids``: a sequence, numpy array, pandas Series/Index, or a DataFrame with ``column``.
     Refuses missing values, mixed kinds and duplicates (DataError naming the first one).
     """
+    import pandas as pd  # on use: a vertical node's processes after the alignment skip it
+
     if isinstance(ids, pd.DataFrame):
         if column is None or column not in ids.columns:
             raise DataError(f"{name}: column={column!r} is not a column of the table; "
@@ -242,6 +243,8 @@ class Alignment:
         """``party``'s table (DataFrame or array) restricted to the aligned rows, in order."""
         if party not in self.rows:
             raise ConfigError(f"party={party!r} is not aligned; parties: {list(self.rows)}")
+        import pandas as pd
+
         rows = self.rows[party]
         return table.iloc[rows] if isinstance(table, (pd.DataFrame, pd.Series)) else \
             np.asarray(table)[rows]

@@ -89,13 +89,11 @@ from typing import Any
 
 import gmpy2
 import numpy as np
-from dp_accounting import dp_event as de
 from gmpy2 import mpz
 
 from veil._validation import check_array, check_choice, check_epsilon, check_int, check_positive
 from veil.crypto import paillier, serialization, threshold
 from veil.crypto.fastexp import multi_pow
-from veil.dp.gaussian import DiscreteGaussian
 from veil.errors import BudgetExceededError, ConfigError, CryptoError, DataError, ProtocolError
 from veil.fl.messages import encode
 from veil.fl.vertical._wire import read_message
@@ -442,6 +440,10 @@ class PaillierGuest(_Party):
                                   "have no bounded sensitivity")
             if ledger is None:
                 raise ConfigError("label_epsilon needs ledger= (the guest's Ledger)")
+            from dp_accounting import dp_event as de  # on use: a node's process per message
+
+            from veil.dp.gaussian import DiscreteGaussian
+
             self._mechanism = DiscreteGaussian(
                 check_epsilon(label_epsilon, "label_epsilon") / plan.epochs,
                 label_delta / plan.epochs, sensitivity=4 * 2 ** F)

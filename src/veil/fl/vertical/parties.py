@@ -24,10 +24,9 @@ import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
@@ -35,13 +34,14 @@ from veil._json import canonical
 from veil._validation import check_probability
 from veil.crypto.agreement import agree, public_key
 from veil.crypto.identity import check_table, public_identity, sign, verify
-from veil.dp import Ledger
 from veil.errors import ConfigError, DataError, ProtocolError
 from veil.fl.messages import decode, encode
 from veil.fl.vertical.align import AlignGuest, AlignHost, read_ids
-from veil.fl.vertical.data import auc, held_out
 from veil.fl.vertical.paillier_lr import Arbiter, PaillierGuest, PaillierHost, Plan
 from veil.random import check_rng
+
+if TYPE_CHECKING:   # loaded where used: a node's process per message imports this module
+    import pandas as pd
 
 __all__ = ["ARBITER", "VerticalParty", "VerticalSettings", "check_flower", "nodes_of", "train"]
 
@@ -246,6 +246,8 @@ class VerticalParty:
             if self.name not in self.parties:
                 raise ConfigError(f"party {self.name!r} is not one of the run's parties "
                                   f"{self.parties}")
+            import pandas as pd
+
             if not isinstance(table, pd.DataFrame):
                 raise ConfigError(f"party {self.name!r} has no table (node config data)")
             if settings.prefix_columns:
@@ -266,6 +268,7 @@ class VerticalParty:
         self._channel: _Channel | None = None
         self._peers: dict[str, bytes] = {}      # the other side's channel keys
         self._align: Any = None
+        self._ordered: set[str] = set()          # the hosts the guest sent their order
         self._party: Any = None                 # PaillierGuest / PaillierHost / Arbiter,
         self._bottom: Any = None                # or SplitTop (and the guest's own bottom,
         self._own_cut: bytes | None = None      # its embeddings of the batch and the top's
@@ -353,13 +356,15 @@ class VerticalParty:
         return key
 
     def _align_setup(self, args: Mapping[str, Any]) -> bytes:
-        if self._align is not None:
+        if self._align is not None or self._table is None:
             raise ProtocolError(f"{self.name!r} is aligned already: one alignment per run")
         self._align = AlignHost(self.name, self._table, column=self.id_column)
         return self._align.setup()
 
     def _align_request(self, args: Mapping[str, Any]) -> bytes:
         host = _arg(args, "host", str, "align_request")
+        if self._table is None:
+            raise ProtocolError(f"{self.name!r} is aligned already: one alignment per run")
         if self._align is None:
             self._align = AlignGuest(self._table, self._hosts(), column=self.id_column)
         self._peers[host] = self._peer_key(args.get("key"), "host", host)
@@ -397,6 +402,9 @@ class VerticalParty:
             if self._party is None:
                 self._start_guest(args)
             body = encode({"order": self._align.order(host), "test": self._test})
+            self._ordered.add(host)
+            if self._ordered == set(self._hosts()):
+                self._aligned()
             return self._seal(host, "order", body)
         self._peers["guest"] = self._peer_key(args.get("key"), "guest", None)
         sealed = self._open("guest", "order", args.get("order"))
@@ -420,7 +428,13 @@ class VerticalParty:
         else:
             self._party = PaillierHost(self.name, X[~test], self.schedule,
                                        insecure_ok=self.settings.insecure_ok)
+        self._aligned()
         return None
+
+    def _aligned(self) -> None:
+        """The alignment is done: the table and the PSI state go (the party's state, kept
+        between the processes of a node's messages, is then its aligned arrays only)."""
+        self._table = self._align = None
 
     def _features(self, rows: np.ndarray) -> np.ndarray:
         return self._table.iloc[rows][self.columns].to_numpy(dtype=np.float64)
@@ -429,6 +443,8 @@ class VerticalParty:
         """The held-out rows of ``n`` aligned ones and the model's generator, drawn from
         the seed in the order :func:`veil.experiments.vertical_run.run_vertical` draws them
         (so a seeded run is the local runtime's; no seed: the CSPRNG)."""
+        from veil.fl.vertical.data import held_out  # pandas: the alignment's processes
+
         rng = check_rng(self.settings.seed)
         fraction = check_probability(self.settings.test_fraction, "[vertical] test_fraction",
                                      high_open=True)
@@ -476,6 +492,8 @@ class VerticalParty:
             y_train = y[~test].astype(np.int64)
             classes = split_classes(settings.classes, y_train, epsilon, "[vertical]")
         if epsilon is not None:
+            from veil.dp.ledger import Ledger
+
             self._ledger = Ledger(epsilon=epsilon, delta=settings.label_delta,
                                   accountant="pld" if self.model == "split" else "rdp",
                                   path=self._ledger_file)
@@ -602,6 +620,8 @@ class VerticalParty:
                 raise ProtocolError(f"message from {host!r}: its scores are not {n} rows of "
                                     "finite numbers")
             parts.append(part)
+        from veil.fl.vertical.data import auc
+
         metrics: dict[str, Any] = {"aligned": self.aligned,
                                    "evaluated_on": "held-out aligned rows"
                                    if self._test.any() else "training rows"}
@@ -651,15 +671,27 @@ def train(relay: Any) -> dict[str, Any]:
     """A whole run through a connected ``relay`` (its ``guest``, ``hosts``, ``schemas``,
     ``sent`` and ``call``: :class:`veil.fl.runtime.flower_vertical.VerticalRelay`), in the
     local runner's order: the alignment, every batch of the plan, the metrics. Returns the
-    results (the guest's metrics, the bytes each party sent, the seconds). Calls that do
-    not wait for each other share one exchange: a batch costs five exchanges for the
-    Paillier protocol (guest, hosts, guest, hosts, arbiter), three for split learning
-    (guest, every bottom, guest); the alignment five and the end three."""
+    results (the guest's metrics, the bytes each party sent, the seconds).
+
+    Every exchange is a fresh process per party on a deployment (seconds each), so calls
+    that do not wait for each other share one exchange, each party's calls in its own
+    order: the alignment takes four (the arbiter makes its key during the first; the
+    guest's first batch comes with its order of the ids), a batch four for the Paillier
+    protocol (hosts; guest; hosts with the arbiter decrypting the guest's gradient; the
+    arbiter decrypting the hosts' while the guest steps and draws its next batch) and two
+    for split learning (every bottom; the guest's step with its next batch), the end two
+    (the hosts' last step and test scores; the guest's metrics)."""
     start = time.perf_counter()
     guest, hosts = relay.guest, relay.hosts
     parties = [guest, *hosts]
     split = relay.settings.model == "split"
-    setups = relay.call({h: [("align_setup", {}), ("channel_key", {})] for h in hosts})
+    # the gradient entries of each party, by its name in the protocol's messages (the
+    # label holder is "guest" there; its intercept is one more entry)
+    arbiter = {} if split else {ARBITER: [("key", {"sizes": {
+        "guest": len(relay.schemas[guest]["columns"]) + 1,
+        **{h: len(relay.schemas[h]["columns"]) for h in hosts}}})]}
+    setups = relay.call({**{h: [("align_setup", {}), ("channel_key", {})] for h in hosts},
+                         **arbiter})
     requests = relay.call({guest: [("align_request", {"host": h, "setup": setups[h][0],
                                                       "key": setups[h][1]}) for h in hosts]})
     responses = relay.call({h: [("align_respond", {"request": r})]
@@ -667,22 +699,15 @@ def train(relay: Any) -> dict[str, Any]:
     # split learning: the bottoms' widths, in the plan's order, for their initialisation
     widths = {"names": ["guest", *hosts],
               "widths": [len(relay.schemas[p]["columns"]) for p in parties]} if split else {}
+    key = [] if split else [("key", {"key": setups[ARBITER][0]})]
     done = relay.call({guest: [*(("align_finish", {"host": h, "response": responses[h][0]})
                                  for h in hosts), ("channel_key", {}),
-                               *(("align_order", {"host": h, **widths}) for h in hosts)]})[guest]
-    key, orders = done[len(hosts)], done[len(hosts) + 1:]
-    calls = {h: [("align_order", {"order": o, "key": key, **widths})]
-             for h, o in zip(hosts, orders)}
-    if split:
-        relay.call(calls)
-        batches, pending = _train_split(relay)
-    else:
-        # the gradient entries of each party, by its name in the protocol's messages (the
-        # label holder is "guest" there; its intercept is one more entry)
-        calls[ARBITER] = [("key", {"sizes": {
-            "guest": len(relay.schemas[guest]["columns"]) + 1,
-            **{h: len(relay.schemas[h]["columns"]) for h in hosts}}})]
-        batches, pending = _train_paillier(relay, relay.call(calls)[ARBITER][0])
+                               *(("align_order", {"host": h, **widths}) for h in hosts),
+                               *key, ("next_batch", {})]})[guest]
+    channel, orders = done[len(hosts)], done[len(hosts) + 1:2 * len(hosts) + 1]
+    pending = {h: [("align_order", {"order": o, "key": channel, **widths}), *key]
+               for h, o in zip(hosts, orders)}
+    batches, pending = (_train_split if split else _train_paillier)(relay, done[-1], pending)
     ends = relay.call({h: [*pending[h], ("test_scores", {}), ("save", {})] for h in hosts})
     metrics = decode(relay.call({guest: [("evaluate", {"scores": {
         h: ends[h][-2] for h in hosts}}), ("save", {})]})[guest][0])
@@ -693,53 +718,47 @@ def train(relay: Any) -> dict[str, Any]:
             "runtime": "flower"}
 
 
-def _train_paillier(relay: Any, key: bytes) -> tuple[int, dict[str, list]]:
-    """Every batch of the Paillier protocol (:func:`veil.fl.vertical.linear.train_paillier`);
-    returns the batches and the hosts' calls still pending (their last update)."""
+def _train_paillier(relay: Any, batch: bytes, pending: dict[str, list]
+                    ) -> tuple[int, dict[str, list]]:
+    """Every batch of the Paillier protocol (:func:`veil.fl.vertical.linear.train_paillier`)
+    from the guest's first ``batch`` (b"": none), the hosts' calls ``pending`` going with
+    their first; returns the batches and the hosts' calls still pending (their last
+    update)."""
     guest, hosts = relay.guest, relay.hosts
-    parties = [guest, *hosts]
-    first = {p: [("key", {"key": key})] for p in parties}  # with each party's first call
-    decrypted: dict[str, bytes] = {}
     batches = 0
-    while True:
-        updates = {p: [("update", {"decrypted": decrypted[p]})] if p in decrypted else []
-                   for p in parties}
-        batch = relay.call({guest: [*first.pop(guest, []), *updates[guest],
-                                    ("next_batch", {})]})[guest][-1]
-        if not batch:
-            return batches, updates
-        scores = relay.call({h: [*first.pop(h, []), *updates[h], ("forward", {"batch": batch})]
-                             for h in hosts})
+    while batch:
+        scores = relay.call({h: [*pending[h], ("forward", {"batch": batch})] for h in hosts})
         residual, own = relay.call({guest: [
             ("residual", {"scores": {h: scores[h][-1] for h in hosts}}),
             ("gradient", {})]})[guest]
-        gradients = {guest: own, **{h: a[0] for h, a in relay.call(
-            {h: [("backward", {"message": residual})] for h in hosts}).items()}}
-        answers = relay.call({ARBITER: [("decrypt", {"gradient": gradients[p],
-                                                     "sender": "guest" if p == guest else p})
-                                        for p in parties]})[ARBITER]
-        decrypted = dict(zip(parties, answers))
+        masked = relay.call({**{h: [("backward", {"message": residual})] for h in hosts},
+                             ARBITER: [("decrypt", {"gradient": own, "sender": "guest"})]})
+        answers = relay.call({
+            ARBITER: [("decrypt", {"gradient": masked[h][0], "sender": h}) for h in hosts],
+            guest: [("update", {"decrypted": masked[ARBITER][0]}), ("next_batch", {})]})
+        batch = answers[guest][-1]
+        pending = {h: [("update", {"decrypted": d})] for h, d in zip(hosts, answers[ARBITER])}
         batches += 1
+    return batches, pending
 
 
-def _train_split(relay: Any) -> tuple[int, dict[str, list]]:
+def _train_split(relay: Any, batch: bytes, pending: dict[str, list]
+                 ) -> tuple[int, dict[str, list]]:
     """Every batch of split learning (:func:`veil.fl.vertical.split.train_split`): the
-    guest's top and own bottom, each host's bottom; returns the batches and the hosts'
-    calls still pending (their last backward pass)."""
+    guest's top and own bottom, each host's bottom, from the guest's first ``batch`` (b"":
+    none), the hosts' calls ``pending`` going with their first; returns the batches and
+    the hosts' calls still pending (their last backward pass)."""
     guest, hosts = relay.guest, relay.hosts
-    backward: dict[str, list] = {h: [] for h in hosts}
     batches = 0
-    while True:
-        batch = relay.call({guest: [("next_batch", {})]})[guest][0]
-        if not batch:
-            return batches, backward
-        cut = relay.call({h: [*backward[h], ("forward", {"batch": batch})] for h in hosts})
-        answer = relay.call({guest: [("step", {"embeddings": {
-            h: cut[h][-1] for h in hosts}})]})[guest][0]
+    while batch:
+        cut = relay.call({h: [*pending[h], ("forward", {"batch": batch})] for h in hosts})
+        answer, batch = relay.call({guest: [("step", {"embeddings": {
+            h: cut[h][-1] for h in hosts}}), ("next_batch", {})]})[guest]
         gradients = decode(answer)
         if not (isinstance(gradients, dict) and set(gradients) <= set(hosts)
                 and all(isinstance(g, bytes) for g in gradients.values())):
             raise ProtocolError(f"party {guest!r} sent no gradients of the cut layer")
-        backward = {h: [("backward", {"message": gradients[h]})] if h in gradients else []
-                    for h in hosts}
+        pending = {h: [("backward", {"message": gradients[h]})] if h in gradients else []
+                   for h in hosts}
         batches += 1
+    return batches, pending
