@@ -15,7 +15,8 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "veil"
 
 
 def test_a_missing_package_names_what_needs_it_and_its_extra(monkeypatch):
-    monkeypatch.setitem(__import__("sys").modules, "tenseal", None)   # `import` fails
+    for name in ("tenseal", "tenseal.sealapi"):   # `import` fails, even if loaded before
+        monkeypatch.setitem(__import__("sys").modules, name, None)
     with pytest.raises(MissingDependencyError) as info:
         require("tenseal.sealapi", "fhe", "CKKS")
     assert str(info.value) == ("CKKS needs tenseal, which is not installed: "

@@ -313,3 +313,14 @@ def test_names_stay_whole_and_every_column_shows_at_80_columns():
     assert "learn.private.KMeansClustering" in text and "dp.query.GroupBy" in text
     assert "verdict" in text and "skipped" in text and "installed" in text
     assert max(len(line) for line in text.splitlines()) <= 80
+
+
+def test_a_warning_never_cuts_a_path(monkeypatch):
+    """--force's warning folded a long key path ("share.ke" / "y") at 80 columns."""
+    from veil.cli import _output
+
+    err = Console(width=80, file=io.StringIO(), highlight=False)
+    monkeypatch.setattr(_output, "err_console", err)
+    path = "/tmp/" + "a_long_folder_name/" * 5 + "share.key"
+    _output.say_replaced([path])
+    assert path in err.file.getvalue()

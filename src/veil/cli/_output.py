@@ -56,8 +56,9 @@ def say(text: str) -> None:
 
 
 def warn(text: str) -> None:
-    """``warning: text`` on stderr."""
-    err_console.print(Text.assemble(("warning: ", "yellow"), str(text)))
+    """``warning: text`` on stderr, one line the terminal wraps (a path in it is never cut
+    by an inserted line break, so it can be copied)."""
+    err_console.print(Text.assemble(("warning: ", "yellow"), str(text)), soft_wrap=True)
 
 
 def one_line(message: str) -> str:
