@@ -138,6 +138,7 @@ def test_the_tutorials_show_their_output():
     shown = {p.stem for p in PAGES for *_, expected in documented_blocks(p) if expected}
     assert shown >= {"anonymization", "dp-statistics", "homomorphic-encryption", "hybrid",
                      "models", "mpc"}
+    assert shown >= {"dp-sgd", "federated-learning"}
 
 
 @pytest.mark.parametrize("printed, expected, tolerance, ok", [
