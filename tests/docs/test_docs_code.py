@@ -146,6 +146,7 @@ def test_the_tutorials_show_their_output():
     assert shown >= {"anonymization", "dp-statistics", "homomorphic-encryption", "hybrid",
                      "audits", "synthetic-data",
                      "models", "mpc"}
+    assert shown >= {"dp-sgd", "federated-learning"}
 
 
 # calls that return data: the records themselves ...

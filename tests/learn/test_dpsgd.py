@@ -156,6 +156,28 @@ def test_schedule_that_does_not_fit_the_ledger_names_the_sigma_needed():
     assert epsilon_for(needed / 1.02, 1e-5, 0.1, 50, "pld") > 1.0
 
 
+def test_a_second_run_on_a_ledger_without_delta_left_names_the_delta():
+    # each run is priced at its own delta and the deltas add up: a ledger of delta 1e-5
+    # holds one run at 1e-5, whatever epsilon is left (it said "noise_multiplier >= inf,
+    # or with fewer epochs" before: neither helps)
+    x, y = toy_data(200)
+    ledger = Ledger(6.0, 1e-5)
+    private(data=(x, y), noise_multiplier=None, epsilon=2.0, batch_size=20,
+                dataset_size="public", ledger=ledger)
+    with pytest.raises(BudgetExceededError) as info:
+        private(data=(x, y), noise_multiplier=None, epsilon=2.0, batch_size=20,
+                dataset_size="public", ledger=ledger)
+    message = str(info.value)
+    assert "inf" not in message and "fewer epochs" not in message
+    assert "less than delta=1e-05 of the ledger's delta=1e-05 is left" in message
+    assert "sum of its runs' deltas" in message and len(ledger.history()) == 1
+    roomy = Ledger(6.0, 2e-5)  # the remedy it names
+    for _ in range(2):
+        private(data=(x, y), noise_multiplier=None, epsilon=2.0, batch_size=20,
+                dataset_size="public", ledger=roomy)
+    assert len(roomy.history()) == 2
+
+
 @pytest.mark.parametrize("kw, match", [
     (dict(batch_size=41), "batch_size=41 is not allowed: larger than the data"),
     (dict(batch_size=None), "exactly one of batch_size"),

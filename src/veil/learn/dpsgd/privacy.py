@@ -163,19 +163,46 @@ def _schedule(n: int, batch_size: Any, sample_rate: Any, sampling: str) -> tuple
     return q, q * n
 
 
+_MAX_SIGMA = 1e6
+
+
 def _sigma_to_fit(ledger: Ledger, q: float, steps: int, sampling: str, n: int,
                   sigma: float, delta: float) -> float:
-    """The smallest noise multiplier (within 1%) whose schedule still fits ``ledger``."""
+    """The smallest noise multiplier (within 1%) whose schedule still fits ``ledger``;
+    inf when none up to ``_MAX_SIGMA`` does."""
     lo, hi = sigma, sigma
     while not ledger.fits(_event(hi, q, steps, sampling, n), delta=delta):
         lo, hi = hi, hi * 2
-        if hi > 1e6:
+        if hi > _MAX_SIGMA:
             return math.inf
     while hi / lo > 1.01:
         mid = math.sqrt(lo * hi)
         lo, hi = (lo, mid) if ledger.fits(_event(mid, q, steps, sampling, n),
                                           delta=delta) else (mid, hi)
     return hi
+
+
+def _refusal(ledger: Ledger, q: float, steps: int, sampling: str, n: int, sigma: float,
+             spent: float, delta: float) -> str:
+    """Why a schedule does not fit ``ledger`` and what would make it fit: a larger noise
+    multiplier or, when none does, a ledger with more delta (or epsilon) left."""
+    schedule = (f"the DP-SGD schedule ({steps} steps, sample_rate={q:.4g}, noise_multiplier="
+                f"{sigma:.4g}) costs epsilon={spent:.4g} at delta={delta:g}")
+    if math.isinf(ledger.would_spend(_event(_MAX_SIGMA, q, steps, sampling, n), delta=delta)):
+        # no noise multiplier fits: the policy prices each run at its own delta and adds
+        # the deltas up (veil.dp.accounting.filter), and less than delta is left
+        return (f"{schedule}, but less than delta={delta:g} of the ledger's delta="
+                f"{ledger.delta:g} is left (each run is priced at its own delta and the "
+                "ledger adds the deltas up), so no noise multiplier fits; open the ledger "
+                "with the sum of its runs' deltas, or calibrate this run for a smaller "
+                "delta; nothing was charged")
+    left, at = ledger.remaining()
+    need = _sigma_to_fit(ledger, q, steps, sampling, n, sigma, delta)
+    remedy = (f"it would fit with noise_multiplier >= {need:.4g}, or with fewer epochs"
+              if math.isfinite(need) else
+              f"no noise multiplier up to {_MAX_SIGMA:g} fits")
+    return (f"{schedule}, more than the ledger has left (epsilon={left:.4g} at delta="
+            f"{at:g}); {remedy}; nothing was charged")
 
 
 def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data: Any, *,
@@ -353,13 +380,8 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data: Any, 
         if ledger is None:
             ledger = Ledger(epsilon if epsilon is not None else spent, delta, accountant)
         elif not ledger.fits(plan.event, delta=delta):
-            need = _sigma_to_fit(ledger, q, steps, sampling, n, sigma, delta)
-            left, at = ledger.remaining()
-            raise BudgetExceededError(
-                f"the DP-SGD schedule ({steps} steps, sample_rate={q:.4g}, noise_multiplier="
-                f"{sigma:.4g}) costs epsilon={spent:.4g} at delta={delta:g}, more than the "
-                f"ledger has left (epsilon={left:.4g} at delta={at:g}); it would fit with "
-                f"noise_multiplier >= {need:.4g}, or with fewer epochs; nothing was charged")
+            raise BudgetExceededError(_refusal(ledger, q, steps, sampling, n, sigma, spent,
+                                               delta))
         # the whole run is one planned block, priced at the delta sigma was calibrated for
         # (veil.dp.accounting.filter); an early stop still pays for it
         ledger.charge(plan.event, delta=delta, label=f"dpsgd: {steps} steps, q={q:.4g}, "
