@@ -161,20 +161,22 @@ def test_a_second_run_on_a_ledger_without_delta_left_names_the_delta():
     # holds one run at 1e-5, whatever epsilon is left (it said "noise_multiplier >= inf,
     # or with fewer epochs" before: neither helps)
     x, y = toy_data(200)
+
+    def run(ledger, name):
+        private(data=(x, y), **calibrated(2.0), batch_size=20, dataset_size="public",
+                ledger=ledger.child(name, 2.0, 1e-5))   # this run's slice of the ledger
+
     ledger = Ledger(6.0, 1e-5)
-    private(data=(x, y), noise_multiplier=None, epsilon=2.0, batch_size=20,
-                dataset_size="public", ledger=ledger)
+    run(ledger, "first")
     with pytest.raises(BudgetExceededError) as info:
-        private(data=(x, y), noise_multiplier=None, epsilon=2.0, batch_size=20,
-                dataset_size="public", ledger=ledger)
+        run(ledger, "second")
     message = str(info.value)
     assert "inf" not in message and "fewer epochs" not in message
-    assert "less than delta=1e-05 of the ledger's delta=1e-05 is left" in message
+    assert "no noise multiplier fits" in message and "less than delta=1e-05" in message
     assert "sum of its runs' deltas" in message and len(ledger.history()) == 1
     roomy = Ledger(6.0, 2e-5)  # the remedy it names
-    for _ in range(2):
-        private(data=(x, y), noise_multiplier=None, epsilon=2.0, batch_size=20,
-                dataset_size="public", ledger=roomy)
+    run(roomy, "first")
+    run(roomy, "second")
     assert len(roomy.history()) == 2
 
 

@@ -188,21 +188,20 @@ def _refusal(ledger: Ledger, q: float, steps: int, sampling: str, n: int, sigma:
     multiplier or, when none does, a ledger with more delta (or epsilon) left."""
     schedule = (f"the DP-SGD schedule ({steps} steps, sample_rate={q:.4g}, noise_multiplier="
                 f"{sigma:.4g}) costs epsilon={spent:.4g} at delta={delta:g}")
-    if math.isinf(ledger.would_spend(_event(_MAX_SIGMA, q, steps, sampling, n), delta=delta)):
-        # no noise multiplier fits: the policy prices each run at its own delta and adds
-        # the deltas up (veil.dp.accounting.filter), and less than delta is left
-        return (f"{schedule}, but less than delta={delta:g} of the ledger's delta="
-                f"{ledger.delta:g} is left (each run is priced at its own delta and the "
-                "ledger adds the deltas up), so no noise multiplier fits; open the ledger "
-                "with the sum of its runs' deltas, or calibrate this run for a smaller "
-                "delta; nothing was charged")
-    left, at = ledger.remaining()
     need = _sigma_to_fit(ledger, q, steps, sampling, n, sigma, delta)
-    remedy = (f"it would fit with noise_multiplier >= {need:.4g}, or with fewer epochs"
-              if math.isfinite(need) else
-              f"no noise multiplier up to {_MAX_SIGMA:g} fits")
-    return (f"{schedule}, more than the ledger has left (epsilon={left:.4g} at delta="
-            f"{at:g}); {remedy}; nothing was charged")
+    if math.isinf(need):
+        # no noise multiplier up to _MAX_SIGMA fits: the policy prices each run at its own
+        # delta and adds the deltas up (veil.dp.accounting.filter), so what is missing is
+        # delta (or all of the epsilon), here or in a ledger this one draws from
+        return (f"{schedule}, and no noise multiplier fits: this ledger (delta="
+                f"{ledger.delta:g}) or a ledger it draws from has less than delta={delta:g} "
+                "left, or no epsilon (each run is priced at its own delta and the deltas add "
+                "up); open the ledger with the sum of its runs' deltas, or calibrate this run "
+                "for a smaller delta; nothing was charged")
+    left, at = ledger.remaining()
+    return (f"{schedule}, more than the ledger has left (epsilon={left:.4g} at delta={at:g}); "
+            f"it would fit with noise_multiplier >= {need:.4g}, or with fewer epochs; "
+            "nothing was charged")
 
 
 def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data: Any, *,
