@@ -110,7 +110,8 @@ def test_bracketed_sections_and_keys_survive_fl_run(tmp_path, capsys):
     assert "'x [/y]' in [run]" in one_line_error(capsys)
 
 
-def test_bracketed_labels_survive_budget_show(ledger_file, capsys):
+def test_bracketed_labels_survive_budget_show(ledger_file, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")   # markup, not wrapping, is what this checks
     assert main(["budget", "show", str(ledger_file)]) == 0
     assert "dose [/mg]" in flat(capsys.readouterr().out)
 
@@ -324,3 +325,16 @@ def test_a_warning_never_cuts_a_path(monkeypatch):
     path = "/tmp/" + "a_long_folder_name/" * 5 + "share.key"
     _output.say_replaced([path])
     assert path in err.file.getvalue()
+
+
+def test_the_fl_run_table_stays_a_table_at_80_columns():
+    """Nine round columns went to the one-block-per-row layout at 80 columns (3-space gaps)."""
+    rows = [(r, "ok", 0.7486, 0.5584, 3.998, 10, 41330, 60470, "120 ms") for r in range(5)]
+    columns = ["round", "status", "accuracy", "loss", "epsilon", "aggregated", "bytes up",
+               "bytes down", "time"]
+    out = Console(width=80, file=io.StringIO(), highlight=False)
+    print_table(rows, columns, out=out)
+    lines = out.file.getvalue().splitlines()
+    assert any("round" in line and "time" in line for line in lines), lines
+    assert sum("120 ms" in line for line in lines) == 5
+    assert max(len(line) for line in lines) <= 80

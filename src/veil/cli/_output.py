@@ -93,15 +93,16 @@ def print_table(rows: Iterable[Sequence[Any]], columns: Sequence[str], *,
     """A table with the given column headers; nothing in it is read as markup.
 
     Number cells are never wrapped or cut, and text wraps only between words (a name such as
-    ``learn.private.KMeans`` stays whole). When those widths (plus the borders) exceed the
-    console's width, the table is printed vertically: one ``column: value`` block per row.
+    ``learn.private.KMeans`` stays whole). When those widths (plus two spaces between columns)
+    exceed the console's width, the table is printed vertically: one ``column: value`` block
+    per row.
     The title is a line of its own, as wide as the console (a title inside a narrow table
     wrapped into the table's width).
     """
     out = out or console
     cells = [[fmt(v) for v in row] for row in rows]
     headers = [str(c) for c in columns]
-    widths = _column_widths(headers, cells, out.width - 3 * (len(headers) - 1))
+    widths = _column_widths(headers, cells, out.width - 2 * (len(headers) - 1))
     if title:
         out.print(Text(title, style="bold"))
     if widths is None:
@@ -113,7 +114,7 @@ def print_table(rows: Iterable[Sequence[Any]], columns: Sequence[str], *,
                 out.print(Text.assemble((head.rjust(key_width), "bold"), "  ", cell),
                           overflow="fold")
         return
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
     for j, head in enumerate(headers):
         numeric = any(j < len(row) and row[j] and _is_number(row[j]) for row in cells)
         table.add_column(Text(head), width=widths[j], overflow="fold",
