@@ -111,7 +111,9 @@ def test_bracketed_sections_and_keys_survive_fl_run(tmp_path, capsys):
 
 
 def test_bracketed_labels_survive_budget_show(ledger_file, capsys, monkeypatch):
-    monkeypatch.setenv("COLUMNS", "200")   # markup, not wrapping, is what this checks
+    from veil.cli import _output
+
+    monkeypatch.setattr(_output.console, "_width", 200)  # markup, not wrapping, is checked
     assert main(["budget", "show", str(ledger_file)]) == 0
     assert "dose [/mg]" in flat(capsys.readouterr().out)
 
